@@ -1,0 +1,294 @@
+"""A real Apache Kafka cluster (KRaft, combined broker+controller nodes) as local JVM processes.
+
+Each node listens on 127.0.0.1 on three ports: ``CLIENT`` (producers, consumers, admin), ``INTERNAL``
+(replication between brokers) and ``CONTROLLER`` (the KRaft quorum). The advertised addresses are kept
+separate from the bound ones so that a fault proxy can later sit in front of any path.
+
+Configuration facts follow the Kafka 4.x broker docs (https://kafka.apache.org/documentation/#brokerconfigs):
+``min.insync.replicas=2`` with RF 3 lets one broker fail without losing acknowledged (``acks=all``) writes;
+``transaction.state.log.*`` gives the transaction coordinator the same durability.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness import jars, processes
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be formatted, started, or did not become healthy in time."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """Ports of one KRaft node (``node_id`` 1..n). Ports are TCP ports on 127.0.0.1."""
+
+    node_id: int
+    client_port: int
+    internal_port: int
+    controller_port: int
+
+
+@dataclass
+class ClusterSpec:
+    """Shape of the local cluster.
+
+    Attributes:
+        nodes: number of combined broker+controller nodes (3 by default; RF 3 / min ISR 2 need 3).
+        base_port: node ``i`` (1-based) uses ``base_port+i`` (client), ``base_port+100+i`` (internal),
+            ``base_port+200+i`` (controller).
+        heap_mb: broker JVM heap (``-Xmx``), MiB.
+        data_dir: where logs, configs and the state file live.
+    """
+
+    data_dir: Path
+    nodes: int = 3
+    base_port: int = 19090
+    heap_mb: int = 512
+
+    def node(self, i: int) -> NodeSpec:
+        return NodeSpec(i, self.base_port + i, self.base_port + 100 + i, self.base_port + 200 + i)
+
+    @property
+    def node_specs(self) -> list[NodeSpec]:
+        return [self.node(i) for i in range(1, self.nodes + 1)]
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port,...`` of every node's client listener."""
+        return ",".join(f"127.0.0.1:{n.client_port}" for n in self.node_specs)
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = INFO
+"""
+
+
+def _server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
+    voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in spec.node_specs)
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": n.node_id,
+        "controller.quorum.voters": voters,
+        "listeners": f"CLIENT://127.0.0.1:{n.client_port},INTERNAL://127.0.0.1:{n.internal_port},"
+                     f"CONTROLLER://127.0.0.1:{n.controller_port}",
+        "advertised.listeners": f"CLIENT://127.0.0.1:{n.client_port},INTERNAL://127.0.0.1:{n.internal_port}",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": str(log_dir),
+        "num.partitions": 6,
+        "default.replication.factor": min(3, spec.nodes),
+        "min.insync.replicas": min(2, spec.nodes),
+        "offsets.topic.replication.factor": min(3, spec.nodes),
+        "offsets.topic.num.partitions": 6,
+        "transaction.state.log.replication.factor": min(3, spec.nodes),
+        "transaction.state.log.min.isr": min(2, spec.nodes),
+        "transaction.state.log.num.partitions": 6,
+        "share.coordinator.state.topic.replication.factor": min(3, spec.nodes),
+        "share.coordinator.state.topic.min.isr": min(2, spec.nodes),
+        "unclean.leader.election.enable": "false",
+        "auto.create.topics.enable": "false",
+        "group.initial.rebalance.delay.ms": 0,
+        "num.network.threads": 2,
+        "num.io.threads": 2,
+        "num.replica.fetchers": 1,
+        "background.threads": 2,
+        "num.recovery.threads.per.data.dir": 1,
+        "log.segment.bytes": 64 * 1024 * 1024,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 5000,
+        "transaction.remove.expired.transaction.cleanup.interval.ms": 60000,
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+@dataclass
+class BrokerProcess:
+    """One running node: its spec, config file, log file and pid (``None`` when stopped)."""
+
+    spec: NodeSpec
+    config: Path
+    log: Path
+    pid: int | None = None
+
+
+@dataclass
+class KafkaCluster:
+    """Start, inspect and stop the local KRaft cluster described by ``spec``.
+
+    ``tie_to_parent`` (default) makes every broker die with the harness process; ``onceproof cluster up``
+    sets it false and relies on :meth:`down` (via the state file) instead.
+    """
+
+    spec: ClusterSpec
+    tie_to_parent: bool = True
+    cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+    brokers: dict[int, BrokerProcess] = field(default_factory=dict)
+    version: str = ""
+
+    @property
+    def bootstrap(self) -> str:
+        return self.spec.bootstrap
+
+    @property
+    def state_file(self) -> Path:
+        return self.spec.data_dir / "cluster.json"
+
+    def _java(self) -> str:
+        home = os.environ.get("JAVA_HOME")
+        java = Path(home, "bin", "java") if home else shutil.which("java")
+        if not java or not Path(java).exists():
+            raise ClusterError("no `java` found: install Java 17+ or set JAVA_HOME")
+        return str(java)
+
+    def _jvm(self, cp: jars.Classpath, log4j: Path, heap_mb: int) -> list[str]:
+        return [self._java(), f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={log4j}", "-cp", cp.as_java()]
+
+    def format(self) -> None:
+        """Write configs and format each node's storage (``kafka.tools.StorageTool format``).
+
+        Raises: ``ClusterError`` when formatting fails (its output is included).
+        """
+        cp = jars.kafka_classpath()
+        self.version = cp.version
+        root = self.spec.data_dir
+        for n in self.spec.node_specs:
+            ndir = root / f"node{n.node_id}"
+            shutil.rmtree(ndir, ignore_errors=True)
+            (ndir / "data").mkdir(parents=True)
+            cfg = ndir / "server.properties"
+            cfg.write_text(_server_properties(self.spec, n, ndir / "data"))
+            log = root / "logs" / f"broker-{n.node_id}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            (ndir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
+            fmt_log4j = ndir / "log4j2-format.properties"
+            fmt_log4j.write_text(_LOG4J2.format(log=root / "logs" / f"format-{n.node_id}.log"))
+            cmd = self._jvm(cp, fmt_log4j, 256) + ["kafka.tools.StorageTool", "format", "-t",
+                                                     self.cluster_id, "-c", str(cfg)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            if proc.returncode != 0:
+                raise ClusterError(f"formatting node {n.node_id} failed:\n{proc.stdout}\n{proc.stderr}")
+            self.brokers[n.node_id] = BrokerProcess(n, cfg, log)
+
+    def start_node(self, node_id: int) -> int:
+        """Start (or restart) node ``node_id``; returns its pid. The node keeps its data."""
+        b = self.brokers[node_id]
+        cp = jars.kafka_classpath()
+        cmd = self._jvm(cp, b.config.parent / "log4j2.properties", self.spec.heap_mb) + [
+            "kafka.Kafka", str(b.config)]
+        proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), tie_to_parent=self.tie_to_parent)
+        b.pid = proc.pid
+        self.save_state()
+        return proc.pid
+
+    def up(self, timeout_s: float = 120.0) -> None:
+        """Format, start every node and wait until all brokers are registered and a controller is elected.
+
+        Raises: ``ClusterError`` on timeout (node logs are under ``data_dir/logs``).
+        """
+        self.format()
+        for n in self.spec.node_specs:
+            self.start_node(n.node_id)
+        self.wait_healthy(timeout_s)
+
+    def wait_healthy(self, timeout_s: float = 120.0) -> None:
+        """Block until the metadata lists every node as a broker. Raises ``ClusterError`` on timeout."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout_s
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+        last = "no answer"
+        while time.monotonic() < deadline:
+            dead = [i for i, b in self.brokers.items() if b.pid is None or not processes.alive(b.pid)]
+            if dead:
+                raise ClusterError(f"broker(s) {dead} exited during start; see {self.spec.data_dir}/logs/")
+            try:
+                md = admin.list_topics(timeout=5)
+                if len(md.brokers) == self.spec.nodes and md.controller_id >= 0:
+                    return
+                last = f"{len(md.brokers)} broker(s) registered"
+            except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException while nodes start
+                last = str(e)
+            time.sleep(0.5)
+        raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); "
+                           f"see {self.spec.data_dir}/logs/")
+
+    def stop_node(self, node_id: int, grace_s: float = 15.0) -> None:
+        """Stop node ``node_id`` (SIGTERM, then SIGKILL after ``grace_s``)."""
+        b = self.brokers[node_id]
+        if b.pid is not None:
+            processes.stop_group(b.pid, grace_s=grace_s)
+            b.pid = None
+            self.save_state()
+
+    def down(self, graceful: bool = False) -> None:
+        """Stop every node at once; safe to call twice and after a partial start.
+
+        ``graceful`` sends SIGTERM to all nodes together and waits up to 10 s before SIGKILL (a lone last
+        node cannot finish a controlled shutdown without its quorum); otherwise SIGKILL at once, which is
+        what a throwaway test cluster needs.
+        """
+        pids = [b.pid for b in self.brokers.values() if b.pid is not None]
+        if graceful:
+            for pid in pids:
+                processes.signal_group(pid, "SIGTERM")
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and any(processes.group_members(p) for p in pids):
+                time.sleep(0.2)
+        for pid in pids:
+            processes.kill_group(pid)
+        for b in self.brokers.values():
+            b.pid = None
+        self.save_state()
+
+    def save_state(self) -> None:
+        """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
+        state = {"bootstrap": self.bootstrap, "cluster_id": self.cluster_id, "version": self.version,
+                 "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
+                          "heap_mb": self.spec.heap_mb},
+                 "brokers": {str(i): {"pid": b.pid, **asdict(b.spec)} for i, b in self.brokers.items()}}
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def from_state(cls, data_dir: Path) -> "KafkaCluster":
+        """Rebuild a handle on a cluster started by another command.
+
+        Raises: ``ClusterError`` when ``data_dir`` holds no state file (no cluster was started there).
+        """
+        path = data_dir / "cluster.json"
+        if not path.exists():
+            raise ClusterError(f"no cluster state in {data_dir}: start one with `onceproof cluster up`")
+        st = json.loads(path.read_text())
+        spec = ClusterSpec(data_dir, **st["spec"])
+        c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""))
+        for i, b in st["brokers"].items():
+            ns = spec.node(int(i))
+            ndir = data_dir / f"node{i}"
+            c.brokers[int(i)] = BrokerProcess(ns, ndir / "server.properties",
+                                              data_dir / "logs" / f"broker-{i}.log", b["pid"])
+        return c
