@@ -15,6 +15,7 @@ import base64
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -47,13 +48,23 @@ class ClusterSpec:
         base_port: node ``i`` (1-based) uses ``base_port+i`` (client), ``base_port+100+i`` (internal),
             ``base_port+200+i`` (controller).
         heap_mb: broker JVM heap (``-Xmx``), MiB.
-        data_dir: where logs, configs and the state file live.
+        data_dir: where configs, data and the state file live.
+        log_dir: broker logs (default ``data_dir/logs``).
     """
 
     data_dir: Path
     nodes: int = 3
     base_port: int = 19090
     heap_mb: int = 512
+    log_dir: Path | None = None
+
+    @property
+    def logs(self) -> Path:
+        return self.log_dir or self.data_dir / "logs"
+
+    def ports(self) -> list[int]:
+        """Every TCP port the cluster binds."""
+        return [p for n in self.node_specs for p in (n.client_port, n.internal_port, n.controller_port)]
 
     def node(self, i: int) -> NodeSpec:
         return NodeSpec(i, self.base_port + i, self.base_port + 100 + i, self.base_port + 200 + i)
@@ -84,6 +95,29 @@ logger.state.level = WARN
 logger.controller.name = org.apache.kafka.controller
 logger.controller.level = INFO
 """
+
+
+def port_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_base_port(nodes: int = 3, start: int = 19090, step: int = 300, tries: int = 20) -> int:
+    """First base port from ``start`` (in steps of ``step``) whose every cluster port is free.
+
+    Raises: ``ClusterError`` when none is.
+    """
+    for i in range(tries):
+        base = start + i * step
+        if all(port_free(p) for p in ClusterSpec(Path("."), nodes, base).ports()):
+            return base
+    raise ClusterError(f"no free port range from {start}; stop other clusters (`onceproof cluster down`)")
 
 
 def _server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
@@ -182,11 +216,11 @@ class KafkaCluster:
             (ndir / "data").mkdir(parents=True)
             cfg = ndir / "server.properties"
             cfg.write_text(_server_properties(self.spec, n, ndir / "data"))
-            log = root / "logs" / f"broker-{n.node_id}.log"
+            log = self.spec.logs / f"broker-{n.node_id}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             (ndir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
             fmt_log4j = ndir / "log4j2-format.properties"
-            fmt_log4j.write_text(_LOG4J2.format(log=root / "logs" / f"format-{n.node_id}.log"))
+            fmt_log4j.write_text(_LOG4J2.format(log=self.spec.logs / f"format-{n.node_id}.log"))
             cmd = self._jvm(cp, fmt_log4j, 256) + ["kafka.tools.StorageTool", "format", "-t",
                                                      self.cluster_id, "-c", str(cfg)]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -225,7 +259,7 @@ class KafkaCluster:
         while time.monotonic() < deadline:
             dead = [i for i, b in self.brokers.items() if b.pid is None or not processes.alive(b.pid)]
             if dead:
-                raise ClusterError(f"broker(s) {dead} exited during start; see {self.spec.data_dir}/logs/")
+                raise ClusterError(f"broker(s) {dead} exited during start; see {self.spec.logs}/")
             try:
                 md = admin.list_topics(timeout=5)
                 if len(md.brokers) == self.spec.nodes and md.controller_id >= 0:
@@ -235,7 +269,7 @@ class KafkaCluster:
                 last = str(e)
             time.sleep(0.5)
         raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); "
-                           f"see {self.spec.data_dir}/logs/")
+                           f"see {self.spec.logs}/")
 
     def stop_node(self, node_id: int, grace_s: float = 15.0) -> None:
         """Stop node ``node_id`` (SIGTERM, then SIGKILL after ``grace_s``)."""
@@ -269,7 +303,7 @@ class KafkaCluster:
         """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
         state = {"bootstrap": self.bootstrap, "cluster_id": self.cluster_id, "version": self.version,
                  "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
-                          "heap_mb": self.spec.heap_mb},
+                          "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs)},
                  "brokers": {str(i): {"pid": b.pid, **asdict(b.spec)} for i, b in self.brokers.items()}}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
@@ -284,11 +318,13 @@ class KafkaCluster:
         if not path.exists():
             raise ClusterError(f"no cluster state in {data_dir}: start one with `onceproof cluster up`")
         st = json.loads(path.read_text())
-        spec = ClusterSpec(data_dir, **st["spec"])
+        sp = dict(st["spec"])
+        sp["log_dir"] = Path(sp["log_dir"]) if sp.get("log_dir") else None
+        spec = ClusterSpec(data_dir, **sp)
         c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""))
         for i, b in st["brokers"].items():
             ns = spec.node(int(i))
             ndir = data_dir / f"node{i}"
             c.brokers[int(i)] = BrokerProcess(ns, ndir / "server.properties",
-                                              data_dir / "logs" / f"broker-{i}.log", b["pid"])
+                                              spec.logs / f"broker-{i}.log", b["pid"])
         return c

@@ -1,0 +1,269 @@
+"""The test runner: setup → run → heal → recover → check → teardown (Jepsen's ``jepsen.core/run!``).
+
+Teardown runs on every exit path (normal, exception, Ctrl-C): faults are healed, the driver's process
+group and every broker are killed, so no JVM outlives the run.
+
+Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 255 crashed.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shlex
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from checkers.exactly_once import ANOMALIES
+from harness import checkpoint, checking, jars, recovery, topics
+from harness.history import HistoryWriter
+from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
+from harness.store import DEFAULT_ROOT, RunDir
+from harness.supervisor import DriverSupervisor, driver_argv, read_ready
+from nemesis import catalog, schedule
+from nemesis.fault import NemesisContext
+from nemesis.runner import NemesisRunner
+from workloads.keyed import KeyedWorkload
+
+EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
+log = logging.getLogger("onceproof.runner")
+
+
+@dataclass
+class TestConfig:
+    """Everything that defines a run; saved as ``test.json``. Times in seconds unless named ``_ms``."""
+
+    sink: str = "eos"
+    nemesis: list[str] = field(default_factory=list)
+    nemesis_interval: float = 10.0
+    time_limit: float = 60.0
+    rate: float = 300.0
+    keys: int = 50
+    seed: int = 0
+    recovery_timeout: float = 180.0
+    startup_timeout: float = 240.0
+    trigger_ms: int = 1000
+    max_offsets: int = 5000
+    txn_timeout_ms: int = 60000
+    partitions: int = 6
+    brokers: int = 3
+    master: str = "local-cluster[2,1,1024]"
+    test_name: str = ""
+    results_root: Path = DEFAULT_ROOT
+    keep_data: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.test_name or f"{self.sink}-{'+'.join(self.nemesis) or 'no-faults'}"
+
+    def replay_command(self) -> str:
+        """The command line that replays this run's workload and fault schedule."""
+        parts = ["onceproof", "run", "--sink", self.sink, "--nemesis", ",".join(self.nemesis) or "none",
+                 "--nemesis-interval", f"{self.nemesis_interval:g}", "--time-limit", f"{self.time_limit:g}",
+                 "--rate", f"{self.rate:g}", "--keys", str(self.keys), "--seed", str(self.seed)]
+        return shlex.join(parts)
+
+
+INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
+
+
+def versions() -> dict[str, str]:
+    import confluent_kafka
+    import pyspark
+
+    return {"kafka": jars.kafka_version(), "pyspark": pyspark.__version__,
+            "spark-sql-kafka": jars.spark_kafka_classpath().version,
+            "confluent-kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "python": platform.python_version(), "java": shutil.which("java") or "?"}
+
+
+def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
+    """Run one test. Returns ``(exit code, run directory)``; never raises for a failed run."""
+    console = console or Console()
+    rd = RunDir(Path(cfg.results_root), cfg.name)
+    t_start = time.monotonic()
+    timings: dict[str, float] = {}
+    meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
+            "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    try:
+        meta["versions"] = versions()
+    except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
+        meta["versions"] = {"error": repr(e)}
+    rd.write_json("test.json", meta)
+    console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
+    console.print(f"replay: [cyan]{cfg.replay_command()}[/]")
+
+    history = HistoryWriter(rd / "history.jsonl")
+    nem_hist = HistoryWriter(rd / "nemesis.jsonl", start_ns=history.start_ns)
+    spec = ClusterSpec(rd / "cluster", nodes=cfg.brokers, base_port=free_base_port(cfg.brokers),
+                       log_dir=rd / "logs")
+    cluster = KafkaCluster(spec)
+    sup: DriverSupervisor | None = None
+    workload: KeyedWorkload | None = None
+    nem: NemesisRunner | None = None
+    result: dict = {}
+    verdict = "crashed"
+    try:
+        # -- setup
+        with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
+            t = time.monotonic()
+            cluster.up()
+            topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions,
+                                                     PROGRESS: 1}, replication=min(3, cfg.brokers))
+            timings["cluster_start_s"] = round(time.monotonic() - t, 1)
+        console.print(f"kafka up in {timings['cluster_start_s']}s at {cluster.bootstrap}")
+        ckpt, control = rd / "checkpoint", rd / "control"
+        argv = driver_argv(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=ckpt, control=control,
+                           sink_log=rd / "sink.jsonl", input_topic=INPUT, output_topic=OUTPUT,
+                           progress_topic=PROGRESS, sink_id=f"onceproof-{cfg.sink}", trigger_ms=cfg.trigger_ms,
+                           max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
+                           pool_size=cfg.partitions, master=cfg.master)
+        sup = DriverSupervisor(argv, rd / "logs", executor_dir=rd / "logs" / "executors")
+        with console.status(f"starting the Spark driver ({cfg.master}, sink={cfg.sink})"):
+            t = time.monotonic()
+            sup.start()
+            deadline = time.monotonic() + cfg.startup_timeout
+            while read_ready(control) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
+                                       f"see {rd / 'logs'}/driver-*.log")
+                time.sleep(0.5)
+            timings["spark_start_s"] = round(time.monotonic() - t, 1)
+        console.print(f"spark query up in {timings['spark_start_s']}s")
+
+        # -- run
+        workload = KeyedWorkload(cluster.bootstrap, INPUT, history, rate=cfg.rate, keys=cfg.keys, seed=cfg.seed)
+        plan = schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed)
+        meta["schedule"] = plan
+        rd.write_json("test.json", meta)
+        ctx = NemesisContext(supervisor=sup, control=control, checkpoint=ckpt, cluster=cluster)
+
+        def on_op(op):
+            style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
+            console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
+                          f"{_brief(op['evidence'])}")
+
+        nem = NemesisRunner(catalog.build(cfg.nemesis), plan, ctx, nem_hist, cfg.seed, on_op=on_op)
+        workload.start()
+        nem.start(ready=lambda: checkpoint.latest_commit(ckpt) is not None)
+        t0 = time.monotonic()
+        next_report = t0
+        while (el := time.monotonic() - t0) < cfg.time_limit:
+            if time.monotonic() >= next_report:
+                s = workload.stats
+                console.print(f"[{el:5.0f}s/{cfg.time_limit:.0f}s] sends ok={s.ok} info={s.info} fail={s.fail} "
+                              f"| batch committed={checkpoint.latest_commit(ckpt)} | driver restarts="
+                              f"{sup.restarts()} | faults={len(nem.ops)}")
+                next_report += 5
+            time.sleep(0.2)
+
+        # -- heal
+        console.print("time limit reached: stopping workload and healing faults")
+        workload.stop()
+        heal_errors = nem.stop_and_heal()
+        if heal_errors:
+            console.print(f"[red]heal errors: {heal_errors}[/]")
+
+        # -- recover
+        t = time.monotonic()
+        st = recovery.wait(cluster.bootstrap, INPUT, OUTPUT, ckpt, cfg.recovery_timeout,
+                           progress=lambda s: console.print(f"  recovering ({s.seconds:.0f}s): "
+                                                            f"{'; '.join(s.reasons)}"))
+        timings["recovery_s"] = round(time.monotonic() - t, 1)
+        console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
+                      f"in {timings['recovery_s']}s")
+
+        # -- check
+        t = time.monotonic()
+        with console.status("reading topics at read_committed and checking"):
+            result = checking.check_live(cluster.bootstrap, INPUT, OUTPUT, rd, st)
+        timings["check_s"] = round(time.monotonic() - t, 1)
+        verdict = result["verdict"]
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: tearing down (the history so far is kept)[/]")
+        result = {"verdict": "crashed", "error": "interrupted (Ctrl-C)"}
+    except Exception as e:  # noqa: BLE001 - a crashed run still gets a results.json and a teardown
+        log.exception("run crashed")
+        console.print(f"[red]run crashed: {e}[/]")
+        result = {"verdict": "crashed", "error": repr(e)}
+    finally:
+        # -- teardown, on every path
+        if workload is not None:
+            workload.stop()
+        if nem is not None:
+            nem.stop_and_heal()
+        if sup is not None:
+            sup.stop()
+        cluster.down()
+        history.close()
+        nem_hist.close()
+        if not cfg.keep_data:
+            for n in spec.node_specs:
+                shutil.rmtree(spec.data_dir / f"node{n.node_id}" / "data", ignore_errors=True)
+    timings["total_s"] = round(time.monotonic() - t_start, 1)
+    faults = _fault_summary(nem.ops if nem else [])
+    result.update({"test": cfg.name, "run_dir": str(rd.path), "seed": cfg.seed, "replay": cfg.replay_command(),
+                   "faults": faults, "driver_restarts": sup.restarts() if sup else 0, "timings": timings})
+    rd.write_json("results.json", result)
+    summarize(result, console)
+    return EXIT.get(result["verdict"], 255), rd.path
+
+
+def _brief(ev: dict) -> str:
+    keys = ("batch", "pid", "executor_id", "offsets_logged", "commit_logged_after_kill", "reason")
+    return " ".join(f"{k}={ev[k]}" for k in keys if k in ev)
+
+
+def _fault_summary(ops: list[dict]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for op in ops:
+        d = out.setdefault(op["f"], {})
+        d[op["outcome"]] = d.get(op["outcome"], 0) + 1
+    return out
+
+
+def summarize(result: dict, console: Console) -> None:
+    """Print the verdict, anomaly counts and faults as tables."""
+    v = result.get("verdict", "crashed")
+    color = {"valid": "green", "invalid": "red", "unknown": "yellow"}.get(v, "magenta")
+    t = Table(title=f"{result.get('test', '')}: [{color} bold]{v.upper()}[/]")
+    t.add_column("anomaly")
+    t.add_column("count", justify="right")
+    t.add_column("first example")
+    counts = result.get("counts", {})
+    for a in ANOMALIES:
+        ex = (result.get("anomalies", {}).get(a) or [None])[0]
+        t.add_row(a, str(counts.get(a, "-")), _short(ex))
+    console.print(t)
+    if result.get("faults"):
+        ft = Table(title="faults")
+        ft.add_column("fault")
+        ft.add_column("effective", justify="right")
+        ft.add_column("other")
+        for f, d in result["faults"].items():
+            ft.add_row(f, str(d.get("effective", 0)), ", ".join(f"{k}={n}" for k, n in d.items() if k != "effective"))
+        console.print(ft)
+    for r in result.get("unknown_reasons", []):
+        console.print(f"[yellow]unknown because: {r}[/]")
+    if result.get("error"):
+        console.print(f"[magenta]error: {result['error']}[/]")
+    st = result.get("stats", {})
+    if st:
+        console.print(f"input {st.get('input_records')} records, output {st.get('output_records')} records, "
+                      f"{st.get('keys')} keys; sends ok={st.get('sends_ok')} info={st.get('sends_info')} "
+                      f"fail={st.get('sends_fail')}; driver restarts={result.get('driver_restarts')}")
+    console.print(f"results: {result.get('run_dir')}")
+
+
+def _short(ex) -> str:
+    if ex is None:
+        return ""
+    if "copies" in ex:
+        batches = sorted({c.get("batch", "?") for c in ex["copies"]})
+        return f"key={ex['key']} seq={ex['seq']} ×{len(ex['copies'])} batch={','.join(batches)}"
+    return " ".join(f"{k}={v}" for k, v in list(ex.items())[:6])

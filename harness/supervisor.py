@@ -1,0 +1,159 @@
+"""Runs the PySpark driver (``python -m pipeline.job``) and restarts it from the same checkpoint when it
+dies, as a cluster manager's supervise mode would.
+
+The driver is started in its own process group: the Python driver, its JVM, the in-JVM
+``local-cluster`` master and workers, every executor JVM and every Python worker share that group, so a
+driver kill or a teardown signals them all at once and leaves no orphan JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from harness import jars, processes
+
+EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+def driver_env(executor_dir: Path | None = None) -> dict[str, str]:
+    """Environment for the driver: loopback only, this interpreter for Python workers, executor logs
+    (the local-cluster workers' work dirs) under ``executor_dir``."""
+    env = dict(os.environ)
+    if executor_dir is not None:
+        executor_dir.mkdir(parents=True, exist_ok=True)
+        env["SPARK_WORKER_DIR"] = str(executor_dir)
+    env.update({
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOCAL_HOSTNAME": "localhost",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("SPARK_HOME", None)  # the pip-installed pyspark finds its own
+    return env
+
+
+@dataclass
+class DriverSupervisor:
+    """Keeps one driver process alive until :meth:`stop`.
+
+    Attributes:
+        argv: the driver's arguments after ``python -m pipeline.job``.
+        log_dir: ``driver-<n>.log`` per incarnation goes here.
+        restart_delay_s: pause before a restart, seconds.
+        events: ``(time, "start"|"exit", pid, returncode)`` for every incarnation.
+    """
+
+    argv: list[str]
+    log_dir: Path
+    executor_dir: Path | None = None
+    restart_delay_s: float = 1.0
+    events: list[tuple] = field(default_factory=list)
+    incarnations: int = 0
+    _proc: object = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        """Start the supervision thread (which starts the first driver)."""
+        self._thread = threading.Thread(target=self._loop, name="driver-supervisor", daemon=True)
+        self._thread.start()
+
+    @property
+    def pid(self) -> int | None:
+        """Pid (and process-group id) of the current driver, or ``None`` between incarnations."""
+        with self._lock:
+            p = self._proc
+            return p.pid if p is not None and p.poll() is None else None
+
+    def _loop(self) -> None:
+        # Spawned from this long-lived thread: PR_SET_PDEATHSIG fires when the spawning thread dies.
+        while not self._stop.is_set():
+            self.incarnations += 1
+            log = self.log_dir / f"driver-{self.incarnations}.log"
+            proc = processes.spawn([sys.executable, "-m", "pipeline.job", *self.argv], log_path=log,
+                                   env=driver_env(self.executor_dir), cwd=self.log_dir)
+            with self._lock:
+                self._proc = proc
+            self.events.append((time.time(), "start", proc.pid, None))
+            while proc.poll() is None and not self._stop.is_set():
+                time.sleep(0.2)
+            if self._stop.is_set():
+                break
+            self.events.append((time.time(), "exit", proc.pid, proc.returncode))
+            # Executors outlive a SIGKILLed driver for a while; clear the whole group before restarting.
+            processes.kill_group(proc.pid)
+            self._stop.wait(self.restart_delay_s)
+        with self._lock:
+            p = self._proc
+        if p is not None:
+            processes.stop_group(p.pid, grace_s=5.0)
+
+    def stop(self) -> None:
+        """Stop the driver and everything in its process group; waits for the thread (≤ 30 s)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            p = self._proc
+        if p is not None:
+            processes.kill_group(p.pid)
+
+    def executors(self) -> list[psutil.Process]:
+        """Live executor JVMs of the current driver (``CoarseGrainedExecutorBackend`` processes)."""
+        pid = self.pid
+        if pid is None:
+            return []
+        out = []
+        for p in processes.group_members(pid):
+            try:
+                if EXECUTOR_MAIN in " ".join(p.cmdline()):
+                    out.append(p)
+            except psutil.Error:
+                continue
+        return out
+
+    def restarts(self) -> int:
+        """Number of times the driver died and was restarted."""
+        return sum(1 for e in self.events if e[1] == "exit")
+
+
+def executor_id(proc: psutil.Process) -> str:
+    """Spark executor id from an executor JVM's ``--executor-id`` argument ("?" if unreadable)."""
+    try:
+        args = proc.cmdline()
+        return args[args.index("--executor-id") + 1]
+    except (psutil.Error, ValueError, IndexError):
+        return "?"
+
+
+def driver_argv(*, bootstrap: str, sink: str, checkpoint: Path, control: Path, sink_log: Path,
+                input_topic: str, output_topic: str, progress_topic: str, sink_id: str,
+                trigger_ms: int, max_offsets: int, txn_timeout_ms: int, pool_size: int,
+                master: str) -> list[str]:
+    """Arguments for ``python -m pipeline.job`` (see ``pipeline/job.py --help``)."""
+    cp = jars.spark_kafka_classpath()
+    return ["--bootstrap", bootstrap, "--sink", sink, "--checkpoint", str(checkpoint),
+            "--control-dir", str(control), "--sink-log", str(sink_log),
+            "--input-topic", input_topic, "--output-topic", output_topic,
+            "--progress-topic", progress_topic, "--sink-id", sink_id,
+            "--trigger-ms", str(trigger_ms), "--max-offsets", str(max_offsets),
+            "--txn-timeout-ms", str(txn_timeout_ms), "--pool-size", str(pool_size),
+            "--master", master, "--jars", ",".join(str(j) for j in cp.jars)]
+
+
+def read_ready(control: Path) -> dict | None:
+    """The current driver's ``driver.ready`` file (pid, query id), or ``None`` before the query starts."""
+    try:
+        return json.loads((control / "driver.ready").read_text())
+    except (FileNotFoundError, ValueError):
+        return None

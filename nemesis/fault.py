@@ -1,0 +1,51 @@
+"""What every fault is: a name, an ``invoke`` that injects it and returns evidence, and a ``heal``.
+
+A fault never raises for an ordinary miss (no target, window not reached): it returns an outcome that
+says so, and the op is recorded as not taken. Outcomes:
+
+* ``effective`` – the fault happened, and ``evidence`` shows it (a pid gone, a log entry absent, ...);
+* ``not-effective`` – it was tried and did not take effect (evidence says why); not counted;
+* ``skipped`` – there was no target at that moment (e.g. the driver was restarting).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+EFFECTIVE, NOT_EFFECTIVE, SKIPPED = "effective", "not-effective", "skipped"
+
+
+@dataclass
+class Outcome:
+    """Result of one fault invocation. ``target`` names what was hit; ``evidence`` is JSON-able."""
+
+    outcome: str
+    target: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NemesisContext:
+    """Handles a fault may use: the driver supervisor, the run's control dir and checkpoint, the cluster."""
+
+    supervisor: Any
+    control: Path
+    checkpoint: Path
+    cluster: Any = None
+    stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
+
+
+class Fault(Protocol):
+    """Jepsen's Nemesis protocol, one fault per object."""
+
+    name: str
+
+    def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        """Inject the fault once; return its outcome with evidence."""
+
+    def heal(self, ctx: NemesisContext) -> None:
+        """Undo anything still in effect; must be safe to call at any time, repeatedly."""

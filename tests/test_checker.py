@@ -1,0 +1,152 @@
+"""The checker on synthetic data: each anomaly is detected with exact counts and provenance."""
+
+import pandas as pd
+import pytest
+
+from checkers.exactly_once import Recovery, check
+
+
+def make_input(keys=3, per_key=5):
+    rows = []
+    off = {0: 0, 1: 0}
+    for s in range(per_key):
+        for k in range(keys):
+            p = k % 2
+            rows.append({"key": f"k{k}", "seq": s, "partition": p, "offset": off[p]})
+            off[p] += 1
+    return pd.DataFrame(rows)
+
+
+def pipe(inp, batch_of=lambda r: r["offset"] // 4):
+    """The perfect pipeline: one output record per input record, same partition, same order."""
+    rows = []
+    for r in inp.sort_values(["partition", "offset"]).to_dict("records"):
+        rows.append({"key": r["key"], "seq": r["seq"], "partition": r["partition"], "offset": len(rows),
+                     "op.batch": str(batch_of(r)), "op.attempt": "0", "op.txn_id": f"s-{r['partition']}",
+                     "op.input": f"{r['partition']}:{r['offset']}"})
+    out = pd.DataFrame(rows)
+    out["seq"] = out["seq"].astype("Int64")
+    return out
+
+
+def history_for(inp):
+    ok = inp.assign(type="ok", f="send")
+    inv = inp.assign(type="invoke", f="send")
+    return pd.concat([inv, ok], ignore_index=True)
+
+
+def test_clean_run_is_valid():
+    inp = make_input()
+    r = check(history_for(inp), inp, pipe(inp))
+    assert r["verdict"] == "valid"
+    assert all(v == 0 for v in r["counts"].values())
+    assert r["stats"]["input_records"] == 15 and r["stats"]["output_records"] == 15
+
+
+def test_duplicate_counted_per_pair_with_provenance_of_each_copy():
+    inp = make_input()
+    out = pipe(inp)
+    replay = out.iloc[[2, 3]].assign(offset=[100, 101], **{"op.attempt": "1"})
+    out = pd.concat([out, replay], ignore_index=True)
+    r = check(history_for(inp), inp, out)
+    assert r["verdict"] == "invalid"
+    assert r["counts"]["duplicate"] == 2 and r["counts"]["duplicate-records"] == 2
+    ex = r["anomalies"]["duplicate"][0]
+    assert len(ex["copies"]) == 2
+    assert {c["attempt"] for c in ex["copies"]} == {"0", "1"}
+    assert all("batch" in c and "txn_id" in c for c in ex["copies"])
+    # a re-emitted copy is a duplicate, not also a reordering
+    assert r["counts"]["nonmonotonic"] == 0
+
+
+def test_lost_after_finished_recovery_is_invalid():
+    inp = make_input()
+    out = pipe(inp).drop(index=[4]).reset_index(drop=True)
+    r = check(history_for(inp), inp, out)
+    assert r["verdict"] == "invalid"
+    assert r["counts"]["lost"] == 1
+    lost = r["anomalies"]["lost"][0]
+    assert {"key", "seq", "input_partition", "input_offset"} <= set(lost)
+
+
+def test_lost_with_unfinished_recovery_is_unknown_never_valid():
+    inp = make_input()
+    out = pipe(inp).iloc[:-3]
+    r = check(history_for(inp), inp, out, Recovery(finished=False, reasons=["output LSO < HW on 0"]))
+    assert r["verdict"] == "unknown"
+    assert r["unknown_reasons"] == ["output LSO < HW on 0"]
+    # and a clean-looking but unfinished run is unknown as well
+    r2 = check(history_for(inp), inp, pipe(inp), Recovery(finished=False, reasons=["deadline"]))
+    assert r2["verdict"] == "unknown"
+
+
+def test_definite_anomaly_beats_unfinished_recovery():
+    inp = make_input()
+    out = pd.concat([pipe(inp), pipe(inp).iloc[[0]].assign(offset=99)], ignore_index=True)
+    r = check(history_for(inp), inp, out, Recovery(finished=False, reasons=["deadline"]))
+    assert r["verdict"] == "invalid"
+
+
+def test_unexpected_record_and_garbage_value():
+    inp = make_input()
+    out = pipe(inp)
+    extra = pd.DataFrame([{"key": "k0", "seq": 999, "partition": 0, "offset": 200},
+                          {"key": "zz", "seq": pd.NA, "partition": 1, "offset": 201}])
+    extra["seq"] = extra["seq"].astype("Int64")
+    r = check(history_for(inp), inp, pd.concat([out, extra], ignore_index=True))
+    assert r["counts"]["unexpected"] == 2
+    assert r["verdict"] == "invalid"
+    assert r["anomalies"]["unexpected"][0]["seq"] == 999
+
+
+def test_nonmonotonic_reordering_within_a_key():
+    inp = make_input(keys=1, per_key=6)
+    out = pipe(inp)
+    # swap seq 2 and 3 of k0 in the output
+    out.loc[[2, 3], "seq"] = out.loc[[3, 2], "seq"].values
+    r = check(history_for(inp), inp, out)
+    assert r["counts"]["nonmonotonic"] == 1
+    ex = r["anomalies"]["nonmonotonic"][0]
+    assert (ex["seq"], ex["prev_seq"]) == (2, 3)
+    assert r["counts"]["lost"] == 0 and r["counts"]["duplicate"] == 0
+
+
+def test_lost_write_is_an_acknowledged_send_missing_from_input():
+    inp = make_input()
+    hist = history_for(inp)
+    hist = pd.concat([hist, pd.DataFrame([{"type": "ok", "f": "send", "key": "k1", "seq": 77,
+                                           "partition": 1, "offset": 500}])], ignore_index=True)
+    r = check(hist, inp, pipe(inp))
+    assert r["counts"]["lost-write"] == 1
+    assert r["anomalies"]["lost-write"][0]["seq"] == 77
+    assert r["verdict"] == "invalid"
+
+
+def test_info_sends_are_neither_required_nor_forbidden():
+    inp = make_input()
+    hist = history_for(inp)
+    info = pd.DataFrame([{"type": "info", "f": "send", "key": "k2", "seq": 50}])
+    r = check(pd.concat([hist, info], ignore_index=True), inp, pipe(inp))
+    assert r["verdict"] == "valid"
+    assert r["stats"]["sends_info"] == 1
+
+
+def test_bad_keys_summary_names_each_anomaly():
+    inp = make_input()
+    out = pipe(inp)
+    out = pd.concat([out.drop(index=[0]), out.iloc[[5]].assign(offset=300)], ignore_index=True)
+    r = check(history_for(inp), inp, out)
+    lost_key = inp.sort_values(["partition", "offset"]).iloc[0]["key"]
+    assert r["bad_keys"][lost_key]["lost"] == 1
+    assert sum(v.get("duplicate", 0) for v in r["bad_keys"].values()) == 1
+
+
+@pytest.mark.parametrize("n_keys,per_key", [(1, 1), (50, 40)])
+def test_sizes(n_keys, per_key):
+    inp = make_input(n_keys, per_key)
+    assert check(history_for(inp), inp, pipe(inp))["verdict"] == "valid"
+
+
+def test_empty_everything_is_valid_when_recovered():
+    e = pd.DataFrame()
+    assert check(e, e, e)["verdict"] == "valid"

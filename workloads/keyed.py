@@ -1,0 +1,126 @@
+"""The keyed-sequence workload: each key gets the sequence 0, 1, 2, ... written to the input topic.
+
+Generator: a seeded stream of ``(key, seq)``; keys are ``k0``..``k<n-1>`` chosen uniformly, ``seq``
+counts per key from 0 with no gaps in what is *attempted*.
+
+Client: an idempotent producer (``enable.idempotence=true``, ``acks=all``) writing Kafka key = the
+workload key, value = ``{"key", "seq", "t"}`` (``t`` = send time, epoch ms). Each send is two ops in the
+history: ``invoke`` before ``produce()``, then from the delivery report ``ok`` (with partition/offset),
+``fail`` (a definite error: the record is certainly not in the log) or ``info`` (indeterminate: a timeout
+or a fatal producer error, so the record may or may not be in the log). At close, anything never
+reported becomes ``info``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from confluent_kafka import KafkaError, Producer
+
+from harness.history import HistoryWriter
+
+# Delivery errors after which the record is certainly absent from the log. Everything else is
+# indeterminate: e.g. _MSG_TIMED_OUT may come after the broker appended the record.
+_DEFINITE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+             KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._INVALID_ARG}
+
+
+def sequences(keys: int, seed: int) -> Iterator[tuple[str, int]]:
+    """Endless seeded stream of ``(key, seq)``; per key, ``seq`` is 0, 1, 2, ..."""
+    rng = random.Random(seed)
+    nxt = [0] * keys
+    while True:
+        k = rng.randrange(keys)
+        yield f"k{k}", nxt[k]
+        nxt[k] += 1
+
+
+@dataclass
+class SendStats:
+    """Counts of completed sends by type (records)."""
+
+    invoke: int = 0
+    ok: int = 0
+    fail: int = 0
+    info: int = 0
+
+
+@dataclass
+class KeyedWorkload:
+    """Drives ``rate`` records/s of ``sequences(keys, seed)`` into ``topic`` until :meth:`stop`.
+
+    Raises nothing from the sending thread: producer errors become ``fail``/``info`` ops.
+    """
+
+    bootstrap: str
+    topic: str
+    history: HistoryWriter
+    rate: float = 300.0
+    keys: int = 50
+    seed: int = 0
+    delivery_timeout_ms: int = 30000
+    stats: SendStats = field(default_factory=SendStats)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sending, wait for outstanding deliveries (≤ ``delivery_timeout_ms``), record the rest as info."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.delivery_timeout_ms / 1000 + 30)
+
+    def _complete(self, key: str, seq: int, err, msg) -> None:
+        if err is None:
+            self.stats.ok += 1
+            self.history.append({"process": 0, "type": "ok", "f": "send", "key": key, "seq": seq,
+                                 "partition": msg.partition(), "offset": msg.offset()})
+        else:
+            definite = err.code() in _DEFINITE and not err.fatal()
+            t = "fail" if definite else "info"
+            setattr(self.stats, t, getattr(self.stats, t) + 1)
+            self.history.append({"process": 0, "type": t, "f": "send", "key": key, "seq": seq,
+                                 "error": err.str()})
+
+    def _run(self) -> None:
+        prod = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
+                         "partitioner": "murmur2_random", "log_level": 3})
+        pending: dict[tuple[str, int], bool] = {}
+        gen = sequences(self.keys, self.seed)
+        interval = 1.0 / self.rate if self.rate > 0 else 0.0
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            key, seq = next(gen)
+            self.history.append({"process": 0, "type": "invoke", "f": "send", "key": key, "seq": seq})
+            self.stats.invoke += 1
+            pending[(key, seq)] = True
+
+            def cb(err, msg, key=key, seq=seq):
+                pending.pop((key, seq), None)
+                self._complete(key, seq, err, msg)
+
+            value = json.dumps({"key": key, "seq": seq, "t": int(time.time() * 1000)})
+            while True:
+                try:
+                    prod.produce(self.topic, key=key, value=value, on_delivery=cb)
+                    break
+                except BufferError:
+                    prod.poll(0.05)
+            next_t += interval
+            prod.poll(max(0.0, next_t - time.monotonic()))
+            if time.monotonic() - next_t > 1.0:  # fell behind (e.g. broker down): do not burst later
+                next_t = time.monotonic()
+        prod.flush(self.delivery_timeout_ms / 1000 + 5)
+        for key, seq in list(pending):
+            self.stats.info += 1
+            self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,
+                                 "error": "no delivery report before close"})
