@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                        "executors, drivers and brokers fail.")
 cluster_app = typer.Typer(no_args_is_help=True, help="A local Kafka cluster for ad hoc sessions.")
 app.add_typer(cluster_app, name="cluster")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 120)
 
 DEFAULT_CLUSTER_DIR = Path(".cache/cluster")
 

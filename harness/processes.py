@@ -44,7 +44,8 @@ def spawn(
     Args:
         argv: program and arguments.
         log_path: file receiving both output streams (created with its parent directory).
-        env: full environment for the child (``None`` inherits ours).
+        env: full environment for the child (``None`` inherits ours). ``ONCEPROOF_RUN`` (the run
+            directory, set by the runner) is passed on so that leftover processes can be traced to a run.
         cwd: working directory.
         tie_to_parent: SIGKILL the child when the spawning thread's process dies (``prctl``).
 
@@ -53,6 +54,8 @@ def spawn(
     Raises: ``FileNotFoundError`` when the program does not exist.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(env if env is not None else os.environ)
+    env.setdefault("ONCEPROOF_RUN", os.environ.get("ONCEPROOF_RUN", ""))
     log = open(log_path, "ab", buffering=0)
     try:
         return subprocess.Popen(
@@ -60,7 +63,7 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=dict(env) if env is not None else None,
+            env=env,
             cwd=str(cwd) if cwd else None,
             start_new_session=True,
             preexec_fn=_die_with_parent if tie_to_parent else None,

@@ -9,9 +9,11 @@ Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 255 crashed.
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import shlex
 import shutil
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ from harness import checkpoint, checking, jars, recovery, topics
 from harness.history import HistoryWriter
 from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.store import DEFAULT_ROOT, RunDir
-from harness.supervisor import DriverSupervisor, driver_argv, read_ready
+from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
 from nemesis import catalog, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
@@ -86,6 +88,7 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     """Run one test. Returns ``(exit code, run directory)``; never raises for a failed run."""
     console = console or Console()
     rd = RunDir(Path(cfg.results_root), cfg.name)
+    os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
     t_start = time.monotonic()
     timings: dict[str, float] = {}
     meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
@@ -192,16 +195,21 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         console.print(f"[red]run crashed: {e}[/]")
         result = {"verdict": "crashed", "error": repr(e)}
     finally:
-        # -- teardown, on every path
+        # -- teardown, on every path; a second Ctrl-C must not cut it short
+        prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        prev_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if workload is not None:
             workload.stop()
         if nem is not None:
             nem.stop_and_heal()
         if sup is not None:
             sup.stop()
+            collect_executor_logs(rd / "control", rd / "logs" / "executors")
         cluster.down()
         history.close()
         nem_hist.close()
+        signal.signal(signal.SIGINT, prev_int)
+        signal.signal(signal.SIGTERM, prev_term)
         if not cfg.keep_data:
             for n in spec.node_specs:
                 shutil.rmtree(spec.data_dir / f"node{n.node_id}" / "data", ignore_errors=True)

@@ -151,6 +151,29 @@ def driver_argv(*, bootstrap: str, sink: str, checkpoint: Path, control: Path, s
             "--master", master, "--jars", ",".join(str(j) for j in cp.jars)]
 
 
+def collect_executor_logs(control: Path, dest: Path) -> int:
+    """Move each incarnation's executor logs (``<pyspark>/work/<app-id>/``, where local-cluster workers
+    write them) into ``dest``. Returns the number of application directories moved."""
+    import shutil
+
+    apps = control / "driver.apps.jsonl"
+    if not apps.exists():
+        return 0
+    work = jars.pyspark_jars_dir().parent / "work"
+    n = 0
+    for line in apps.read_text().splitlines():
+        try:
+            app = json.loads(line)["app_id"]
+        except (ValueError, KeyError):
+            continue
+        src = work / app
+        if src.is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), str(dest / app))
+            n += 1
+    return n
+
+
 def read_ready(control: Path) -> dict | None:
     """The current driver's ``driver.ready`` file (pid, query id), or ``None`` before the query starts."""
     try:

@@ -14,7 +14,7 @@ import random
 import time
 
 from harness import checkpoint, processes
-from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 from pipeline import hooks
 
 
@@ -38,6 +38,8 @@ class KillDriverInCommitWindow:
                 time.sleep(0.05)
         if info is None:
             self.heal(ctx)
+            if ctx.stop.is_set():
+                return Outcome(SKIPPED, "driver", {"reason": "the run ended before a batch reached the window"})
             return Outcome(NOT_EFFECTIVE, "driver",
                            {"reason": f"no batch reached the commit window in {self.window_timeout_s}s"})
         batch, pid = int(info["batch"]), int(info["pid"])

@@ -23,6 +23,7 @@ ARMED = "kill-in-commit-window.armed"
 OPEN = "kill-in-commit-window.open"
 MISSED = "kill-in-commit-window.missed"
 READY = "driver.ready"
+APPS = "driver.apps.jsonl"
 
 
 class ControlDir:
@@ -37,6 +38,8 @@ class ControlDir:
         if self.path is None:
             return
         self._write(READY, {"pid": os.getpid(), "time": time.time(), **info})
+        with open(self.path / APPS, "a") as f:  # every incarnation's Spark application id
+            f.write(json.dumps({"pid": os.getpid(), "time": time.time(), **info}) + "\n")
 
     def after_sink_commit(self, batch_id: int) -> None:
         """Run between the sink's commit of batch ``batch_id`` and Spark's ``commits/<batch_id>``.

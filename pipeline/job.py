@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
              .trigger(processingTime=f"{args.trigger_ms} milliseconds")
              .queryName(f"onceproof-{args.sink}")
              .start())
-    control.mark_ready({"query_id": str(query.id), "run_id": str(query.runId), "sink": args.sink})
+    control.mark_ready({"query_id": str(query.id), "run_id": str(query.runId), "sink": args.sink,
+                        "app_id": spark.sparkContext.applicationId})
     print(f"query {query.id} started, sink={args.sink}", flush=True)
     query.awaitTermination()
     return 0

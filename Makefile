@@ -1,0 +1,35 @@
+# onceproof: two commands do all set-up.
+#   make run   – create .venv, install, resolve jars, run the default test on a local cluster
+#   make test  – the test suite (unit + real-cluster integration)
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup run test unit bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml deps/kafka/pom.xml deps/spark-kafka/pom.xml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
+	@command -v java >/dev/null || { echo "need Java 17+ on PATH"; exit 1; }
+	@command -v mvn >/dev/null || { echo "need Maven (mvn) on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/onceproof deps
+	touch $@
+
+run: setup
+	$(BIN)/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 60 --seed 1
+
+test: setup
+	$(BIN)/python -m pytest -v -rA --durations=0
+
+unit: setup
+	$(BIN)/python -m pytest -v -m "not cluster"
+
+bench: setup
+	$(BIN)/python bench/checker_bench.py
+
+clean:
+	rm -rf $(VENV) results/*/ results/latest .cache
