@@ -76,8 +76,8 @@ def end_offsets(bootstrap: str, topic: str, committed: bool) -> dict[int, int]:
 
 @dataclass
 class TopicRead:
-    """A topic read to its end. ``frame`` columns: partition, offset, key (str), value (bytes) and one
-    column per header name (str); ``ends`` is the offset each partition was read to."""
+    """A topic read to its end. ``frame`` columns: partition, offset, timestamp (the record's Kafka
+    timestamp, epoch ms), key (str), value (bytes) and one column per header name (str); ``ends`` is the offset each partition was read to."""
 
     frame: pd.DataFrame
     ends: dict[int, int]
@@ -98,7 +98,7 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
                   "fetch.max.bytes": 64 * 1024 * 1024, "log_level": 2})
     todo = {p for p, e in ends.items() if e > 0}
     c.assign([TopicPartition(topic, p, 0) for p in ends])
-    parts, offs, keys, vals, hdrs = [], [], [], [], []
+    parts, offs, keys, vals, hdrs, tss = [], [], [], [], [], []
     deadline = time.monotonic() + timeout_s
     try:
         while todo and time.monotonic() < deadline:
@@ -111,7 +111,7 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
                 if o >= ends[p]:
                     todo.discard(p)
                     continue
-                parts.append(p); offs.append(o)
+                parts.append(p); offs.append(o); tss.append(m.timestamp()[1])
                 k = m.key()
                 keys.append(k.decode() if k is not None else None)
                 vals.append(m.value())
@@ -128,6 +128,7 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
         c.close()
     frame = pd.DataFrame({"partition": pd.array(parts, dtype="int32"),
                           "offset": pd.array(offs, dtype="int64"),
+                          "timestamp": pd.array(tss, dtype="int64"),
                           "key": keys, "value": vals})
     if with_headers:
         frame = frame.join(_headers_frame(hdrs))
