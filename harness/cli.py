@@ -38,8 +38,8 @@ def _sigterm_as_interrupt() -> None:
 @app.command()
 def run(
     sink: str = typer.Option("eos", help="eos (transactional sink) or at-least-once (Spark's Kafka sink)"),
-    nemesis: str = typer.Option("none", help="comma-separated faults, 'all' or 'none'. Known: "
-                                             "kill-executor, kill-driver-in-commit-window"),
+    nemesis: str = typer.Option("none", help="comma-separated faults (name or name:target), 'all' or "
+                                             "'none'. See `onceproof faults`."),
     nemesis_interval: float = typer.Option(10.0, help="seconds between faults (±25%, seeded)"),
     time_limit: float = typer.Option(60.0, help="seconds of workload and faults"),
     rate: float = typer.Option(300.0, help="input records per second"),
@@ -47,6 +47,8 @@ def run(
     seed: int = typer.Option(0, help="seeds the workload and the fault schedule; same seed, same schedule"),
     recovery_timeout: float = typer.Option(180.0, help="seconds to wait for the pipeline to catch up"),
     trigger_ms: int = typer.Option(1000, help="micro-batch trigger interval, ms"),
+    fault_hold: float = typer.Option(6.0, help="seconds a start/stop fault (pause, partition, delay) stays on"),
+    txn_timeout_ms: int = typer.Option(30000, help="the eos sink's transaction.timeout.ms"),
     test_name: str = typer.Option("", help="results/<test-name>/...; default <sink>-<faults>"),
     results: Path = typer.Option(Path("results"), help="results root directory"),
     keep_data: bool = typer.Option(False, help="keep the brokers' data directories after the run"),
@@ -73,6 +75,7 @@ def run(
     _sigterm_as_interrupt()
     cfg = TestConfig(sink=sink, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
                      rate=rate, keys=keys, seed=seed, recovery_timeout=recovery_timeout, trigger_ms=trigger_ms,
+                     fault_hold=fault_hold, txn_timeout_ms=txn_timeout_ms,
                      test_name=test_name, results_root=results, keep_data=keep_data)
     code, _ = run_test(cfg, console)
     raise typer.Exit(code)
@@ -114,6 +117,17 @@ def check(
     else:
         summarize(result, console)
     raise typer.Exit(EXIT.get(result["verdict"], 255))
+
+
+@app.command()
+def faults() -> None:
+    """List the faults, their targets and what each one does."""
+    from nemesis import catalog
+
+    for name, cls in catalog.FAULTS.items():
+        doc = (cls.__doc__ or __import__(cls.__module__, fromlist=["x"]).__doc__ or "").strip()
+        targets = ", ".join(getattr(cls, "target_choices", ())) or "-"
+        console.print(f"[bold]{name}[/]  targets: {targets}\n  {doc.splitlines()[0] if doc else ''}")
 
 
 @app.command()

@@ -221,8 +221,9 @@ class KafkaCluster:
             (ndir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
             fmt_log4j = ndir / "log4j2-format.properties"
             fmt_log4j.write_text(_LOG4J2.format(log=self.spec.logs / f"format-{n.node_id}.log"))
-            cmd = self._jvm(cp, fmt_log4j, 256) + ["kafka.tools.StorageTool", "format", "-t",
-                                                     self.cluster_id, "-c", str(cfg)]
+            cmd = self._jvm(cp, fmt_log4j, 256) + ["kafka.tools.StorageTool", "format",
+                                                     # "=" form: a base64 id may start with "-"
+                                                     f"--cluster-id={self.cluster_id}", "-c", str(cfg)]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             if proc.returncode != 0:
                 raise ClusterError(f"formatting node {n.node_id} failed:\n{proc.stdout}\n{proc.stderr}")

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -29,6 +31,53 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class _Spawner:
+    """One long-lived thread that does every fork.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits, not the process: a broker
+    restarted from the nemesis thread would be SIGKILLed when that thread finished its schedule. So
+    every tied spawn happens on this daemon thread, which lives as long as the harness process.
+    """
+
+    def __init__(self):
+        self._q: queue.Queue = queue.Queue()
+        self._t = threading.Thread(target=self._loop, name="spawner", daemon=True)
+        self._t.start()
+
+    def _loop(self):
+        while True:
+            fn, box, done = self._q.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn):
+        if threading.current_thread() is self._t:
+            return fn()
+        box: list = []
+        done = threading.Event()
+        self._q.put((fn, box, done))
+        done.wait()
+        ok, val = box[0]
+        if not ok:
+            raise val
+        return val
+
+
+_spawner: _Spawner | None = None
+_spawner_lock = threading.Lock()
+
+
+def _on_spawner(fn):
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = _Spawner()
+    return _spawner.call(fn)
 
 
 def spawn(
@@ -58,7 +107,7 @@ def spawn(
     env.setdefault("ONCEPROOF_RUN", os.environ.get("ONCEPROOF_RUN", ""))
     log = open(log_path, "ab", buffering=0)
     try:
-        return subprocess.Popen(
+        return _on_spawner(lambda: subprocess.Popen(
             list(argv),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -67,7 +116,7 @@ def spawn(
             cwd=str(cwd) if cwd else None,
             start_new_session=True,
             preexec_fn=_die_with_parent if tie_to_parent else None,
-        )
+        ))
     finally:
         log.close()
 

@@ -51,7 +51,9 @@ class TestConfig:
     startup_timeout: float = 240.0
     trigger_ms: int = 1000
     max_offsets: int = 5000
-    txn_timeout_ms: int = 60000
+    txn_timeout_ms: int = 30000
+    fault_hold: float = 6.0
+    max_run_factor: float = 3.0
     partitions: int = 6
     brokers: int = 3
     master: str = "local-cluster[2,1,1024]"
@@ -61,13 +63,22 @@ class TestConfig:
 
     @property
     def name(self) -> str:
-        return self.test_name or f"{self.sink}-{'+'.join(self.nemesis) or 'no-faults'}"
+        if self.test_name:
+            return self.test_name
+        if self.nemesis and sorted(self.nemesis) == sorted(catalog.FAULTS):
+            faults = "all"
+        elif len(self.nemesis) > 3:
+            faults = f"{len(self.nemesis)}-faults"
+        else:
+            faults = "+".join(self.nemesis).replace(":", "-") or "no-faults"
+        return f"{self.sink}-{faults}"
 
     def replay_command(self) -> str:
         """The command line that replays this run's workload and fault schedule."""
         parts = ["onceproof", "run", "--sink", self.sink, "--nemesis", ",".join(self.nemesis) or "none",
                  "--nemesis-interval", f"{self.nemesis_interval:g}", "--time-limit", f"{self.time_limit:g}",
-                 "--rate", f"{self.rate:g}", "--keys", str(self.keys), "--seed", str(self.seed)]
+                 "--rate", f"{self.rate:g}", "--keys", str(self.keys), "--seed", str(self.seed),
+                 "--fault-hold", f"{self.fault_hold:g}", "--txn-timeout-ms", str(self.txn_timeout_ms)]
         return shlex.join(parts)
 
 
@@ -144,19 +155,34 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         plan = schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed)
         meta["schedule"] = plan
         rd.write_json("test.json", meta)
-        ctx = NemesisContext(supervisor=sup, control=control, checkpoint=ckpt, cluster=cluster)
+        sink_ids = [f"onceproof-{cfg.sink}-{p}" for p in range(cfg.partitions)]
+        ctx = NemesisContext(supervisor=sup, control=control, checkpoint=ckpt, cluster=cluster,
+                             output_topic=OUTPUT, sink_ids=sink_ids, hold_s=cfg.fault_hold)
 
         def on_op(op):
             style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
             console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
                           f"{_brief(op['evidence'])}")
 
-        nem = NemesisRunner(catalog.build(cfg.nemesis), plan, ctx, nem_hist, cfg.seed, on_op=on_op)
+        nem = NemesisRunner(catalog.build(cfg.nemesis, txn_timeout_ms=cfg.txn_timeout_ms), plan, ctx, nem_hist,
+                            cfg.seed, on_op=on_op)
         workload.start()
         nem.start(ready=lambda: checkpoint.latest_commit(ckpt) is not None)
         t0 = time.monotonic()
         next_report = t0
-        while (el := time.monotonic() - t0) < cfg.time_limit:
+        # The run lasts the time limit, and longer (up to max_run_factor × time limit) until every
+        # requested fault has been invoked once: `--nemesis all` means all, even in a short run.
+        def keep_running(el: float) -> bool:
+            if el < cfg.time_limit:
+                return True
+            done = {op["f"] for op in nem.ops}
+            return el < cfg.time_limit * cfg.max_run_factor and not set(cfg.nemesis) <= done
+
+        extended = False
+        while keep_running(el := time.monotonic() - t0):
+            if el >= cfg.time_limit and not extended:
+                extended = True
+                console.print("time limit reached; running on until every fault has had its turn")
             if time.monotonic() >= next_report:
                 s = workload.stats
                 console.print(f"[{el:5.0f}s/{cfg.time_limit:.0f}s] sends ok={s.ok} info={s.info} fail={s.fail} "

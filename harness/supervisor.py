@@ -76,7 +76,6 @@ class DriverSupervisor:
             return p.pid if p is not None and p.poll() is None else None
 
     def _loop(self) -> None:
-        # Spawned from this long-lived thread: PR_SET_PDEATHSIG fires when the spawning thread dies.
         while not self._stop.is_set():
             self.incarnations += 1
             log = self.log_dir / f"driver-{self.incarnations}.log"

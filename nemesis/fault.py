@@ -30,12 +30,17 @@ class Outcome:
 
 @dataclass
 class NemesisContext:
-    """Handles a fault may use: the driver supervisor, the run's control dir and checkpoint, the cluster."""
+    """Handles a fault may use: the driver supervisor, the run's control dir and checkpoint, the cluster,
+    the fault proxies."""
 
     supervisor: Any
     control: Path
     checkpoint: Path
     cluster: Any = None
+    output_topic: str = "output"
+    sink_ids: list[str] = field(default_factory=list)  # the sink's transactional.ids
+    hold_s: float = 6.0  # how long a start/stop fault stays in effect, seconds
+    proxies: Any = None  # harness.faultproxy.ProxyNetwork when the cluster runs behind toxiproxy
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
 
 
@@ -49,3 +54,12 @@ class Fault(Protocol):
 
     def heal(self, ctx: NemesisContext) -> None:
         """Undo anything still in effect; must be safe to call at any time, repeatedly."""
+
+
+def hold(ctx: NemesisContext, seconds: float) -> float:
+    """Sleep ``seconds`` unless the run is stopping; returns the seconds actually held."""
+    import time
+
+    t = time.monotonic()
+    ctx.stop.wait(seconds)
+    return round(time.monotonic() - t, 2)

@@ -48,7 +48,11 @@ class NemesisRunner:
             self.history.append({"process": "nemesis", "type": "invoke", "f": name, "planned_s": at_s})
             try:
                 out = fault.invoke(self.ctx, self.rng)
-                op = {"process": "nemesis", "type": "info", "f": name, "outcome": out.outcome,
+                outcome = out.outcome
+                if self.ctx.stop.is_set() and outcome != "effective":
+                    outcome = "skipped"  # cut short by the end of the run: not a fault that failed
+                    out.evidence.setdefault("reason", "interrupted by the end of the run")
+                op = {"process": "nemesis", "type": "info", "f": name, "outcome": outcome,
                       "target": out.target, "evidence": out.evidence}
             except Exception as e:  # noqa: BLE001 - a nemesis bug must not kill the run; record it
                 log.exception("fault %s crashed", name)

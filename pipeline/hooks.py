@@ -22,6 +22,10 @@ from pathlib import Path
 ARMED = "kill-in-commit-window.armed"
 OPEN = "kill-in-commit-window.open"
 MISSED = "kill-in-commit-window.missed"
+PRECOMMIT_DELAY = "precommit-delay-ms"   # every sink task sleeps this long between flush and commit
+PRECOMMIT_HOLD = "precommit-hold-ms"     # the first sink task to claim it holds its transaction this long
+NOTIFY_DELAY = "commit-notify-delay-ms"  # the driver sleeps this long between sink commit and commit log
+NOTIFY_LOG = "commit-notify.jsonl"
 READY = "driver.ready"
 APPS = "driver.apps.jsonl"
 
@@ -48,6 +52,11 @@ class ControlDir:
         """
         if self.path is None:
             return
+        ms = _read_ms(self.path / NOTIFY_DELAY)
+        if ms:
+            time.sleep(ms / 1000)
+            with open(self.path / NOTIFY_LOG, "a") as f:
+                f.write(json.dumps({"batch": batch_id, "delay_ms": ms, "time": time.time()}) + "\n")
         armed = self.path / ARMED
         if not armed.exists():
             return
@@ -64,3 +73,36 @@ class ControlDir:
         tmp = self.path / (name + ".tmp")
         tmp.write_text(json.dumps(obj))
         os.replace(tmp, self.path / name)
+
+
+def _read_ms(path: Path) -> int:
+    try:
+        return max(0, int(path.read_text().strip() or 0))
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def precommit_delay(control_dir: str, where: dict, log) -> int:
+    """Pre-commit window hook, run by a sink task after ``flush()`` and before the commit.
+
+    Sleeps ``<control>/precommit-delay-ms`` ms if that file exists. If ``precommit-hold-ms`` exists, the
+    first task to claim it (an atomic rename) holds its open transaction that long instead — long enough,
+    when the nemesis asks, to outlive ``transaction.timeout.ms``. ``log(**fields)`` records a hold.
+    Returns the milliseconds slept.
+    """
+    if not control_dir:
+        return 0
+    d = Path(control_dir)
+    claimed = d / f"{PRECOMMIT_HOLD}.claimed-{os.getpid()}-{time.time_ns()}"
+    try:
+        os.rename(d / PRECOMMIT_HOLD, claimed)
+        hold = _read_ms(claimed)
+        log(hold_ms=hold, **where)
+        time.sleep(hold / 1000)
+        return hold
+    except FileNotFoundError:
+        pass
+    ms = _read_ms(d / PRECOMMIT_DELAY)
+    if ms:
+        time.sleep(ms / 1000)
+    return ms

@@ -19,7 +19,7 @@ Per task, in this order (each step's reason in DESIGN §2):
 2. Read the marker (now stable). If it is ≥ ``batchId`` this partition of this batch is already in
    Kafka: skip. ≥, not ==, so that a zombie from an older batch never writes.
 3. ``begin_transaction()`` → produce every row with provenance headers → ``flush()``.
-4. Commit-delay hook (pre-commit window), then ``send_offsets_to_transaction(marker = batchId+1)`` and
+4. Commit-delay hook (pre-commit window, ``pipeline/hooks.py``), then ``send_offsets_to_transaction(marker = batchId+1)`` and
    ``commit_transaction()``.
 
 Errors, per librdkafka's classes (https://github.com/confluentinc/librdkafka/blob/master/INTRODUCTION.md
@@ -38,7 +38,7 @@ from typing import Iterable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from pipeline import marker, provenance
+from pipeline import hooks, marker, provenance
 
 
 class SinkError(RuntimeError):
@@ -177,11 +177,12 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
         if errors or remaining:
             raise SinkError(f"{len(errors)} delivery error(s), {remaining} undelivered: "
                             f"{errors[:3]} at {where}")
-        _precommit_delay(cfg)
+        delayed_ms = hooks.precommit_delay(cfg.control_dir, where, lambda **f: _log(cfg, "hold", **f))
         _retrying("send_offsets_to_transaction", prod.send_offsets_to_transaction,
                   marker.offsets_for(cfg.progress_topic, batch_id), cons.consumer_group_metadata(), 60)
         _retrying("commit_transaction", prod.commit_transaction, 60)
-        _log(cfg, "commit", records=n, ms=round((time.monotonic() - t0) * 1000), **where)
+        _log(cfg, "commit", records=n, ms=round((time.monotonic() - t0) * 1000), precommit_delay_ms=delayed_ms,
+             **where)
     except KafkaException as e:
         err: KafkaError = e.args[0]
         kind = "fatal" if err.fatal() else "abortable" if err.txn_requires_abort() else "other"
@@ -201,15 +202,3 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
         raise
     finally:
         cons.close()
-
-
-def _precommit_delay(cfg: SinkConfig) -> None:
-    """Pre-commit window hook: sleep ``<control>/precommit-delay-ms`` ms when that file exists."""
-    if not cfg.control_dir:
-        return
-    try:
-        ms = int(open(os.path.join(cfg.control_dir, "precommit-delay-ms")).read().strip() or 0)
-    except (FileNotFoundError, ValueError):
-        return
-    if ms > 0:
-        time.sleep(ms / 1000)

@@ -35,5 +35,10 @@ def test_catalog_parse():
     assert catalog.parse("none") == []
     assert catalog.parse("all") == list(catalog.FAULTS)
     assert catalog.parse("kill-executor, kill-executor") == ["kill-executor"]
-    with pytest.raises(ValueError, match="unknown nemesis partition; choose from"):
-        catalog.parse("kill-executor,partition")
+    assert catalog.parse("kill-broker:txn-coordinator") == ["kill-broker:txn-coordinator"]
+    with pytest.raises(ValueError, match="unknown target .nowhere. for kill-broker"):
+        catalog.parse("kill-broker:nowhere")
+    with pytest.raises(ValueError, match="takes no target"):
+        catalog.parse("kill-executor:one")
+    with pytest.raises(ValueError, match="unknown nemesis bogus; choose from"):
+        catalog.parse("kill-executor,bogus")

@@ -1,0 +1,134 @@
+"""Broker faults: ``kill-broker`` (SIGKILL, restart after ``hold_s``) and ``pause-broker`` (SIGSTOP, SIGCONT
+after ``hold_s``), aimed by ``nemesis/targets.py`` at ``one``, ``minority``, ``leader`` (of an output
+partition) or ``txn-coordinator`` (of one of the sink's transactional ids).
+
+Both are start/stop faults run inside one op, so a fault is always undone by the time its op completes;
+``heal`` restarts or resumes anything an interrupted op left behind. Evidence: pids, process state
+before/after (``T`` = stopped), the coordinator before and during the fault, and how long the restarted
+broker took to rejoin the cluster's metadata.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import psutil
+
+from harness import processes
+from nemesis import targets
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
+
+
+def _live(ctx: NemesisContext) -> list[int]:
+    return [i for i, b in ctx.cluster.brokers.items() if b.pid is not None and processes.alive(b.pid)]
+
+
+def _status(pid: int | None) -> str:
+    try:
+        return psutil.Process(pid).status() if pid else "gone"
+    except psutil.Error:
+        return "gone"
+
+
+def _registered(bootstrap: str, node: int) -> bool:
+    try:
+        return node in targets.topics.admin(bootstrap).list_topics(timeout=5).brokers
+    except Exception:  # noqa: BLE001 - brokers electing; treat as not yet
+        return False
+
+
+class _BrokerFault:
+    name = ""
+    target_choices = targets.TARGETS
+
+    def __init__(self, target: str | None = None):
+        if target is not None and target not in targets.TARGETS:
+            raise ValueError(f"unknown target {target!r} for {self.name}; choose from {', '.join(targets.TARGETS)}")
+        self.target = target
+
+    def _choose(self, ctx: NemesisContext, rng: random.Random) -> tuple[str, targets.Choice]:
+        target = self.target or rng.choice(list(self.target_choices))
+        live = _live(ctx)
+        # never take down more than a minority: min.insync.replicas=2 of RF 3 must stay writable
+        choice = targets.choose(target, ctx.cluster.bootstrap, live, rng, output_topic=ctx.output_topic,
+                                sink_ids=ctx.sink_ids)
+        if len(live) - len(choice.nodes) < (len(ctx.cluster.brokers) // 2 + 1):
+            return target, targets.Choice([], {"reason": "would leave no majority", "live": live})
+        return target, choice
+
+    def _coordinator(self, ctx: NemesisContext, choice: targets.Choice) -> int | None:
+        tid = choice.why.get("transactional_id")
+        return targets.txn_coordinator(ctx.cluster.bootstrap, tid)[0] if tid else None
+
+
+class KillBroker(_BrokerFault):
+    """SIGKILL the target broker(s), wait ``ctx.hold_s``, restart them on their data, wait for rejoin."""
+
+    name = "kill-broker"
+
+    def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        target, choice = self._choose(ctx, rng)
+        if not choice.nodes:
+            return Outcome(SKIPPED, target, choice.why)
+        ev = {"target": target, **choice.why, "nodes": choice.nodes, "killed": {}}
+        for n in choice.nodes:
+            pid = ctx.cluster.brokers[n].pid
+            processes.kill_group(pid)
+            ctx.cluster.brokers[n].pid = None
+            ev["killed"][n] = {"pid": pid, "status_after": _status(pid)}
+        if "transactional_id" in choice.why:
+            time.sleep(min(3.0, ctx.hold_s))  # let the controller move the coordinator's partition
+            ev["coordinator_during"] = self._coordinator(ctx, choice)
+        ev["held_s"] = hold(ctx, ctx.hold_s)
+        ev["rejoined_after_s"] = self._restart(ctx, choice.nodes)
+        ok = all(k["status_after"] == "gone" for k in ev["killed"].values())
+        return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev)
+
+    def _restart(self, ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> dict:
+        t0 = time.monotonic()
+        for n in nodes:
+            ctx.cluster.start_node(n)
+        out = {}
+        for n in nodes:
+            while not _registered(ctx.cluster.bootstrap, n) and time.monotonic() - t0 < timeout_s:
+                time.sleep(0.5)
+            out[n] = round(time.monotonic() - t0, 1) if _registered(ctx.cluster.bootstrap, n) else None
+        return out
+
+    def heal(self, ctx: NemesisContext) -> None:
+        """Restart every broker that is not running."""
+        dead = [i for i, b in ctx.cluster.brokers.items() if b.pid is None or not processes.alive(b.pid)]
+        if dead:
+            self._restart(ctx, dead)
+
+
+class PauseBroker(_BrokerFault):
+    """SIGSTOP the target broker(s), hold ``ctx.hold_s``, SIGCONT."""
+
+    name = "pause-broker"
+
+    def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        target, choice = self._choose(ctx, rng)
+        if not choice.nodes:
+            return Outcome(SKIPPED, target, choice.why)
+        ev = {"target": target, **choice.why, "nodes": choice.nodes, "paused": {}}
+        for n in choice.nodes:
+            pid = ctx.cluster.brokers[n].pid
+            processes.signal_group(pid, "SIGSTOP")
+            time.sleep(0.2)
+            ev["paused"][n] = {"pid": pid, "status_paused": _status(pid)}
+        ev["held_s"] = hold(ctx, ctx.hold_s)
+        for n in choice.nodes:
+            pid = ctx.cluster.brokers[n].pid
+            processes.signal_group(pid, "SIGCONT")
+            time.sleep(0.2)
+            ev["paused"][n]["status_resumed"] = _status(pid)
+        ok = all(p["status_paused"] == psutil.STATUS_STOPPED for p in ev["paused"].values())
+        return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev)
+
+    def heal(self, ctx: NemesisContext) -> None:
+        """SIGCONT every broker."""
+        for b in ctx.cluster.brokers.values():
+            if b.pid is not None:
+                processes.signal_group(b.pid, "SIGCONT")

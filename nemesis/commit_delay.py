@@ -1,0 +1,107 @@
+"""``commit-delay``: widen the exactly-once protocol's windows through the pipeline's hooks
+(``pipeline/hooks.py``), switched at run time by files in ``<run>/control`` – never a restart.
+
+Variants (targets):
+
+* ``precommit`` – every sink task sleeps between ``flush()`` and ``commit_transaction()`` for ``hold_s``;
+  evidence: the sink's commit events that report the delay.
+* ``notify`` – the driver sleeps between the sink's commit and Spark's ``commits/N`` (the
+  commit-notification window) for ``hold_s``; evidence: the driver's ``commit-notify.jsonl`` entries.
+* ``txn-timeout`` – one sink task holds its open transaction for ``transaction.timeout.ms`` + 5 s, so
+  the broker aborts it and bumps the producer epoch; the commit must fail and the task be retried (a
+  clean abort and replay), never silently lose the rows. Evidence: the hold, the abort of that
+  (batch, partition), and the later commit of the same (batch, partition) by a retry.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome, hold
+from pipeline import hooks
+
+VARIANTS = ("precommit", "notify", "txn-timeout")
+
+
+def _sink_events(run_dir: Path, since: float) -> list[dict]:
+    p = run_dir / "sink.jsonl"
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("time", 0) >= since:
+            out.append(e)
+    return out
+
+
+class CommitDelay:
+    name = "commit-delay"
+    target_choices = VARIANTS
+
+    def __init__(self, target: str | None = None, delay_ms: int = 2000, txn_timeout_ms: int = 30000):
+        if target is not None and target not in VARIANTS:
+            raise ValueError(f"unknown commit-delay variant {target!r}; choose from {', '.join(VARIANTS)}")
+        self.target, self.delay_ms, self.txn_timeout_ms = target, delay_ms, txn_timeout_ms
+
+    def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        variant = self.target or rng.choice(list(VARIANTS))
+        run_dir = ctx.control.parent
+        t0 = time.time()
+        if variant == "precommit":
+            (ctx.control / hooks.PRECOMMIT_DELAY).write_text(str(self.delay_ms))
+            held = hold(ctx, max(ctx.hold_s, 3 * self.delay_ms / 1000))
+            (ctx.control / hooks.PRECOMMIT_DELAY).unlink(missing_ok=True)
+            delayed = [e for e in _sink_events(run_dir, t0)
+                       if e["event"] == "commit" and e.get("precommit_delay_ms", 0) > 0]
+            ev = {"delay_ms": self.delay_ms, "held_s": held, "delayed_commits": len(delayed),
+                  "examples": [{k: e[k] for k in ("batch", "partition", "attempt")} for e in delayed[:3]]}
+            return Outcome(EFFECTIVE if delayed else NOT_EFFECTIVE, "precommit", ev)
+        if variant == "notify":
+            (ctx.control / hooks.NOTIFY_DELAY).write_text(str(self.delay_ms))
+            held = hold(ctx, max(ctx.hold_s, 3 * self.delay_ms / 1000))
+            (ctx.control / hooks.NOTIFY_DELAY).unlink(missing_ok=True)
+            hits = []
+            p = ctx.control / hooks.NOTIFY_LOG
+            if p.exists():
+                hits = [e for e in map(json.loads, p.read_text().splitlines()) if e["time"] >= t0]
+            ev = {"delay_ms": self.delay_ms, "held_s": held, "delayed_batches": [e["batch"] for e in hits]}
+            return Outcome(EFFECTIVE if hits else NOT_EFFECTIVE, "notify", ev)
+        return self._txn_timeout(ctx, run_dir, t0)
+
+    def _txn_timeout(self, ctx: NemesisContext, run_dir: Path, t0: float) -> Outcome:
+        hold_ms = self.txn_timeout_ms + 5000
+        (ctx.control / hooks.PRECOMMIT_HOLD).write_text(str(hold_ms))
+        deadline = time.monotonic() + hold_ms / 1000 + 60
+        ev: dict = {"hold_ms": hold_ms, "transaction_timeout_ms": self.txn_timeout_ms}
+        held = None
+        while time.monotonic() < deadline and not ctx.stop.is_set():
+            events = _sink_events(run_dir, t0)
+            held = held or next((e for e in events if e["event"] == "hold"), None)
+            if held:
+                key = (held["batch"], held["partition"])
+                aborts = [e for e in events if e["event"] == "abort" and (e["batch"], e["partition"]) == key]
+                later = [e for e in events if e["event"] in ("commit", "skip")
+                         and (e["batch"], e["partition"]) == key and e["time"] > held["time"]]
+                if aborts and later:
+                    ev.update(held={k: held[k] for k in ("batch", "partition", "attempt", "txn_id")},
+                              abort={"error": aborts[0].get("error"), "kind": aborts[0].get("kind")},
+                              retried_by_attempt=later[0]["attempt"], retry_event=later[0]["event"])
+                    return Outcome(EFFECTIVE, "txn-timeout", ev)
+            time.sleep(0.5)
+        self.heal(ctx)
+        ev["reason"] = "no hold observed" if held is None else "hold seen but no abort+retry observed"
+        if held:
+            ev["held"] = {k: held[k] for k in ("batch", "partition", "attempt")}
+        return Outcome(NOT_EFFECTIVE, "txn-timeout", ev)
+
+    def heal(self, ctx: NemesisContext) -> None:
+        """Remove every delay switch (a claimed hold ends by itself)."""
+        for f in (hooks.PRECOMMIT_DELAY, hooks.NOTIFY_DELAY, hooks.PRECOMMIT_HOLD):
+            (ctx.control / f).unlink(missing_ok=True)

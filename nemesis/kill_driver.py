@@ -1,0 +1,36 @@
+"""``kill-driver``: SIGKILL the driver's whole process group at a random moment (the supervisor restarts
+it from the checkpoint). Evidence: pid, the batch Spark had logged in ``offsets/`` but not yet in
+``commits/`` at the kill (an in-flight batch that must be replayed), and that the pid is gone."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from harness import checkpoint, processes
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
+
+
+class KillDriver:
+    name = "kill-driver"
+
+    def __init__(self, wait_for_target_s: float = 60.0):
+        self.wait_for_target_s = wait_for_target_s
+
+    def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        deadline = time.monotonic() + self.wait_for_target_s
+        pid = ctx.supervisor.pid
+        while pid is None and time.monotonic() < deadline and not ctx.stop.is_set():
+            time.sleep(0.5)
+            pid = ctx.supervisor.pid
+        if pid is None:
+            return Outcome(SKIPPED, "driver", {"reason": "no driver running"})
+        off, com = checkpoint.latest_offset_batch(ctx.checkpoint), checkpoint.latest_commit(ctx.checkpoint)
+        processes.kill_group(pid)
+        ev = {"pid": pid, "latest_offsets": off, "latest_commit": com,
+              "in_flight_batch": off if off is not None and off != com else None,
+              "driver_gone": not processes.alive(pid)}
+        return Outcome(EFFECTIVE if ev["driver_gone"] else NOT_EFFECTIVE, "driver", ev)
+
+    def heal(self, ctx: NemesisContext) -> None:
+        """Nothing to undo: the supervisor restarts the driver."""
