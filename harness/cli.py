@@ -52,6 +52,8 @@ def run(
     test_name: str = typer.Option("", help="results/<test-name>/...; default <sink>-<faults>"),
     results: Path = typer.Option(Path("results"), help="results root directory"),
     keep_data: bool = typer.Option(False, help="keep the brokers' data directories after the run"),
+    proxy: bool = typer.Option(False, help="run the cluster behind toxiproxy even without network faults "
+                                           "(automatic with partition / slow-network)"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log harness internals"),
 ) -> None:
     """Run one test on a fresh local cluster and print the verdict.
@@ -75,7 +77,7 @@ def run(
     _sigterm_as_interrupt()
     cfg = TestConfig(sink=sink, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
                      rate=rate, keys=keys, seed=seed, recovery_timeout=recovery_timeout, trigger_ms=trigger_ms,
-                     fault_hold=fault_hold, txn_timeout_ms=txn_timeout_ms,
+                     fault_hold=fault_hold, txn_timeout_ms=txn_timeout_ms, proxy=proxy,
                      test_name=test_name, results_root=results, keep_data=keep_data)
     code, _ = run_test(cfg, console)
     raise typer.Exit(code)

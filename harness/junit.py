@@ -20,7 +20,7 @@ Shape (the de-facto JUnit format that Jenkins, GitLab and GitHub reporters read)
   ``unknown_reasons``; verdict ``crashed`` (or no ``results.json``) → ``<error>`` carrying ``error``.
 * **faults-took-effect**: every requested fault (``test.json`` ``config.nemesis``) must have at least one
   ``effective`` op, else ``<failure>`` (a run whose faults never landed proves nothing). No faults
-  requested → passes with a note.
+  requested → passes with a note; a crashed run → ``<skipped>`` (the crash is already the error).
 """
 
 from __future__ import annotations
@@ -129,13 +129,13 @@ def build_junit(run_dir: Path) -> ET.Element:
     requested = list((test.get("config") or {}).get("nemesis") or []) or list(faults)
     if not requested:
         ET.SubElement(el, "system-out").text = "no faults requested"
-    elif results is None or ("faults" not in r and verdict == "crashed"):
-        ET.SubElement(el, "skipped", message="no fault record: the run crashed before results were written")
     else:
         never = [f for f in requested if not (faults.get(f) or {}).get("effective")]
         summary = "; ".join(f"{f}: " + (", ".join(f"{o}={n}" for o, n in (faults.get(f) or {}).items()) or "no ops")
                             for f in requested)
-        if never:
+        if verdict == "crashed":  # the crash is the error (recovery); a fault cut short by it is not news
+            ET.SubElement(el, "skipped", message=_clean(f"not evaluated: the run crashed ({summary})"))
+        elif never:
             fl = ET.SubElement(el, "failure", message=_clean(f"never took effect: {', '.join(never)}"),
                                type="not-effective")
             fl.text = _clean(summary)

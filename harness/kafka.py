@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import shutil
 import socket
@@ -31,12 +32,25 @@ class ClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """Ports of one KRaft node (``node_id`` 1..n). Ports are TCP ports on 127.0.0.1."""
+    """Ports of one KRaft node (``node_id`` 1..n). Ports are TCP ports on 127.0.0.1.
+
+    ``*_port`` are the ports the node binds. When the cluster is proxied, ``client_proxy`` and
+    ``internal_proxy`` are the toxiproxy ports it advertises instead, and ``controller_proxy[j]`` is
+    the port through which *this* node reaches node ``j``'s controller (one proxy per ordered pair,
+    so a single node's quorum links can be cut).
+    """
 
     node_id: int
     client_port: int
     internal_port: int
     controller_port: int
+    client_proxy: int = 0
+    internal_proxy: int = 0
+    controller_proxy: tuple[tuple[int, int], ...] = ()
+
+    def controller_via(self, j: int) -> int:
+        """Port this node uses to reach node ``j``'s controller (the proxy when there is one)."""
+        return dict(self.controller_proxy).get(j, 0)
 
 
 @dataclass
@@ -57,17 +71,27 @@ class ClusterSpec:
     base_port: int = 19090
     heap_mb: int = 512
     log_dir: Path | None = None
+    proxied: bool = False
 
     @property
     def logs(self) -> Path:
         return self.log_dir or self.data_dir / "logs"
 
     def ports(self) -> list[int]:
-        """Every TCP port the cluster binds."""
-        return [p for n in self.node_specs for p in (n.client_port, n.internal_port, n.controller_port)]
+        """Every TCP port the cluster (and its proxies, when proxied) binds."""
+        out = []
+        for n in self.node_specs:
+            out += [n.client_port, n.internal_port, n.controller_port]
+            if self.proxied:
+                out += [n.client_proxy, n.internal_proxy] + [p for _, p in n.controller_proxy]
+        return out
 
     def node(self, i: int) -> NodeSpec:
-        return NodeSpec(i, self.base_port + i, self.base_port + 100 + i, self.base_port + 200 + i)
+        b = self.base_port
+        if not self.proxied:
+            return NodeSpec(i, b + i, b + 100 + i, b + 200 + i)
+        pairs = tuple((j, b + 300 + i * self.nodes + j) for j in range(1, self.nodes + 1) if j != i)
+        return NodeSpec(i, b + i, b + 100 + i, b + 200 + i, b + 50 + i, b + 150 + i, pairs)
 
     @property
     def node_specs(self) -> list[NodeSpec]:
@@ -75,8 +99,9 @@ class ClusterSpec:
 
     @property
     def bootstrap(self) -> str:
-        """``host:port,...`` of every node's client listener."""
-        return ",".join(f"127.0.0.1:{n.client_port}" for n in self.node_specs)
+        """``host:port,...`` of every node's client listener (its proxy when proxied)."""
+        return ",".join(f"127.0.0.1:{n.client_proxy if self.proxied else n.client_port}"
+                        for n in self.node_specs)
 
 
 _LOG4J2 = """\
@@ -108,27 +133,33 @@ def port_free(port: int) -> bool:
             return False
 
 
-def free_base_port(nodes: int = 3, start: int = 19090, step: int = 300, tries: int = 20) -> int:
+def free_base_port(nodes: int = 3, start: int = 19090, step: int = 500, tries: int = 20,
+                   proxied: bool = False) -> int:
     """First base port from ``start`` (in steps of ``step``) whose every cluster port is free.
 
     Raises: ``ClusterError`` when none is.
     """
     for i in range(tries):
         base = start + i * step
-        if all(port_free(p) for p in ClusterSpec(Path("."), nodes, base).ports()):
+        if all(port_free(p) for p in ClusterSpec(Path("."), nodes, base, proxied=proxied).ports()):
             return base
     raise ClusterError(f"no free port range from {start}; stop other clusters (`onceproof cluster down`)")
 
 
 def _server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
-    voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in spec.node_specs)
+    def voter_port(m: NodeSpec) -> int:
+        return m.controller_port if (not spec.proxied or m.node_id == n.node_id) else n.controller_via(m.node_id)
+
+    voters = ",".join(f"{m.node_id}@127.0.0.1:{voter_port(m)}" for m in spec.node_specs)
+    adv_client = n.client_proxy if spec.proxied else n.client_port
+    adv_internal = n.internal_proxy if spec.proxied else n.internal_port
     props = {
         "process.roles": "broker,controller",
         "node.id": n.node_id,
         "controller.quorum.voters": voters,
         "listeners": f"CLIENT://127.0.0.1:{n.client_port},INTERNAL://127.0.0.1:{n.internal_port},"
                      f"CONTROLLER://127.0.0.1:{n.controller_port}",
-        "advertised.listeners": f"CLIENT://127.0.0.1:{n.client_port},INTERNAL://127.0.0.1:{n.internal_port}",
+        "advertised.listeners": f"CLIENT://127.0.0.1:{adv_client},INTERNAL://127.0.0.1:{adv_internal}",
         "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "INTERNAL",
         "controller.listener.names": "CONTROLLER",
@@ -255,7 +286,8 @@ class KafkaCluster:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
+                             "logger": logging.getLogger("onceproof.librdkafka.admin")})
         last = "no answer"
         while time.monotonic() < deadline:
             dead = [i for i, b in self.brokers.items() if b.pid is None or not processes.alive(b.pid)]
@@ -304,8 +336,9 @@ class KafkaCluster:
         """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
         state = {"bootstrap": self.bootstrap, "cluster_id": self.cluster_id, "version": self.version,
                  "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
-                          "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs)},
-                 "brokers": {str(i): {"pid": b.pid, **asdict(b.spec)} for i, b in self.brokers.items()}}
+                          "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs),
+                          "proxied": self.spec.proxied},
+                 "brokers": {str(i): {"pid": b.pid, "client_port": b.spec.client_port} for i, b in self.brokers.items()}}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
 

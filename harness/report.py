@@ -776,7 +776,8 @@ def _nemesis_ops_table(windows: pd.DataFrame, colors: dict[str, str]) -> str:
                  str(w["op"]), *(_r(w[c]) for c in ("planned_s", "start_s", "end_s",
                                                                            "duration_s")),
                  _e(w["outcome"]), _e(w["target"]), _evidence(w["evidence"])]
-        tds = "".join(f"<td class=num>{c}</td>" if 1 <= i <= 5 else f"<td>{c}</td>" for i, c in enumerate(cells))
+        tds = "".join(f"<td class=num>{c}</td>" if 1 <= i <= 5 else f"<td class=nowrap>{c}</td>" if i == 0
+                      else f"<td>{c}</td>" for i, c in enumerate(cells))
         rows.append(f'<tr class="{"eff" if w["effective"] else "noeff"}">{tds}</tr>')
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -785,7 +786,7 @@ def _nemesis_ops_table(windows: pd.DataFrame, colors: dict[str, str]) -> str:
 def _evidence(ev: dict) -> str:
     if not ev:
         return ""
-    return "<br>".join(f"<span class=kvp><b>{_e(k)}</b>: {_fmt(v)}</span>" for k, v in ev.items())
+    return "".join(f"<div class=ev><b>{_e(k)}</b>: {_fmt(v)}</div>" for k, v in ev.items())
 
 
 def _r(v) -> str:
@@ -867,16 +868,18 @@ pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;
 table{border-collapse:collapse;margin:6px 0}
 th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:left;vertical-align:top}
 thead th{background:#f6f8fa} table.kv th{background:#f6f8fa;font-weight:600;white-space:nowrap}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{text-align:right;font-variant-numeric:tabular-nums} td.nowrap{white-space:nowrap}
 table.small{font-size:12px} table.small th,table.small td{padding:1px 5px}
 tr.bad>th,tr.bad>td.num{background:#ffebe9;color:#a40e26;font-weight:700} tr.ok>td.num{color:#1a7f37}
 tr.noeff td{color:#656d76}
 tr.ex-odd td{background:#f6f8fa} .kvp{margin-right:10px;white-space:nowrap}
+pre.err{background:none;border:0;padding:0;margin:4px 0 0}
 .notice{border-left:4px solid #9a6700;background:#fff8c5;padding:6px 10px;margin:8px 0}
 .error{border-left:4px solid #cf222e;background:#ffebe9;padding:6px 10px;margin:8px 0}
 .swatch{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:6px;vertical-align:-1px}
 .cols{display:flex;gap:28px;flex-wrap:wrap} nav a{margin-right:12px}
-code{font-size:12px}
+code{font-size:12px;white-space:pre-wrap;word-break:break-word}
+.ev{max-width:640px;overflow-wrap:anywhere} table.data{max-width:100%}
 """
 
 
@@ -927,11 +930,12 @@ def _header_html(run: Run) -> str:
            f"<p class=summary>{_summary_line(r)}</p>", f"<p class=muted>{' · '.join(meta)}</p>",
            "<nav>" + "".join(f'<a href="#{n}">{n}</a>' for n in
                              ("anomalies", "timeline", "keys", "faults", "recovery", "config", "files")) + "</nav>"]
-    if r.get("error"):
-        out.append(f"<div class=error><b>error:</b> {_e(r['error'])}</div>")
+    if r.get("error"):  # usually an exception's repr(): show its escaped newlines as lines
+        err = str(r["error"]).replace("\\n", "\n")
+        out.append(f"<div class=error><b>error:</b><pre class=err>{_e(err)}</pre></div>")
     if run.results is None:
-        out.append("<div class=error><b>results.json is missing or unreadable</b>: the run ended before its "
-                   "check; shown as CRASHED.</div>")
+        out.append("<div class=error><b>results.json is missing or unreadable</b>: the run is still going, or "
+                   "it was killed before writing it; shown as CRASHED.</div>")
     out += [f"<div class=notice><b>unknown because:</b> {_e(x)}</div>" for x in r.get("unknown_reasons") or []]
     if run.missing:
         out.append("<div class=notice><b>missing files:</b> " + ", ".join(_e(m) for m in run.missing) +
@@ -1055,13 +1059,17 @@ def _index_row(d: Path, root: Path) -> str:
             (r if name == "results.json" else t).update(json.loads((d / name).read_text()))
         except (OSError, ValueError):
             pass
-    v = str(r.get("verdict") or "crashed") if r else "crashed"
+    v = str(r.get("verdict") or "crashed") if r else "no results"  # running, or killed before results.json
     counts = r.get("counts") or {}
     nz = ", ".join(f"{a}={n}" for a, n in counts.items() if n)
-    csum = nz or ("no anomalies" if counts else ('<span class=muted>not checked</span>' if not r.get("error")
-                                                  else _e(str(r["error"])[:120])))
     if nz:
-        csum = _e(csum)
+        csum = _e(nz)
+    elif counts:
+        csum = "no anomalies"
+    elif r.get("error"):
+        csum = _e(str(r["error"])[:120])
+    else:
+        csum = "<span class=muted>not checked</span>"
     faults = r.get("faults") or {}
     fsum = ", ".join(f"{f} {d_.get('effective', 0)}/{sum(d_.values())}" for f, d_ in faults.items())
     try:
@@ -1070,10 +1078,10 @@ def _index_row(d: Path, root: Path) -> str:
         when = t.get("started", d.name)
     rel = os.path.relpath(d, root)
     link = (f'<a href="{_e(rel)}/{REPORT_NAME}">report</a>' if (d / REPORT_NAME).exists()
-            else f'<span class=muted>no report ({_e(rel)}/{REPORT_NAME} not built)</span>')
+            else "<span class=muted>not built</span>")
     if (d / "junit.xml").exists():
         link += f' · <a href="{_e(rel)}/junit.xml">junit</a>'
-    color = VERDICT_COLORS.get(v, VERDICT_COLORS["crashed"])
+    color = VERDICT_COLORS.get(v, "#656d76")
     total = (r.get("timings") or {}).get("total_s", "")
     return (f"<tr><td>{_e(r.get('test') or t.get('name') or d.parent.name)}</td><td>{_e(when)}</td>"
             f'<td><b style="color:{color}">{_e(v.upper())}</b></td><td>{csum}</td><td>{_e(fsum)}</td>'

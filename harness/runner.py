@@ -23,6 +23,7 @@ from rich.table import Table
 
 from checkers.exactly_once import ANOMALIES
 from harness import checkpoint, checking, jars, recovery, topics
+from harness.faultproxy import ProxyNetwork
 from harness.history import HistoryWriter
 from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.store import DEFAULT_ROOT, RunDir
@@ -60,6 +61,11 @@ class TestConfig:
     test_name: str = ""
     results_root: Path = DEFAULT_ROOT
     keep_data: bool = False
+    proxy: bool = False  # put the cluster behind toxiproxy even without a network fault
+
+    @property
+    def proxied(self) -> bool:
+        return self.proxy or catalog.needs_proxy(self.nemesis)
 
     @property
     def name(self) -> str:
@@ -112,18 +118,33 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
     console.print(f"replay: [cyan]{cfg.replay_command()}[/]")
 
+    # librdkafka's own logs (connection refused while a broker is down, ...) go to a file, not the console
+    client_log = logging.FileHandler(rd / "logs" / "clients.log")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    lk = logging.getLogger("onceproof.librdkafka")
+    lk.addHandler(client_log)
+    lk.setLevel(logging.INFO)
+    lk.propagate = False
     history = HistoryWriter(rd / "history.jsonl")
     nem_hist = HistoryWriter(rd / "nemesis.jsonl", start_ns=history.start_ns)
-    spec = ClusterSpec(rd / "cluster", nodes=cfg.brokers, base_port=free_base_port(cfg.brokers),
-                       log_dir=rd / "logs")
+    spec = ClusterSpec(rd / "cluster", nodes=cfg.brokers, proxied=cfg.proxied,
+                       base_port=free_base_port(cfg.brokers, proxied=cfg.proxied), log_dir=rd / "logs")
     cluster = KafkaCluster(spec)
+    net: ProxyNetwork | None = None
     sup: DriverSupervisor | None = None
     workload: KeyedWorkload | None = None
     nem: NemesisRunner | None = None
     result: dict = {}
+    health: dict = {}
     verdict = "crashed"
     try:
         # -- setup
+        if cfg.proxied:
+            with console.status("building/starting toxiproxy and the cluster's proxies"):
+                t = time.monotonic()
+                net = ProxyNetwork(spec).start(rd / "logs" / "toxiproxy.log")
+                timings["proxy_start_s"] = round(time.monotonic() - t, 1)
+            console.print(f"toxiproxy up in {timings['proxy_start_s']}s: {len(net.names)} proxies at {net.server.url}")
         with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
             t = time.monotonic()
             cluster.up()
@@ -152,19 +173,21 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
 
         # -- run
         workload = KeyedWorkload(cluster.bootstrap, INPUT, history, rate=cfg.rate, keys=cfg.keys, seed=cfg.seed)
-        plan = schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed)
+        plan = schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed,
+                             targets=catalog.target_choices())
         meta["schedule"] = plan
         rd.write_json("test.json", meta)
         sink_ids = [f"onceproof-{cfg.sink}-{p}" for p in range(cfg.partitions)]
         ctx = NemesisContext(supervisor=sup, control=control, checkpoint=ckpt, cluster=cluster,
-                             output_topic=OUTPUT, sink_ids=sink_ids, hold_s=cfg.fault_hold)
+                             output_topic=OUTPUT, sink_ids=sink_ids, hold_s=cfg.fault_hold, proxies=net)
 
         def on_op(op):
             style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
             console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
                           f"{_brief(op['evidence'])}")
 
-        nem = NemesisRunner(catalog.build(cfg.nemesis, txn_timeout_ms=cfg.txn_timeout_ms), plan, ctx, nem_hist,
+        specs = sorted({f for _, f in plan})
+        nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms), plan, ctx, nem_hist,
                             cfg.seed, on_op=on_op)
         workload.start()
         nem.start(ready=lambda: checkpoint.latest_commit(ckpt) is not None)
@@ -175,8 +198,9 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         def keep_running(el: float) -> bool:
             if el < cfg.time_limit:
                 return True
-            done = {op["f"] for op in nem.ops}
-            return el < cfg.time_limit * cfg.max_run_factor and not set(cfg.nemesis) <= done
+            done = {op["f"].partition(":")[0] for op in nem.ops}
+            wanted = {f.partition(":")[0] for f in cfg.nemesis}
+            return el < cfg.time_limit * cfg.max_run_factor and not wanted <= done
 
         extended = False
         while keep_running(el := time.monotonic() - t0):
@@ -197,6 +221,10 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         heal_errors = nem.stop_and_heal()
         if heal_errors:
             console.print(f"[red]heal errors: {heal_errors}[/]")
+
+        health = cluster_health(cluster, net)
+        console.print(f"after heal: brokers registered {health['brokers_registered']}, "
+                      f"stopped {health['brokers_stopped']}, proxies cut {health['proxies_cut']}")
 
         # -- recover
         t = time.monotonic()
@@ -232,8 +260,12 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
             sup.stop()
             collect_executor_logs(rd / "control", rd / "logs" / "executors")
         cluster.down()
+        if net is not None:
+            net.stop()
         history.close()
         nem_hist.close()
+        lk.removeHandler(client_log)
+        client_log.close()
         signal.signal(signal.SIGINT, prev_int)
         signal.signal(signal.SIGTERM, prev_term)
         if not cfg.keep_data:
@@ -242,10 +274,41 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     faults = _fault_summary(nem.ops if nem else [])
     result.update({"test": cfg.name, "run_dir": str(rd.path), "seed": cfg.seed, "replay": cfg.replay_command(),
-                   "faults": faults, "driver_restarts": sup.restarts() if sup else 0, "timings": timings})
+                   "faults": faults, "driver_restarts": sup.restarts() if sup else 0, "timings": timings,
+                   "health_after_heal": health})
     rd.write_json("results.json", result)
     summarize(result, console)
     return EXIT.get(result["verdict"], 255), rd.path
+
+
+def cluster_health(cluster: KafkaCluster, net: ProxyNetwork | None, timeout_s: float = 90.0) -> dict:
+    """After heal: wait (≤ ``timeout_s``) until every broker is registered; report what is registered,
+    any broker process still stopped (SIGSTOP), and any proxy still cut."""
+    import psutil
+
+    from harness import processes
+
+    want = sorted(cluster.brokers)
+    deadline = time.monotonic() + timeout_s
+    seen: list[int] = []
+    while time.monotonic() < deadline:
+        try:
+            seen = sorted(topics.admin(cluster.bootstrap).list_topics(timeout=5).brokers)
+        except Exception:  # noqa: BLE001 - still electing
+            seen = []
+        if seen == want:
+            break
+        time.sleep(1)
+    stopped = []
+    for i, b in cluster.brokers.items():
+        try:
+            if b.pid is None or not processes.alive(b.pid) or psutil.Process(b.pid).status() == psutil.STATUS_STOPPED:
+                stopped.append(i)
+        except psutil.Error:
+            stopped.append(i)
+    return {"brokers_registered": seen, "brokers_expected": want, "brokers_stopped": stopped,
+            "proxies_cut": net.disabled() if net is not None else [], "healthy": seen == want and not stopped
+            and not (net.disabled() if net is not None else [])}
 
 
 def _brief(ev: dict) -> str:

@@ -26,7 +26,8 @@ class TopicError(RuntimeError):
 
 def admin(bootstrap: str) -> AdminClient:
     """An AdminClient on ``bootstrap`` with librdkafka's logs kept off the console."""
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, "socket.timeout.ms": 10000})
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000,
+                        "logger": logging.getLogger("onceproof.librdkafka.admin")})
 
 
 def create_topics(bootstrap: str, specs: dict[str, int], replication: int = 3,
@@ -95,7 +96,8 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"onceproof-reader-{time.time_ns()}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
                   "isolation.level": "read_committed" if committed else "read_uncommitted",
-                  "fetch.max.bytes": 64 * 1024 * 1024, "log_level": 2})
+                  "fetch.max.bytes": 64 * 1024 * 1024,
+                  "logger": logging.getLogger("onceproof.librdkafka.reader")})
     todo = {p for p, e in ends.items() if e > 0}
     c.assign([TopicPartition(topic, p, 0) for p in ends])
     parts, offs, keys, vals, hdrs, tss = [], [], [], [], [], []

@@ -9,6 +9,7 @@ from nemesis.commit_window import KillDriverInCommitWindow
 from nemesis.fault import Fault
 from nemesis.kill_driver import KillDriver
 from nemesis.kill_executor import KillExecutor
+from nemesis.network import Partition, SlowNetwork
 
 FAULTS = {
     KillExecutor.name: KillExecutor,
@@ -17,16 +18,25 @@ FAULTS = {
     KillBroker.name: KillBroker,
     PauseBroker.name: PauseBroker,
     CommitDelay.name: CommitDelay,
+    Partition.name: Partition,
+    SlowNetwork.name: SlowNetwork,
 }
 
+NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiproxy
 
-def register(cls) -> None:
-    """Add a fault class (used by modules whose faults need optional machinery, e.g. toxiproxy)."""
-    FAULTS[cls.name] = cls
+
+def needs_proxy(specs: list[str]) -> bool:
+    """True when any fault in ``specs`` works through toxiproxy."""
+    return any(s.partition(":")[0] in NETWORK for s in specs)
 
 
 def _targets(name: str) -> tuple[str, ...]:
     return tuple(getattr(FAULTS[name], "target_choices", ()))
+
+
+def target_choices() -> dict[str, tuple[str, ...]]:
+    """``{fault name: its targets}`` for faults that take one (for ``schedule.plan``)."""
+    return {n: _targets(n) for n in FAULTS if _targets(n)}
 
 
 def parse(spec: str) -> list[str]:

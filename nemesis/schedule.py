@@ -11,11 +11,17 @@ from __future__ import annotations
 import random
 
 
-def plan(faults: list[str], interval_s: float, time_limit_s: float, seed: int) -> list[tuple[float, str]]:
+def plan(faults: list[str], interval_s: float, time_limit_s: float, seed: int,
+         targets: dict[str, tuple[str, ...]] | None = None) -> list[tuple[float, str]]:
     """The fault schedule, times in seconds from the moment the pipeline is up.
+
+    ``targets`` maps a fault name to its target choices: a fault given without ``:target`` gets one
+    drawn from the seeded RNG at every turn, so the plan names fault *and* target
+    (``kill-broker:leader``) and a seed replays both.
 
     Raises: ``ValueError`` for a non-positive interval.
     """
+    targets = targets or {}
     if not faults:
         return []
     if interval_s <= 0:
@@ -29,6 +35,9 @@ def plan(faults: list[str], interval_s: float, time_limit_s: float, seed: int) -
         for f in order:
             if t >= time_limit_s:
                 break
+            name, _, target = f.partition(":")
+            if not target and targets.get(name):
+                f = f"{name}:{rng.choice(list(targets[name]))}"
             out.append((round(t, 3), f))
             t += interval_s * rng.uniform(0.75, 1.25)
     return out

@@ -42,3 +42,15 @@ def test_catalog_parse():
         catalog.parse("kill-executor:one")
     with pytest.raises(ValueError, match="unknown nemesis bogus; choose from"):
         catalog.parse("kill-executor,bogus")
+
+
+def test_plan_draws_targets_from_the_seed():
+    choices = {"kill-broker": ("one", "leader", "txn-coordinator"), "commit-delay": ("precommit", "notify")}
+    faults = ["kill-broker", "commit-delay:notify", "kill-executor"]
+    a = plan(faults, 5, 100, seed=7, targets=choices)
+    assert a == plan(faults, 5, 100, seed=7, targets=choices)
+    names = [f for _, f in a]
+    assert all(f.startswith("kill-broker:") for f in names if "kill-broker" in f)
+    assert {f.split(":")[1] for f in names if f.startswith("kill-broker")} <= set(choices["kill-broker"])
+    assert all(f == "commit-delay:notify" for f in names if f.startswith("commit-delay"))
+    assert "kill-executor" in names

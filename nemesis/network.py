@@ -1,0 +1,137 @@
+"""Network faults through toxiproxy (``harness/faultproxy.py``): ``partition`` and ``slow-network``.
+
+``partition`` targets: ``client`` (cut clients → one broker; brokers still talk to each other) and
+``isolate`` (cut every path into one broker and all its quorum links: it loses the controller and is
+fenced). With 3 nodes the minority side of a split is one node, so ``isolate`` is also the
+minority/majority split. ``slow-network`` targets: ``latency`` (300 ms ± 100 ms), ``bandwidth``
+(64 KB/s) and ``slicer`` (64-byte slices, 1 ms apart) on one broker's client and inter-broker paths.
+
+Evidence: a probe — a fresh client whose only bootstrap server is the target broker's client proxy
+asks for metadata — before, during and after the fault (error or round-trip ms), the proxies cut or
+the toxics the proxy server reports active, and, for ``isolate``, the brokers the *other* nodes still
+list as registered.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from confluent_kafka.admin import AdminClient
+
+from harness import processes
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
+
+
+def probe(port: int, timeout_s: float = 3.0) -> dict:
+    """Metadata round trip through ``127.0.0.1:port``: ``{"ok": bool, "ms": float, "error"?}``."""
+    a = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "socket.timeout.ms": int(timeout_s * 1000),
+                     "logger": logging.getLogger("onceproof.librdkafka.probe")})
+    t = time.monotonic()
+    try:
+        a.list_topics(timeout=timeout_s)
+        return {"ok": True, "ms": round((time.monotonic() - t) * 1000, 1)}
+    except Exception as e:  # noqa: BLE001 - a failed probe is the evidence
+        return {"ok": False, "ms": round((time.monotonic() - t) * 1000, 1), "error": str(e)[:120]}
+
+
+def _registered_via_others(ctx: NemesisContext, node: int) -> list[int] | None:
+    others = [m for m in ctx.cluster.spec.node_specs if m.node_id != node]
+    a = AdminClient({"bootstrap.servers": ",".join(f"127.0.0.1:{m.client_proxy}" for m in others),
+                     "logger": logging.getLogger("onceproof.librdkafka.probe")})
+    try:
+        return sorted(a.list_topics(timeout=5).brokers)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _pick_broker(ctx: NemesisContext, rng: random.Random) -> int | None:
+    live = sorted(i for i, b in ctx.cluster.brokers.items() if b.pid is not None and processes.alive(b.pid))
+    return rng.choice(live) if live else None
+
+
+class Partition:
+    """Cut network paths of one broker for ``max(hold_s, 12)`` s, then heal."""
+
+    name = "partition"
+    target_choices = ("client", "isolate")
+
+    def __init__(self, target: str | None = None, min_hold_s: float = 12.0):
+        self.target, self.min_hold_s = target, min_hold_s
+
+    def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        if ctx.proxies is None:
+            return Outcome(SKIPPED, evidence={"reason": "the cluster is not behind toxiproxy"})
+        variant = self.target or rng.choice(list(self.target_choices))
+        node = _pick_broker(ctx, rng)
+        if node is None:
+            return Outcome(SKIPPED, variant, {"reason": "no live broker"})
+        port = ctx.cluster.spec.node(node).client_proxy
+        paths = ctx.proxies.client_paths(node) if variant == "client" else ctx.proxies.isolation_paths(node)
+        ev = {"variant": variant, "node": node, "paths": paths, "probe_before": probe(port)}
+        ctx.proxies.cut(paths)
+        try:
+            ev["disabled"] = ctx.proxies.disabled()
+            ev["probe_during"] = probe(port)
+            ev["held_s"] = hold(ctx, max(ctx.hold_s, self.min_hold_s))
+            if variant == "isolate":
+                ev["registered_seen_by_others"] = _registered_via_others(ctx, node)
+        finally:
+            ctx.proxies.restore(paths)
+        ev["probe_after"] = probe(port, timeout_s=10)
+        ok = not ev["probe_during"]["ok"] and set(paths) <= set(ev["disabled"])
+        return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{variant}: broker {node}", ev)
+
+    def heal(self, ctx: NemesisContext) -> None:
+        if ctx.proxies is not None:
+            ctx.proxies.heal()
+
+
+_TOXICS = {
+    "latency": ("latency", {"latency": 300, "jitter": 100}),
+    "bandwidth": ("bandwidth", {"rate": 64}),
+    "slicer": ("slicer", {"average_size": 64, "size_variation": 32, "delay": 1000}),
+}
+
+
+class SlowNetwork:
+    """Add a toxic to one broker's client and inter-broker paths for ``hold_s``, then remove it."""
+
+    name = "slow-network"
+    target_choices = tuple(_TOXICS)
+
+    def __init__(self, target: str | None = None):
+        self.target = target
+
+    def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        if ctx.proxies is None:
+            return Outcome(SKIPPED, evidence={"reason": "the cluster is not behind toxiproxy"})
+        variant = self.target or rng.choice(list(self.target_choices))
+        node = _pick_broker(ctx, rng)
+        if node is None:
+            return Outcome(SKIPPED, variant, {"reason": "no live broker"})
+        port = ctx.cluster.spec.node(node).client_proxy
+        typ, attrs = _TOXICS[variant]
+        paths = ctx.proxies.broker_paths(node)
+        ev = {"variant": variant, "node": node, "paths": paths, "toxic": {"type": typ, **attrs},
+              "probe_before": probe(port)}
+        c = ctx.proxies.client
+        names = []
+        try:
+            for p in paths:
+                names.append((p, c.add_toxic(p, typ, attrs, stream="downstream", name=f"nemesis-{variant}")["name"]))
+            ev["active"] = {p: [t["name"] for t in c.toxics(p)] for p in paths}
+            ev["probe_during"] = probe(port, timeout_s=10)
+            ev["held_s"] = hold(ctx, ctx.hold_s)
+        finally:
+            for p, n in names:
+                c.remove_toxic(p, n)
+        ev["probe_after"] = probe(port)
+        active = all(f"nemesis-{variant}" in v for v in ev["active"].values())
+        slower = variant != "latency" or ev["probe_during"]["ms"] - ev["probe_before"]["ms"] >= 150
+        return Outcome(EFFECTIVE if active and slower else NOT_EFFECTIVE, f"{variant}: broker {node}", ev)
+
+    def heal(self, ctx: NemesisContext) -> None:
+        if ctx.proxies is not None:
+            ctx.proxies.heal()
