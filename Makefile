@@ -5,6 +5,9 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
+CHROMIUM ?= /usr/bin/chromium
+SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
+
 .PHONY: setup run test unit bench clean
 
 setup: $(VENV)/.installed
@@ -22,10 +25,16 @@ $(VENV)/.installed: pyproject.toml deps/kafka/pom.xml deps/spark-kafka/pom.xml
 run: setup
 	$(BIN)/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 60 --seed 1
 
-test: setup
+# tests/test_report.py renders report.html in headless Chromium (Debian's package)
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "need Chromium at $(CHROMIUM): install your distribution's chromium"; exit 1; }
+	$(SUDO) apt-get update -q
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+
+test: setup $(CHROMIUM)
 	$(BIN)/python -m pytest -v -rA --durations=0
 
-unit: setup
+unit: setup $(CHROMIUM)
 	$(BIN)/python -m pytest -v -m "not cluster"
 
 bench: setup

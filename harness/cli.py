@@ -122,6 +122,26 @@ def check(
 
 
 @app.command()
+def report(run_dir: Path = typer.Argument(..., help="a run directory, e.g. results/latest")) -> None:
+    """Rebuild a run's report.html and junit.xml from its files."""
+    from harness.junit import write_junit
+    from harness.report import build_report
+
+    if not run_dir.is_dir():
+        raise typer.BadParameter(f"{run_dir} is not a directory", param_hint="RUN_DIR")
+    write_junit(run_dir.resolve())
+    console.print(f"report: {build_report(run_dir.resolve())}")
+
+
+@app.command()
+def index(results: Path = typer.Argument(Path("results"), help="results root")) -> None:
+    """Write results/index.html: every run with its verdict and a link to its report."""
+    from harness.report import build_index
+
+    console.print(f"index: {build_index(results, build_missing=True)}")
+
+
+@app.command()
 def faults() -> None:
     """List the faults, their targets and what each one does."""
     from nemesis import catalog

@@ -2,8 +2,8 @@
 
 ``build_report(run_dir)`` reads whatever a run directory holds and writes ONE self-contained HTML file
 next to it; ``build_index(results_root)`` writes a static table of every run under
-``results_root/<test>/<stamp>/``. ``python -m harness.report RUN_DIR... [--index ROOT]`` does both from
-the shell.
+``results_root/<test>/<stamp>/``. From the shell: ``python -m harness.report RUN_DIR... [--junit]
+[--index ROOT]`` (``--junit`` also writes each run's ``junit.xml``, see ``harness/junit.py``).
 
 Inputs (all optional; each missing or unreadable file is named in the report, and every section that
 can still be drawn is drawn — a crashed run with only ``test.json`` + ``results.json`` still renders):
@@ -32,7 +32,7 @@ Plotting library: **plotly**, with its JavaScript inlined once in the page (~4.8
 * the cost, a few MB per run directory, is small next to the run's own ``history.jsonl`` and logs,
   and ``index.html`` carries no JS at all.
 
-The analysis is columnar pandas (binning with ``numpy.floor`` + ``value_counts``, ``groupby``
+The analysis is columnar pandas / numpy (binning with ``numpy.histogram``, ``groupby``
 quantiles, ``merge`` / ``merge_asof``); the only Python loops run over fault ops (a handful) and the
 ≤10 plotted keys.
 """

@@ -25,6 +25,8 @@ from checkers.exactly_once import ANOMALIES
 from harness import checkpoint, checking, jars, recovery, topics
 from harness.faultproxy import ProxyNetwork
 from harness.history import HistoryWriter
+from harness.junit import write_junit
+from harness.report import build_index, build_report
 from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.store import DEFAULT_ROOT, RunDir
 from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
@@ -81,7 +83,9 @@ class TestConfig:
 
     def replay_command(self) -> str:
         """The command line that replays this run's workload and fault schedule."""
-        parts = ["onceproof", "run", "--sink", self.sink, "--nemesis", ",".join(self.nemesis) or "none",
+        faults = "all" if self.nemesis and sorted(self.nemesis) == sorted(catalog.FAULTS) else \
+            ",".join(self.nemesis) or "none"
+        parts = ["onceproof", "run", "--sink", self.sink, "--nemesis", faults,
                  "--nemesis-interval", f"{self.nemesis_interval:g}", "--time-limit", f"{self.time_limit:g}",
                  "--rate", f"{self.rate:g}", "--keys", str(self.keys), "--seed", str(self.seed),
                  "--fault-hold", f"{self.fault_hold:g}", "--txn-timeout-ms", str(self.txn_timeout_ms)]
@@ -277,7 +281,16 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
                    "faults": faults, "driver_restarts": sup.restarts() if sup else 0, "timings": timings,
                    "health_after_heal": health})
     rd.write_json("results.json", result)
+    try:
+        write_junit(rd.path)
+        report = build_report(rd.path)
+        build_index(Path(cfg.results_root))
+        result_report = f"report: {report}"
+    except Exception as e:  # noqa: BLE001 - the verdict stands without its report
+        log.exception("building the report failed")
+        result_report = f"report failed: {e!r} (rebuild with `onceproof report {rd.path}`)"
     summarize(result, console)
+    console.print(result_report)
     return EXIT.get(result["verdict"], 255), rd.path
 
 

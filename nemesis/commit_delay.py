@@ -20,7 +20,7 @@ import random
 import time
 from pathlib import Path
 
-from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome, hold
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome
 from pipeline import hooks
 
 VARIANTS = ("precommit", "notify", "txn-timeout")
@@ -56,24 +56,42 @@ class CommitDelay:
         t0 = time.time()
         if variant == "precommit":
             (ctx.control / hooks.PRECOMMIT_DELAY).write_text(str(self.delay_ms))
-            held = hold(ctx, max(ctx.hold_s, 3 * self.delay_ms / 1000))
+
+            def seen():
+                return [e for e in _sink_events(run_dir, t0)
+                        if e["event"] == "commit" and e.get("precommit_delay_ms", 0) > 0]
+            held = self._hold_until(ctx, seen)
             (ctx.control / hooks.PRECOMMIT_DELAY).unlink(missing_ok=True)
-            delayed = [e for e in _sink_events(run_dir, t0)
-                       if e["event"] == "commit" and e.get("precommit_delay_ms", 0) > 0]
+            delayed = seen()
             ev = {"delay_ms": self.delay_ms, "held_s": held, "delayed_commits": len(delayed),
                   "examples": [{k: e[k] for k in ("batch", "partition", "attempt")} for e in delayed[:3]]}
             return Outcome(EFFECTIVE if delayed else NOT_EFFECTIVE, "precommit", ev)
         if variant == "notify":
             (ctx.control / hooks.NOTIFY_DELAY).write_text(str(self.delay_ms))
-            held = hold(ctx, max(ctx.hold_s, 3 * self.delay_ms / 1000))
-            (ctx.control / hooks.NOTIFY_DELAY).unlink(missing_ok=True)
-            hits = []
             p = ctx.control / hooks.NOTIFY_LOG
-            if p.exists():
-                hits = [e for e in map(json.loads, p.read_text().splitlines()) if e["time"] >= t0]
+
+            def seen():
+                if not p.exists():
+                    return []
+                return [e for e in map(json.loads, p.read_text().splitlines()) if e["time"] >= t0]
+            held = self._hold_until(ctx, seen)
+            (ctx.control / hooks.NOTIFY_DELAY).unlink(missing_ok=True)
+            hits = seen()
             ev = {"delay_ms": self.delay_ms, "held_s": held, "delayed_batches": [e["batch"] for e in hits]}
             return Outcome(EFFECTIVE if hits else NOT_EFFECTIVE, "notify", ev)
         return self._txn_timeout(ctx, run_dir, t0)
+
+    def _hold_until(self, ctx: NemesisContext, seen, max_s: float = 60.0) -> float:
+        """Keep the delay on for at least ``hold_s`` and until ``seen()`` shows it applied (≤ ``max_s``):
+        a batch may not reach the hook while the pipeline is restarting."""
+        t = time.monotonic()
+        min_s = max(ctx.hold_s, 3 * self.delay_ms / 1000)
+        while not ctx.stop.is_set():
+            el = time.monotonic() - t
+            if (el >= min_s and seen()) or el >= max_s:
+                break
+            ctx.stop.wait(0.5)
+        return round(time.monotonic() - t, 2)
 
     def _txn_timeout(self, ctx: NemesisContext, run_dir: Path, t0: float) -> Outcome:
         hold_ms = self.txn_timeout_ms + 5000

@@ -14,6 +14,7 @@ reported becomes ``info``.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 import time
@@ -93,7 +94,8 @@ class KeyedWorkload:
     def _run(self) -> None:
         prod = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
-                         "partitioner": "murmur2_random", "log_level": 3})
+                         "partitioner": "murmur2_random",
+                         "logger": logging.getLogger("onceproof.librdkafka.workload")})
         pending: dict[tuple[str, int], bool] = {}
         gen = sequences(self.keys, self.seed)
         interval = 1.0 / self.rate if self.rate > 0 else 0.0
