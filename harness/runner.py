@@ -21,10 +21,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from checkers.exactly_once import ANOMALIES
+from checkers.compose import ANOMALIES
 from harness import checkpoint, checking, jars, recovery, topics
 from harness.faultproxy import ProxyNetwork
 from harness.history import HistoryWriter
+from harness.live_reader import LiveReader
 from harness.junit import write_junit
 from harness.report import build_index, build_report
 from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
@@ -136,6 +137,7 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     cluster = KafkaCluster(spec)
     net: ProxyNetwork | None = None
     sup: DriverSupervisor | None = None
+    live: LiveReader | None = None
     workload: KeyedWorkload | None = None
     nem: NemesisRunner | None = None
     result: dict = {}
@@ -176,6 +178,8 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         console.print(f"spark query up in {timings['spark_start_s']}s")
 
         # -- run
+        live = LiveReader(cluster.bootstrap, OUTPUT)
+        live.start()
         workload = KeyedWorkload(cluster.bootstrap, INPUT, history, rate=cfg.rate, keys=cfg.keys, seed=cfg.seed)
         plan = schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed,
                              targets=catalog.target_choices())
@@ -242,7 +246,8 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         # -- check
         t = time.monotonic()
         with console.status("reading topics at read_committed and checking"):
-            result = checking.check_live(cluster.bootstrap, INPUT, OUTPUT, rd, st)
+            live_frame = live.stop()
+            result = checking.check_live(cluster.bootstrap, INPUT, OUTPUT, rd.path, st, live=live_frame)
         timings["check_s"] = round(time.monotonic() - t, 1)
         verdict = result["verdict"]
     except KeyboardInterrupt:
@@ -258,6 +263,8 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         prev_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if workload is not None:
             workload.stop()
+        if live is not None:
+            live.stop()
         if nem is not None:
             nem.stop_and_heal()
         if sup is not None:
