@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from checkers import compose
+from checkers import compose, nearby
 from checkers.exactly_once import Recovery, check
 from harness import history, topics
 from harness.recovery import RecoveryStatus
@@ -63,10 +63,12 @@ def _read_parquet(path: Path) -> pd.DataFrame | None:
 
 def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Recovery, *,
                sink_log: pd.DataFrame | None = None, uncommitted: pd.DataFrame | None = None,
-               live: pd.DataFrame | None = None, lso: dict | None = None, hw: dict | None = None) -> dict:
+               live: pd.DataFrame | None = None, lso: dict | None = None, hw: dict | None = None,
+               nemesis: pd.DataFrame | None = None) -> dict:
     """Every checker on already-read frames; the one place the composition is decided."""
     base = check(hist, inp, out, rec)
-    return compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso, hw=hw)
+    result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso, hw=hw)
+    return nearby.attach(result, out, inp, nemesis)
 
 
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
@@ -86,8 +88,9 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
         (run_dir / "recovery.json").write_text(json.dumps(
             {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds,
              "input_end": st.input_end, "consumed": st.consumed, "output_lso": lso, "output_hw": hw}, indent=2))
+    nem = history.read(run_dir / "nemesis.jsonl") if run_dir else None
     result = run_checks(hist, inp, out, rec, sink_log=read_sink_log(run_dir), uncommitted=unc, live=live,
-                        lso=lso, hw=hw)
+                        lso=lso, hw=hw, nemesis=nem)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
     return result
 
@@ -114,6 +117,7 @@ def check_saved(run_dir: Path) -> dict:
         hw = {int(k): v for k, v in (r.get("output_hw") or {}).items()}
     result = run_checks(history.read(run_dir / "history.jsonl"), inp, out, rec, sink_log=read_sink_log(run_dir),
                         uncommitted=_read_parquet(run_dir / "output_uncommitted.parquet"),
-                        live=_read_parquet(run_dir / "live.parquet"), lso=lso, hw=hw)
+                        live=_read_parquet(run_dir / "live.parquet"), lso=lso, hw=hw,
+                        nemesis=history.read(run_dir / "nemesis.jsonl"))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     return result
