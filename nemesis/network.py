@@ -46,9 +46,17 @@ def _registered_via_others(ctx: NemesisContext, node: int) -> list[int] | None:
         return None
 
 
-def _pick_broker(ctx: NemesisContext, rng: random.Random) -> int | None:
+def _aim(ctx: NemesisContext, rng: random.Random, target: str | None, choices: tuple[str, ...]
+         ) -> tuple[str, int, int] | Outcome:
+    """``(variant, node, node's client proxy port)`` for a network fault, or a ``skipped`` Outcome."""
+    if ctx.proxies is None:
+        return Outcome(SKIPPED, evidence={"reason": "the cluster is not behind toxiproxy"})
+    variant = target or rng.choice(list(choices))
     live = sorted(i for i, b in ctx.cluster.brokers.items() if b.pid is not None and processes.alive(b.pid))
-    return rng.choice(live) if live else None
+    if not live:
+        return Outcome(SKIPPED, variant, {"reason": "no live broker"})
+    node = rng.choice(live)
+    return variant, node, ctx.cluster.spec.node(node).client_proxy
 
 
 class Partition:
@@ -61,13 +69,10 @@ class Partition:
         self.target, self.min_hold_s = target, min_hold_s
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
-        if ctx.proxies is None:
-            return Outcome(SKIPPED, evidence={"reason": "the cluster is not behind toxiproxy"})
-        variant = self.target or rng.choice(list(self.target_choices))
-        node = _pick_broker(ctx, rng)
-        if node is None:
-            return Outcome(SKIPPED, variant, {"reason": "no live broker"})
-        port = ctx.cluster.spec.node(node).client_proxy
+        aim = _aim(ctx, rng, self.target, self.target_choices)
+        if isinstance(aim, Outcome):
+            return aim
+        variant, node, port = aim
         paths = ctx.proxies.client_paths(node) if variant == "client" else ctx.proxies.isolation_paths(node)
         ev = {"variant": variant, "node": node, "paths": paths, "probe_before": probe(port)}
         ctx.proxies.cut(paths)
@@ -105,13 +110,10 @@ class SlowNetwork:
         self.target = target
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
-        if ctx.proxies is None:
-            return Outcome(SKIPPED, evidence={"reason": "the cluster is not behind toxiproxy"})
-        variant = self.target or rng.choice(list(self.target_choices))
-        node = _pick_broker(ctx, rng)
-        if node is None:
-            return Outcome(SKIPPED, variant, {"reason": "no live broker"})
-        port = ctx.cluster.spec.node(node).client_proxy
+        aim = _aim(ctx, rng, self.target, self.target_choices)
+        if isinstance(aim, Outcome):
+            return aim
+        variant, node, port = aim
         typ, attrs = _TOXICS[variant]
         paths = ctx.proxies.broker_paths(node)
         ev = {"variant": variant, "node": node, "paths": paths, "toxic": {"type": typ, **attrs},
