@@ -145,17 +145,16 @@ def _headers_frame(hdrs: list) -> pd.DataFrame:
 def decode_values(frame: pd.DataFrame) -> pd.DataFrame:
     """Parse each JSON ``value`` into columns (``key``/``seq`` at least) and drop the raw bytes.
 
-    Records whose value is not a JSON object with ``key`` and ``seq`` are kept with ``seq`` = NA and
-    counted by the checker as ``unexpected``.
+    Fast path: the values are joined into one newline-delimited buffer and parsed by
+    ``pyarrow.json`` in C++ (about 4× the per-record ``json.loads`` path in ``bench/``). If any value
+    is not a one-line JSON object of consistent types, the whole frame falls back to the per-record
+    path, where records whose value is not a JSON object with ``key`` and ``seq`` are kept with
+    ``seq`` = NA (the checker counts them as ``unexpected``).
     """
-    def parse(v):
-        try:
-            d = json.loads(v)
-            return d if isinstance(d, dict) else {}
-        except (TypeError, ValueError):
-            return {}
-
-    parsed = pd.DataFrame.from_records([parse(v) for v in frame["value"]], index=frame.index)
+    parsed = _decode_arrow(frame["value"]) if len(frame) else None
+    if parsed is None:
+        parsed = _decode_python(frame["value"])
+    parsed.index = frame.index
     out = frame.drop(columns=["value"])
     if "key" in parsed:
         out["key"] = parsed["key"].astype("string").fillna(out["key"].astype("string"))
@@ -165,3 +164,36 @@ def decode_values(frame: pd.DataFrame) -> pd.DataFrame:
         if col not in ("key", "seq"):
             out[col] = parsed[col]
     return out
+
+
+def _decode_arrow(values: pd.Series) -> pd.DataFrame | None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    vals = values.tolist()
+    try:
+        buf = b"\n".join(vals)  # a pretty-printed (multi-line) value changes the row count: caught below
+    except TypeError:  # a null value (tombstone)
+        return None
+    schema = pa.schema([("key", pa.string()), ("seq", pa.int64())])
+    try:
+        t = pj.read_json(io.BytesIO(buf),
+                         parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if t.num_rows != len(vals):
+        return None
+    return t.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+
+def _decode_python(values: pd.Series) -> pd.DataFrame:
+    def parse(v):
+        try:
+            d = json.loads(v)
+            return d if isinstance(d, dict) else {}
+        except (TypeError, ValueError):
+            return {}
+
+    return pd.DataFrame.from_records([parse(v) for v in values])

@@ -81,3 +81,21 @@ def test_marker_encodes_batch_plus_one():
     tp = marker.offsets_for("progress", 0)[0]
     assert (tp.topic, tp.partition, tp.offset) == ("progress", 0, 1)
     assert marker.group_id("s", 3) == "s-marker-3"
+
+
+def test_decode_values_fast_path_and_fallback_agree():
+    import pandas as pd
+
+    from harness.topics import decode_values
+
+    vals = [json.dumps({"key": f"k{i % 3}", "seq": i // 3, "in_offset": i}).encode() for i in range(30)]
+    frame = pd.DataFrame({"partition": [0] * 30, "offset": range(30), "key": [None] * 30, "value": vals})
+    fast = decode_values(frame)
+    broken = frame.copy()
+    broken.loc[7, "value"] = b"not json"
+    slow = decode_values(broken)
+    assert list(fast["seq"]) == [i // 3 for i in range(30)]
+    assert slow["seq"].isna().sum() == 1 and pd.isna(slow.loc[7, "seq"])
+    keep = [i for i in range(30) if i != 7]
+    assert list(slow.loc[keep, "seq"]) == list(fast.loc[keep, "seq"])
+    assert list(slow.loc[keep, "key"]) == list(fast.loc[keep, "key"])
