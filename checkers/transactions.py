@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from checkers.examples import isna as _isna, plain as _plain
+
 MAX_EXAMPLES = 10
 _PROV = {"op.batch": "batch", "op.sink_partition": "sink_partition", "op.attempt": "attempt"}
 
@@ -110,18 +112,3 @@ def live_view(live: pd.DataFrame | None, sink_log: pd.DataFrame) -> dict:
         out["latency_ms"] = {"p50": float(lat.quantile(0.5)), "p99": float(lat.quantile(0.99)),
                              "max": float(lat.max()), "n": int(len(lat))}
     return out
-
-
-def _isna(v) -> bool:
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
-
-
-def _plain(v):
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v)
-    return v
