@@ -37,7 +37,8 @@ def _sigterm_as_interrupt() -> None:
 
 @app.command()
 def run(
-    sink: str = typer.Option("eos", help="eos (transactional sink) or at-least-once (Spark's Kafka sink)"),
+    sink: str = typer.Option("eos", help="eos (transactional sink), at-least-once (Spark's Kafka sink), or "
+                                         "eos-no-marker (a mutant without the replay marker check)"),
     nemesis: str = typer.Option("none", help="comma-separated faults (name or name:target), 'all' or "
                                              "'none'. See `onceproof faults`."),
     nemesis_interval: float = typer.Option(10.0, help="seconds between faults (±25%, seeded)"),
@@ -139,6 +140,25 @@ def index(results: Path = typer.Argument(Path("results"), help="results root")) 
     from harness.report import build_index
 
     console.print(f"index: {build_index(results, build_missing=True)}")
+
+
+@app.command()
+def serve(results: Path = typer.Argument(Path("results"), help="results root"),
+          port: int = typer.Option(8000, help="TCP port on 127.0.0.1")) -> None:
+    """Browse the runs: builds results/index.html and serves the results directory on 127.0.0.1."""
+    import functools
+    import http.server
+
+    from harness.report import build_index
+
+    build_index(results, build_missing=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(results))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
+        console.print(f"serving {results} at http://127.0.0.1:{port}/index.html (Ctrl-C to stop)")
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            pass
 
 
 @app.command()

@@ -24,7 +24,9 @@ from functools import partial
 from pipeline import hooks, provenance
 from pipeline.transactional_sink import SinkConfig, abort_leftovers, write_partition
 
-SINKS = ("eos", "at-least-once")
+SINKS = ("eos", "at-least-once", "eos-no-marker")
+# eos-no-marker is a mutant: the transactional sink without its progress-marker check, so a replayed
+# batch is written again. It exists to prove the harness catches what the marker prevents.
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     control = hooks.ControlDir(args.control_dir)
     cfg = SinkConfig(bootstrap=args.bootstrap, output_topic=args.output_topic,
                      progress_topic=args.progress_topic, sink_id=args.sink_id,
+                     skip_marker_check=args.sink == "eos-no-marker",
                      txn_timeout_ms=args.txn_timeout_ms, log_path=args.sink_log,
                      control_dir=args.control_dir)
     src = (spark.readStream.format("kafka")
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
            .option("maxOffsetsPerTrigger", str(args.max_offsets))
            .load())
     df = transform(src)
-    if args.sink == "eos":
+    if args.sink in ("eos", "eos-no-marker"):
         abort_leftovers(cfg, args.pool_size)
         body = partial(eos_batch, cfg, control)
     else:

@@ -57,6 +57,7 @@ class SinkConfig:
         txn_timeout_ms: ``transaction.timeout.ms`` (ms); must exceed the longest commit delay.
         log_path: file receiving one JSON line per begin/skip/commit/abort (``sink.jsonl``), or "".
         control_dir: hook control directory, or "".
+        skip_marker_check: the ``eos-no-marker`` mutant; ignores the marker (replays are rewritten).
     """
 
     bootstrap: str
@@ -66,6 +67,7 @@ class SinkConfig:
     txn_timeout_ms: int = 60000
     log_path: str = ""
     control_dir: str = ""
+    skip_marker_check: bool = False  # the eos-no-marker mutant: never skip an already committed batch
 
 
 def _log(cfg: SinkConfig, event: str, **fields) -> None:
@@ -146,7 +148,7 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
     cons = marker.open_consumer(cfg.bootstrap, cfg.sink_id, part)
     try:
         done = marker.read(cons, cfg.progress_topic)
-        if done >= batch_id:
+        if done >= batch_id and not cfg.skip_marker_check:
             _log(cfg, "skip", marker=done, **where)
             return
         prod.begin_transaction()

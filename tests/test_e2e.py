@@ -44,3 +44,18 @@ def test_at_least_once_sink_duplicates_are_caught_with_replayed_batch(results_ro
     assert example_batches & replayed, (example_batches, replayed)
     assert "duplicate" in p.stdout
     assert not our_jvms(str(run_dir))
+
+
+def test_mutant_without_marker_is_caught(results_root):
+    """The transactional sink minus its replay marker: fencing alone does not stop a replayed batch
+    from being committed twice, and the checker must say so."""
+    p = run_cli(["run", "--sink", "eos-no-marker", "--nemesis", "kill-driver-in-commit-window",
+                 "--time-limit", "45", "--seed", "3", "--results", str(results_root)])
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 1, p.stdout[-4000:] + p.stderr[-4000:]
+    assert result["counts"]["duplicate"] > 0
+    replayed = {str(o["evidence"]["batch"]) for o in ops if o.get("outcome") == "effective"}
+    copies = [c for ex in result["anomalies"]["duplicate"] for c in ex["copies"]]
+    assert {c["batch"] for c in copies} & replayed
+    assert all(c.get("sink") == "eos" and c.get("txn_id") for c in copies)  # committed transactions, both
+    assert not our_jvms(str(run_dir))
