@@ -102,6 +102,7 @@ class Run:
     input: pd.DataFrame | None = None  # columns: partition, offset, key, seq, [timestamp ms], [t ms]
     output: pd.DataFrame | None = None  # + in_partition, in_offset, in_ts (ms), op.* provenance
     sink: pd.DataFrame | None = None  # columns: time (epoch s), event, batch, partition, attempt, ...
+    live: pd.DataFrame | None = None  # the during-faults reader: partition, offset, key, seq, in_ts, seen_ms
     missing: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     t0: float | None = None  # test start, epoch seconds
@@ -128,6 +129,22 @@ class Run:
         return None
 
 
+def _visibility_p99(run: Run, edges: np.ndarray, w: float, t0: float):
+    """Per-bin p99 of visibility latency (``seen_ms - in_ts``, ms) from ``live.parquet``, binned by the
+    time the during-faults reader saw each record; ``None`` without that file."""
+    lv = run.live
+    if lv is None or not {"seen_ms", "in_ts"} <= set(lv.columns) or lv.empty:
+        return None
+    seen = pd.to_numeric(lv["seen_ms"], errors="coerce")
+    lat = pd.DataFrame({"t": seen / 1000.0 - t0, "lat": seen - pd.to_numeric(lv["in_ts"], errors="coerce")}).dropna()
+    if lat.empty:
+        return None
+    b = np.floor((lat["t"] - edges[0]) / w).astype("int64")
+    allbins = pd.RangeIndex(int(b.min()), int(b.max()) + 1)
+    p99 = lat["lat"].groupby(b).quantile(0.99).reindex(allbins)
+    return edges[0] + (allbins.to_numpy() + 0.5) * w, p99.to_numpy()
+
+
 def load_run(run_dir: Path) -> Run:
     """Read every file of ``run_dir`` that exists and can be parsed; never raises for bad data."""
     run = Run(Path(run_dir))
@@ -139,6 +156,7 @@ def load_run(run_dir: Path) -> Run:
     run.input = _load(run, "input.parquet", pd.read_parquet)
     run.output = _load(run, "output.parquet", pd.read_parquet)
     run.sink = _load(run, "sink.jsonl", _read_jsonl)
+    run.live = _load(run, "live.parquet", pd.read_parquet)
     run.t0, run.t0_source = time_origin(run)
     return run
 
@@ -377,9 +395,14 @@ def timeline_panels(run: Run) -> tuple[list[Panel], list[str]]:
             q = g.quantile([0.5, 0.99]).unstack().reindex(allbins)
             mx = g.max().reindex(allbins)
             xs = edges[0] + (allbins.to_numpy() + 0.5) * w
-            panels.append(Panel("end-to-end latency (ms): output time - input record time (in_ts)", [
-                Series("p50", xs, q[0.5].to_numpy(), "ms"), Series("p99", xs, q[0.99].to_numpy(), "ms"),
-                Series("max", xs, mx.to_numpy(), "ms", "dot")], out_src + " - output.parquet in_ts"))
+            series = [Series("p50", xs, q[0.5].to_numpy(), "ms"), Series("p99", xs, q[0.99].to_numpy(), "ms"),
+                      Series("max", xs, mx.to_numpy(), "ms", "dot")]
+            src = out_src + " - output.parquet in_ts"
+            vis = _visibility_p99(run, edges, w, t0)
+            if vis is not None:
+                series.append(Series("visible p99 (live reader)", vis[0], vis[1], "ms", "dash"))
+                src += "; visible = live.parquet seen_ms - in_ts (read_committed reader during the faults)"
+            panels.append(Panel("end-to-end latency (ms): output time - input record time (in_ts)", series, src))
     elif out_ms is None:
         notes.append("no latency: " + _why_no_output_time(run))
     else:
