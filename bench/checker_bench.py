@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import json
 import os
 import platform

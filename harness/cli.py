@@ -189,16 +189,16 @@ def cluster_up(
     brokers: int = typer.Option(3, help="KRaft nodes (combined broker+controller)"),
 ) -> None:
     """Start a local KRaft cluster that stays up after this command; prints the bootstrap servers."""
-    from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
+    from harness import processes
+    from harness.kafka import ClusterError, ClusterSpec, KafkaCluster, free_base_port
 
     try:
         existing = KafkaCluster.from_state(dir)
-        if any(b.pid for b in existing.brokers.values()):
-            console.print(f"[yellow]a cluster is already recorded in {dir}; run `onceproof cluster down` "
-                          f"first[/]")
-            raise typer.Exit(1)
-    except RuntimeError:
-        pass
+    except ClusterError:
+        existing = None
+    if existing is not None and any(b.pid and processes.alive(b.pid) for b in existing.brokers.values()):
+        console.print(f"[yellow]a cluster is already running from {dir}; run `onceproof cluster down` first[/]")
+        raise typer.Exit(1)
     c = KafkaCluster(ClusterSpec(dir.resolve(), nodes=brokers, base_port=free_base_port(brokers)),
                      tie_to_parent=False)
     with console.status("starting Kafka"):

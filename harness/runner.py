@@ -142,7 +142,6 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     nem: NemesisRunner | None = None
     result: dict = {}
     health: dict = {}
-    verdict = "crashed"
     try:
         # -- setup
         if cfg.proxied:
@@ -249,7 +248,6 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
             live_frame = live.stop()
             result = checking.check_live(cluster.bootstrap, INPUT, OUTPUT, rd.path, st, live=live_frame)
         timings["check_s"] = round(time.monotonic() - t, 1)
-        verdict = result["verdict"]
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: tearing down (the history so far is kept)[/]")
         result = {"verdict": "crashed", "error": "interrupted (Ctrl-C)"}

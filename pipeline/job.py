@@ -17,7 +17,6 @@ input append time. Sinks (both inside ``foreachBatch``, see ``pipeline/transacti
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from functools import partial
 

@@ -2,7 +2,6 @@
 duplicate, gap and reordering; an aborted transaction stays invisible; an open transaction is `stuck`."""
 
 import json
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer

@@ -1,7 +1,6 @@
 """Everything started is stopped: Ctrl-C in the middle of a run, and `cluster up` / `cluster down`."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -55,6 +54,8 @@ def test_cluster_up_status_down(tmp_path):
         assert bootstrap.count("127.0.0.1:") == 3
         st = run_cli(["cluster", "status", "--dir", str(d)])
         assert st.returncode == 0 and st.stdout.count(" up") == 3, st.stdout
+        again = run_cli(["cluster", "up", "--dir", str(d)], timeout=60)
+        assert again.returncode == 1 and "already running" in again.stdout
         from confluent_kafka.admin import AdminClient
         md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
         assert len(md.brokers) == 3
