@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -24,15 +23,6 @@ app.add_typer(cluster_app, name="cluster")
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 DEFAULT_CLUSTER_DIR = Path(".cache/cluster")
-
-
-def _raise_interrupt(*_):
-    raise KeyboardInterrupt
-
-
-def _sigterm_as_interrupt() -> None:
-    # `kill <pid>` and CI timeouts send SIGTERM: tear down exactly as for Ctrl-C.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 @app.command()
@@ -61,7 +51,8 @@ def run(
 
     Exit code: 0 valid, 1 invalid, 2 unknown, 255 crashed.
     """
-    from harness.runner import TestConfig, run as run_test
+    from harness.config import TestConfig
+    from harness.runner import run as run_test
     from nemesis import catalog
     from pipeline.job import SINKS
 
@@ -75,7 +66,9 @@ def run(
     for name, v in (("--time-limit", time_limit), ("--rate", rate), ("--keys", keys)):
         if v <= 0:
             raise typer.BadParameter(f"must be > 0, got {v}", param_hint=name)
-    _sigterm_as_interrupt()
+    from harness import signals
+
+    signals.install()
     cfg = TestConfig(sink=sink, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
                      rate=rate, keys=keys, seed=seed, recovery_timeout=recovery_timeout, trigger_ms=trigger_ms,
                      fault_hold=fault_hold, txn_timeout_ms=txn_timeout_ms, proxy=proxy,

@@ -11,25 +11,25 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import shlex
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from checkers.compose import ANOMALIES
-from harness import checkpoint, checking, jars, recovery, topics
+from harness import checkpoint, checking, jars, recovery, signals, topics
 from harness.faultproxy import ProxyNetwork
 from harness.history import HistoryWriter
 from harness.live_reader import LiveReader
 from harness.junit import write_junit
 from harness.report import build_index, build_report
 from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
-from harness.store import DEFAULT_ROOT, RunDir
+from harness.config import TestConfig
+from harness.store import RunDir
 from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
 from nemesis import catalog, schedule
 from nemesis.fault import NemesisContext
@@ -38,59 +38,6 @@ from workloads.keyed import KeyedWorkload
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
 log = logging.getLogger("onceproof.runner")
-
-
-@dataclass
-class TestConfig:
-    """Everything that defines a run; saved as ``test.json``. Times in seconds unless named ``_ms``."""
-
-    sink: str = "eos"
-    nemesis: list[str] = field(default_factory=list)
-    nemesis_interval: float = 10.0
-    time_limit: float = 60.0
-    rate: float = 300.0
-    keys: int = 50
-    seed: int = 0
-    recovery_timeout: float = 180.0
-    startup_timeout: float = 240.0
-    trigger_ms: int = 1000
-    max_offsets: int = 5000
-    txn_timeout_ms: int = 30000
-    fault_hold: float = 6.0
-    max_run_factor: float = 3.0
-    partitions: int = 6
-    brokers: int = 3
-    master: str = "local-cluster[2,1,1024]"
-    test_name: str = ""
-    results_root: Path = DEFAULT_ROOT
-    keep_data: bool = False
-    proxy: bool = False  # put the cluster behind toxiproxy even without a network fault
-
-    @property
-    def proxied(self) -> bool:
-        return self.proxy or catalog.needs_proxy(self.nemesis)
-
-    @property
-    def name(self) -> str:
-        if self.test_name:
-            return self.test_name
-        if self.nemesis and sorted(self.nemesis) == sorted(catalog.FAULTS):
-            faults = "all"
-        elif len(self.nemesis) > 3:
-            faults = f"{len(self.nemesis)}-faults"
-        else:
-            faults = "+".join(self.nemesis).replace(":", "-") or "no-faults"
-        return f"{self.sink}-{faults}"
-
-    def replay_command(self) -> str:
-        """The command line that replays this run's workload and fault schedule."""
-        faults = "all" if self.nemesis and sorted(self.nemesis) == sorted(catalog.FAULTS) else \
-            ",".join(self.nemesis) or "none"
-        parts = ["onceproof", "run", "--sink", self.sink, "--nemesis", faults,
-                 "--nemesis-interval", f"{self.nemesis_interval:g}", "--time-limit", f"{self.time_limit:g}",
-                 "--rate", f"{self.rate:g}", "--keys", str(self.keys), "--seed", str(self.seed),
-                 "--fault-hold", f"{self.fault_hold:g}", "--txn-timeout-ms", str(self.txn_timeout_ms)]
-        return shlex.join(parts)
 
 
 INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
@@ -248,9 +195,11 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
             live_frame = live.stop()
             result = checking.check_live(cluster.bootstrap, INPUT, OUTPUT, rd.path, st, live=live_frame)
         timings["check_s"] = round(time.monotonic() - t, 1)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: tearing down (the history so far is kept)[/]")
-        result = {"verdict": "crashed", "error": "interrupted (Ctrl-C)"}
+    except KeyboardInterrupt as e:
+        why = signals.reason(e)
+        interrupted = True
+        console.print(f"[yellow]{why}: tearing down (the history so far is kept)[/]")
+        result = {"verdict": "crashed", "error": why}
     except Exception as e:  # noqa: BLE001 - a crashed run still gets a results.json and a teardown
         log.exception("run crashed")
         console.print(f"[red]run crashed: {e}[/]")
