@@ -31,6 +31,7 @@ class LiveReader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
+        self._reported = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="live-reader", daemon=True)
@@ -61,12 +62,17 @@ class LiveReader:
         finally:
             c.close()
 
+    def new_errors(self) -> list[str]:
+        """Errors since the last call, prefixed for the console (the full list stays in ``errors``)."""
+        new, self._reported = self.errors[self._reported:], len(self.errors)
+        return [f"live reader: {e}" for e in new]
+
     def stop(self) -> pd.DataFrame:
         """Stop and return what was seen (see module docstring for columns)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
-        return frame(self._rows)
+            self._thread.join(timeout=15)
+        return frame(list(self._rows))
 
     def save(self, df: pd.DataFrame, path: Path) -> None:
         df.to_parquet(path, index=False)

@@ -14,7 +14,9 @@ import platform
 import shutil
 import signal
 import time
-from dataclasses import asdict
+import threading
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -31,9 +33,10 @@ from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.config import TestConfig
 from harness.store import RunDir
 from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
-from nemesis import catalog, schedule
+from nemesis import catalog, coverage, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
+from pipeline import job as pipeline_job
 from workloads.keyed import KeyedWorkload
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
@@ -53,19 +56,271 @@ def versions() -> dict[str, str]:
             "python": platform.python_version(), "java": shutil.which("java") or "?"}
 
 
+TEARDOWN_BOUND_S = 60.0  # README: teardown ends within this many seconds of its start, whatever hangs
+
+
+class _Teardown:
+    """The run's resources, torn down in reverse order of creation through an ``ExitStack``.
+
+    Every step is guarded on its own (an exception in ``workload.stop`` must not skip ``cluster.down``),
+    timed, and recorded in ``errors``. A watchdog SIGKILLs every process group still registered with
+    :meth:`track` once ``TEARDOWN_BOUND_S`` seconds have passed, which unblocks any step waiting on them.
+    """
+
+    def __init__(self, stack: ExitStack):
+        self.stack = stack
+        self.errors: list[str] = []
+        self.steps: dict[str, float] = {}
+        self.interrupted = False
+        self._kills: list = []
+        self._watchdog: threading.Timer | None = None
+
+    def push(self, name: str, fn) -> None:
+        """Run ``fn()`` at teardown (LIFO); its failure is recorded and the next step still runs."""
+        def step():
+            t = time.monotonic()
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - one failed step must not skip the others
+                log.exception("teardown step %s failed", name)
+                self.errors.append(f"{name}: {e!r}")
+            self.steps[name] = round(time.monotonic() - t, 1)
+        self.stack.callback(step)
+
+    def track(self, kill) -> None:
+        """``kill()`` is the watchdog's last resort for one resource (SIGKILL its process group)."""
+        self._kills.append(kill)
+
+    def begin(self) -> None:
+        """Start the bounded-time watchdog (called once, when teardown starts)."""
+        def last_resort():
+            log.error("teardown still running after %.0fs: SIGKILL everything left", TEARDOWN_BOUND_S)
+            self.errors.append(f"watchdog: teardown exceeded {TEARDOWN_BOUND_S:.0f}s; killed what was left")
+            for k in self._kills:
+                try:
+                    k()
+                except Exception:  # noqa: BLE001 - last resort, keep going
+                    pass
+        self._watchdog = threading.Timer(TEARDOWN_BOUND_S, last_resort)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def end(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
+
+@dataclass
+class _Run:
+    """One run's state, shared by the phase functions."""
+
+    cfg: TestConfig
+    rd: RunDir
+    console: Console
+    meta: dict
+    history: HistoryWriter
+    nem_hist: HistoryWriter
+    spec: ClusterSpec
+    td: _Teardown
+    timings: dict = field(default_factory=dict)
+    cluster: KafkaCluster | None = None
+    net: ProxyNetwork | None = None
+    sup: DriverSupervisor | None = None
+    live: LiveReader | None = None
+    workload: KeyedWorkload | None = None
+    nem: NemesisRunner | None = None
+    ctx: NemesisContext | None = None
+    plan: list = field(default_factory=list)
+    health: dict = field(default_factory=dict)
+
+    @property
+    def ckpt(self) -> Path:
+        return self.rd / "checkpoint"
+
+    @property
+    def control(self) -> Path:
+        return self.rd / "control"
+
+
+def _timed(r: _Run, key: str):
+    t = time.monotonic()
+    return lambda: r.timings.__setitem__(key, round(time.monotonic() - t, 1))
+
+
+def _setup(r: _Run) -> None:
+    """Proxies (if any), Kafka and topics, the supervised Spark driver. Each resource's teardown is
+    registered *before* it starts, so an interrupt in the middle of a start still stops it."""
+    cfg, console, td = r.cfg, r.console, r.td
+    if cfg.proxied:
+        r.net = ProxyNetwork(r.spec)
+        td.push("proxy network stop", r.net.stop)
+        td.track(r.net.server.kill)
+        with console.status("building/starting toxiproxy and the cluster's proxies"):
+            done = _timed(r, "proxy_start_s")
+            r.net.start(r.rd / "logs" / "toxiproxy.log")
+            done()
+        console.print(f"toxiproxy up in {r.timings['proxy_start_s']}s: {len(r.net.names)} proxies at "
+                      f"{r.net.server.url}")
+    r.cluster = cluster = KafkaCluster(r.spec)
+    td.push("cluster down", cluster.down)
+    td.track(cluster.down)
+    with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
+        done = _timed(r, "cluster_start_s")
+        cluster.up()
+        topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions, PROGRESS: 1},
+                             replication=min(3, cfg.brokers))
+        done()
+    console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
+    argv = driver_argv(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
+                       sink_log=r.rd / "sink.jsonl", input_topic=INPUT, output_topic=OUTPUT,
+                       progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
+                       max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
+                       pool_size=cfg.partitions, master=cfg.master)
+    r.sup = sup = DriverSupervisor(argv, r.rd / "logs", executor_dir=r.rd / "logs" / "executors")
+
+    def stop_driver():
+        try:
+            sup.stop()
+        finally:
+            collect_executor_logs(r.control, r.rd / "logs" / "executors")
+    td.push("driver stop", stop_driver)
+    td.track(sup.kill_now)
+    with console.status(f"starting the Spark driver ({cfg.master}, sink={cfg.sink})"):
+        done = _timed(r, "spark_start_s")
+        sup.start()
+        deadline = time.monotonic() + cfg.startup_timeout
+        while read_ready(r.control) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
+                                   f"see {r.rd / 'logs'}/driver-*.log")
+            time.sleep(0.5)
+        done()
+    console.print(f"spark query up in {r.timings['spark_start_s']}s")
+
+
+def _run_phase(r: _Run) -> None:
+    """Workload, live reader and nemesis for the time limit (longer, up to ``max_run_factor``, until
+    every planned fault has had its turn)."""
+    cfg, console, td = r.cfg, r.console, r.td
+    r.live = live = LiveReader(r.cluster.bootstrap, OUTPUT)
+    td.push("live reader stop", live.stop)
+    live.start()
+    r.workload = workload = KeyedWorkload(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate, keys=cfg.keys,
+                                          seed=cfg.seed)
+    td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
+    r.ctx = ctx = NemesisContext(supervisor=r.sup, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
+                                 output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
+                                 proxies=r.net)
+
+    def on_op(op):
+        style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
+        console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
+                      f"{_brief(op['evidence'])}")
+
+    specs = sorted({f for _, f in r.plan})
+    r.nem = nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms), r.plan, ctx, r.nem_hist,
+                                cfg.seed, on_op=on_op)
+    td.push("nemesis stop and heal", lambda: _heal_faults(r, teardown=True))
+    workload.start()
+    nem.start(ready=lambda: checkpoint.latest_commit(r.ckpt) is not None)
+    t0 = time.monotonic()
+    next_report = t0
+    planned = {f for _, f in r.plan}
+
+    def keep_running(el: float) -> bool:
+        if el < cfg.time_limit:
+            return True
+        done = {op["f"] for op in nem.ops}
+        return el < cfg.time_limit * cfg.max_run_factor and not planned <= done
+
+    extended = False
+    while keep_running(el := time.monotonic() - t0):
+        if el >= cfg.time_limit and not extended:
+            extended = True
+            console.print("time limit reached; running on until every fault has had its turn")
+        if time.monotonic() >= next_report:
+            s = workload.stats
+            console.print(f"[{el:5.0f}s/{cfg.time_limit:.0f}s] sends ok={s.ok} info={s.info} fail={s.fail} "
+                          f"| batch committed={checkpoint.latest_commit(r.ckpt)} | driver restarts="
+                          f"{r.sup.restarts()} | faults={len(nem.ops)}")
+            for e in workload.new_errors() + live.new_errors():
+                console.print(f"  [yellow]{e}[/]")
+            next_report += 5
+        time.sleep(0.2)
+
+
+def _heal_faults(r: _Run, teardown: bool = False) -> list[str]:
+    """Stop the nemesis and undo every fault. In an interrupted teardown, faults are healed only as far
+    as the teardown does not undo them anyway: no broker is restarted just to be killed."""
+    if r.nem is None:
+        return []
+    if teardown and r.td.interrupted and r.ctx is not None:
+        r.ctx.teardown.set()
+    return r.nem.stop_and_heal(join_timeout_s=10.0 if r.td.interrupted else 120.0)
+
+
+def _heal(r: _Run) -> None:
+    console = r.console
+    console.print("time limit reached: stopping workload and healing faults")
+    r.workload.stop()
+    errors = _heal_faults(r)
+    if errors:
+        console.print(f"[red]heal errors: {errors}[/]")
+    r.health = cluster_health(r.cluster, r.net)
+    console.print(f"after heal: brokers registered {r.health['brokers_registered']}, "
+                  f"stopped {r.health['brokers_stopped']}, proxies cut {r.health['proxies_cut']}")
+
+
+def _recover(r: _Run) -> recovery.RecoveryStatus:
+    done = _timed(r, "recovery_s")
+    st = recovery.wait(r.cluster.bootstrap, INPUT, OUTPUT, r.ckpt, r.cfg.recovery_timeout,
+                       progress=lambda s: r.console.print(f"  recovering ({s.seconds:.0f}s): {'; '.join(s.reasons)}"))
+    done()
+    r.console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
+                    f"in {r.timings['recovery_s']}s")
+    return st
+
+
+def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
+    done = _timed(r, "check_s")
+    with r.console.status("reading topics at read_committed and checking"):
+        live_frame = r.live.stop()
+        result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame)
+    done()
+    return result
+
+
+def fault_plan(cfg: TestConfig) -> list[tuple[float, str]]:
+    """The seeded fault schedule of ``cfg``, sized by the faults' expected durations.
+
+    Raises: ``nemesis.schedule.PlanDoesNotFit`` (a ``ValueError``) naming the minimum ``--time-limit``.
+    """
+    return schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed,
+                         targets=catalog.target_choices(), max_run_factor=cfg.max_run_factor,
+                         durations=lambda s: catalog.expected_s(s, hold_s=cfg.fault_hold,
+                                                                txn_timeout_ms=cfg.txn_timeout_ms))
+
+
 def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
-    """Run one test. Returns ``(exit code, run directory)``; never raises for a failed run."""
+    """Run one test: setup → run → heal → recover → check, then teardown on every path.
+
+    Returns ``(exit code, run directory)``; never raises for a failed or interrupted run (Ctrl-C and
+    SIGTERM give verdict ``crashed``, exit 255). Teardown is bounded by ``TEARDOWN_BOUND_S`` seconds.
+    """
     console = console or Console()
+    plan = fault_plan(cfg)  # raises PlanDoesNotFit before anything exists
     rd = RunDir(Path(cfg.results_root), cfg.name)
     os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
     t_start = time.monotonic()
-    timings: dict[str, float] = {}
+    sink_id = pipeline_job.default_sink_id(rd / "checkpoint", f"onceproof-{cfg.sink}")
     meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
-            "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
     try:
         meta["versions"] = versions()
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
+    meta["schedule"] = plan
     rd.write_json("test.json", meta)
     console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
     console.print(f"replay: [cyan]{cfg.replay_command()}[/]")
@@ -81,159 +336,55 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     nem_hist = HistoryWriter(rd / "nemesis.jsonl", start_ns=history.start_ns)
     spec = ClusterSpec(rd / "cluster", nodes=cfg.brokers, proxied=cfg.proxied,
                        base_port=free_base_port(cfg.brokers, proxied=cfg.proxied), log_dir=rd / "logs")
-    cluster = KafkaCluster(spec)
-    net: ProxyNetwork | None = None
-    sup: DriverSupervisor | None = None
-    live: LiveReader | None = None
-    workload: KeyedWorkload | None = None
-    nem: NemesisRunner | None = None
     result: dict = {}
-    health: dict = {}
+    prev = None
+    t_td = time.monotonic()
+    stack = ExitStack()
+    td = _Teardown(stack)
+    r = _Run(cfg, rd, console, meta, history, nem_hist, spec, td, plan=plan)
     try:
-        # -- setup
-        if cfg.proxied:
-            with console.status("building/starting toxiproxy and the cluster's proxies"):
-                t = time.monotonic()
-                net = ProxyNetwork(spec).start(rd / "logs" / "toxiproxy.log")
-                timings["proxy_start_s"] = round(time.monotonic() - t, 1)
-            console.print(f"toxiproxy up in {timings['proxy_start_s']}s: {len(net.names)} proxies at {net.server.url}")
-        with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
-            t = time.monotonic()
-            cluster.up()
-            topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions,
-                                                     PROGRESS: 1}, replication=min(3, cfg.brokers))
-            timings["cluster_start_s"] = round(time.monotonic() - t, 1)
-        console.print(f"kafka up in {timings['cluster_start_s']}s at {cluster.bootstrap}")
-        ckpt, control = rd / "checkpoint", rd / "control"
-        argv = driver_argv(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=ckpt, control=control,
-                           sink_log=rd / "sink.jsonl", input_topic=INPUT, output_topic=OUTPUT,
-                           progress_topic=PROGRESS, sink_id=f"onceproof-{cfg.sink}", trigger_ms=cfg.trigger_ms,
-                           max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
-                           pool_size=cfg.partitions, master=cfg.master)
-        sup = DriverSupervisor(argv, rd / "logs", executor_dir=rd / "logs" / "executors")
-        with console.status(f"starting the Spark driver ({cfg.master}, sink={cfg.sink})"):
-            t = time.monotonic()
-            sup.start()
-            deadline = time.monotonic() + cfg.startup_timeout
-            while read_ready(control) is None:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
-                                       f"see {rd / 'logs'}/driver-*.log")
-                time.sleep(0.5)
-            timings["spark_start_s"] = round(time.monotonic() - t, 1)
-        console.print(f"spark query up in {timings['spark_start_s']}s")
-
-        # -- run
-        live = LiveReader(cluster.bootstrap, OUTPUT)
-        live.start()
-        workload = KeyedWorkload(cluster.bootstrap, INPUT, history, rate=cfg.rate, keys=cfg.keys, seed=cfg.seed)
-        plan = schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed,
-                             targets=catalog.target_choices())
-        meta["schedule"] = plan
-        rd.write_json("test.json", meta)
-        sink_ids = [f"onceproof-{cfg.sink}-{p}" for p in range(cfg.partitions)]
-        ctx = NemesisContext(supervisor=sup, control=control, checkpoint=ckpt, cluster=cluster,
-                             output_topic=OUTPUT, sink_ids=sink_ids, hold_s=cfg.fault_hold, proxies=net)
-
-        def on_op(op):
-            style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
-            console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
-                          f"{_brief(op['evidence'])}")
-
-        specs = sorted({f for _, f in plan})
-        nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms), plan, ctx, nem_hist,
-                            cfg.seed, on_op=on_op)
-        workload.start()
-        nem.start(ready=lambda: checkpoint.latest_commit(ckpt) is not None)
-        t0 = time.monotonic()
-        next_report = t0
-        # The run lasts the time limit, and longer (up to max_run_factor × time limit) until every
-        # requested fault has been invoked once: `--nemesis all` means all, even in a short run.
-        def keep_running(el: float) -> bool:
-            if el < cfg.time_limit:
-                return True
-            done = {op["f"].partition(":")[0] for op in nem.ops}
-            wanted = {f.partition(":")[0] for f in cfg.nemesis}
-            return el < cfg.time_limit * cfg.max_run_factor and not wanted <= done
-
-        extended = False
-        while keep_running(el := time.monotonic() - t0):
-            if el >= cfg.time_limit and not extended:
-                extended = True
-                console.print("time limit reached; running on until every fault has had its turn")
-            if time.monotonic() >= next_report:
-                s = workload.stats
-                console.print(f"[{el:5.0f}s/{cfg.time_limit:.0f}s] sends ok={s.ok} info={s.info} fail={s.fail} "
-                              f"| batch committed={checkpoint.latest_commit(ckpt)} | driver restarts="
-                              f"{sup.restarts()} | faults={len(nem.ops)}")
-                next_report += 5
-            time.sleep(0.2)
-
-        # -- heal
-        console.print("time limit reached: stopping workload and healing faults")
-        workload.stop()
-        heal_errors = nem.stop_and_heal()
-        if heal_errors:
-            console.print(f"[red]heal errors: {heal_errors}[/]")
-
-        health = cluster_health(cluster, net)
-        console.print(f"after heal: brokers registered {health['brokers_registered']}, "
-                      f"stopped {health['brokers_stopped']}, proxies cut {health['proxies_cut']}")
-
-        # -- recover
-        t = time.monotonic()
-        st = recovery.wait(cluster.bootstrap, INPUT, OUTPUT, ckpt, cfg.recovery_timeout,
-                           progress=lambda s: console.print(f"  recovering ({s.seconds:.0f}s): "
-                                                            f"{'; '.join(s.reasons)}"))
-        timings["recovery_s"] = round(time.monotonic() - t, 1)
-        console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
-                      f"in {timings['recovery_s']}s")
-
-        # -- check
-        t = time.monotonic()
-        with console.status("reading topics at read_committed and checking"):
-            live_frame = live.stop()
-            result = checking.check_live(cluster.bootstrap, INPUT, OUTPUT, rd.path, st, live=live_frame)
-        timings["check_s"] = round(time.monotonic() - t, 1)
-    except KeyboardInterrupt as e:
-        why = signals.reason(e)
-        interrupted = True
-        console.print(f"[yellow]{why}: tearing down (the history so far is kept)[/]")
-        result = {"verdict": "crashed", "error": why}
-    except Exception as e:  # noqa: BLE001 - a crashed run still gets a results.json and a teardown
-        log.exception("run crashed")
-        console.print(f"[red]run crashed: {e}[/]")
-        result = {"verdict": "crashed", "error": repr(e)}
+        with stack:
+            td.push("close histories", lambda: (history.close(), nem_hist.close()))
+            if not cfg.keep_data:
+                td.push("remove broker data", lambda: [shutil.rmtree(spec.data_dir / f"node{n.node_id}" / "data",
+                                                                     ignore_errors=True) for n in spec.node_specs])
+            try:
+                _setup(r)
+                _run_phase(r)
+                _heal(r)
+                result = coverage.judge(_check(r, _recover(r)), plan, r.nem.ops)
+            except KeyboardInterrupt as e:
+                td.interrupted = True
+                why = signals.reason(e)
+                console.print(f"[yellow]{why}: tearing down (the history so far is kept)[/]")
+                result = {"verdict": "crashed", "error": why}
+            except Exception as e:  # noqa: BLE001 - a crashed run still gets a results.json and a teardown
+                log.exception("run crashed")
+                console.print(f"[red]run crashed: {e}[/]")
+                result = {"verdict": "crashed", "error": repr(e)}
+            finally:
+                # a second Ctrl-C must not cut the teardown short; the watchdog bounds it instead
+                prev = (signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN))
+                td.begin()
+                t_td = time.monotonic()
+                console.print("tearing down" + (" (interrupted: bounded, no broker restarts)" if td.interrupted else ""))
     finally:
-        # -- teardown, on every path; a second Ctrl-C must not cut it short
-        prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        prev_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if workload is not None:
-            workload.stop()
-        if live is not None:
-            live.stop()
-        if nem is not None:
-            nem.stop_and_heal()
-        if sup is not None:
-            sup.stop()
-            collect_executor_logs(rd / "control", rd / "logs" / "executors")
-        cluster.down()
-        if net is not None:
-            net.stop()
-        history.close()
-        nem_hist.close()
+        td.end()
+        if prev is not None:
+            signal.signal(signal.SIGINT, prev[0])
+            signal.signal(signal.SIGTERM, prev[1])
         lk.removeHandler(client_log)
         client_log.close()
-        signal.signal(signal.SIGINT, prev_int)
-        signal.signal(signal.SIGTERM, prev_term)
-        if not cfg.keep_data:
-            for n in spec.node_specs:
-                shutil.rmtree(spec.data_dir / f"node{n.node_id}" / "data", ignore_errors=True)
-    timings["total_s"] = round(time.monotonic() - t_start, 1)
-    faults = _fault_summary(nem.ops if nem else [])
+    r.timings["teardown_s"] = round(time.monotonic() - t_td, 1)
+    r.timings["total_s"] = round(time.monotonic() - t_start, 1)
+    faults = _fault_summary(r.nem.ops if r.nem else [])
     result.update({"test": cfg.name, "run_dir": str(rd.path), "seed": cfg.seed, "replay": cfg.replay_command(),
-                   "faults": faults, "driver_restarts": sup.restarts() if sup else 0, "timings": timings,
-                   "health_after_heal": health})
+                   "faults": faults, "driver_restarts": r.sup.restarts() if r.sup else 0, "timings": r.timings,
+                   "health_after_heal": r.health, "teardown": {"steps_s": td.steps, "errors": td.errors},
+                   "client_errors": {"workload": r.workload.errors[:50] if r.workload else [],
+                                     "live_reader": r.live.errors[:50] if r.live else []}})
+    if td.errors:
+        console.print(f"[red]teardown errors: {td.errors}[/]")
     rd.write_json("results.json", result)
     try:
         write_junit(rd.path)
@@ -304,7 +455,17 @@ def summarize(result: dict, console: Console) -> None:
         ex = (result.get("anomalies", {}).get(a) or [None])[0]
         t.add_row(a, str(counts.get(a, "-")), _short(ex))
     console.print(t)
-    if result.get("faults"):
+    if result.get("coverage"):
+        ct = Table(title="fault coverage (turns)")
+        for c in ("fault", "target", "planned", "effective", "exercised", "other"):
+            ct.add_column(c, justify="left" if c in ("fault", "target", "other") else "right")
+        for row in result["coverage"]:
+            style = "" if row["exercised"] else "yellow"
+            ct.add_row(row["fault"], row["target"], str(row["planned"]), str(row["effective"]),
+                       f"[{style}]{row['exercised']}[/]" if style else str(row["exercised"]),
+                       ", ".join(f"{k}={n}" for k, n in row["other"].items()))
+        console.print(ct)
+    elif result.get("faults"):
         ft = Table(title="faults")
         ft.add_column("fault")
         ft.add_column("effective", justify="right")

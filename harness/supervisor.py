@@ -79,8 +79,12 @@ class DriverSupervisor:
         while not self._stop.is_set():
             self.incarnations += 1
             log = self.log_dir / f"driver-{self.incarnations}.log"
+            env = driver_env(self.executor_dir)
+            # the sink keys its attempts by (incarnation, batch, partition, attempt): Spark restarts
+            # attempt numbers at 0 in every new driver
+            env["ONCEPROOF_DRIVER_INCARNATION"] = str(self.incarnations)
             proc = processes.spawn([sys.executable, "-m", "pipeline.job", *self.argv], log_path=log,
-                                   env=driver_env(self.executor_dir), cwd=self.log_dir)
+                                   env=env, cwd=self.log_dir)
             with self._lock:
                 self._proc = proc
             self.events.append((time.time(), "start", proc.pid, None))
@@ -98,10 +102,20 @@ class DriverSupervisor:
             processes.stop_group(p.pid, grace_s=5.0)
 
     def stop(self) -> None:
-        """Stop the driver and everything in its process group; waits for the thread (≤ 30 s)."""
+        """Stop the driver and everything in its process group; waits for the thread (≤ 15 s), then
+        SIGKILLs the group whatever the thread is doing."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=15)
+        with self._lock:
+            p = self._proc
+        if p is not None:
+            processes.kill_group(p.pid)
+
+    def kill_now(self) -> None:
+        """SIGKILL the current driver's process group without waiting for the supervision thread (the
+        teardown watchdog's last resort)."""
+        self._stop.set()
         with self._lock:
             p = self._proc
         if p is not None:
@@ -151,8 +165,15 @@ def driver_argv(*, bootstrap: str, sink: str, checkpoint: Path, control: Path, s
 
 
 def collect_executor_logs(control: Path, dest: Path) -> int:
-    """Move each incarnation's executor logs (``<pyspark>/work/<app-id>/``, where local-cluster workers
-    write them) into ``dest``. Returns the number of application directories moved."""
+    """Keep each incarnation's executor *logs* and drop the rest of its work directory.
+
+    ``local-cluster`` workers write each application's executor directories under
+    ``<pyspark>/work/<app-id>/<executor-id>/`` (the worker's default work dir is ``$SPARK_HOME/work``);
+    they hold ``stdout``/``stderr`` and copies of every ``--jars`` jar (≈ 20 MB per executor). Only the
+    logs belong in a run (``dest/<app-id>/<executor-id>/stderr``); the whole application directory is
+    then removed, so nothing accumulates inside the virtualenv. Returns the number of applications
+    collected. Never raises for a missing or half-written directory.
+    """
     import shutil
 
     apps = control / "driver.apps.jsonl"
@@ -166,10 +187,18 @@ def collect_executor_logs(control: Path, dest: Path) -> int:
         except (ValueError, KeyError):
             continue
         src = work / app
-        if src.is_dir():
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(src), str(dest / app))
-            n += 1
+        if not src.is_dir():
+            continue
+        for f in src.glob("*/*"):
+            if f.is_file() and f.name in ("stdout", "stderr"):
+                out = dest / app / f.parent.name / f.name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    shutil.copyfile(f, out)
+                except OSError:
+                    continue
+        shutil.rmtree(src, ignore_errors=True)
+        n += 1
     return n
 
 

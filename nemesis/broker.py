@@ -77,13 +77,35 @@ class KillBroker(_BrokerFault):
             processes.kill_group(pid)
             ctx.cluster.brokers[n].pid = None
             ev["killed"][n] = {"pid": pid, "status_after": _status(pid)}
-        if "transactional_id" in choice.why:
-            time.sleep(min(3.0, ctx.hold_s))  # let the controller move the coordinator's partition
-            ev["coordinator_during"] = self._coordinator(ctx, choice)
-        ev["held_s"] = hold(ctx, ctx.hold_s)
+        t_kill = time.monotonic()
+        moved = self._wait_moved(ctx, choice, ev) if target in ("leader", "txn-coordinator") else None
+        ev["held_s"] = round(time.monotonic() - t_kill + hold(ctx, max(0.0, ctx.hold_s - (time.monotonic() - t_kill))), 2)
+        if ctx.teardown.is_set():
+            return Outcome(SKIPPED, f"{target}: broker {choice.nodes}", {**ev, "reason": "run interrupted"})
         ev["rejoined_after_s"] = self._restart(ctx, choice.nodes)
         ok = all(k["status_after"] == "gone" for k in ev["killed"].values())
-        return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev)
+        return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev, exercised=moved)
+
+    def _wait_moved(self, ctx: NemesisContext, choice: targets.Choice, ev: dict, max_s: float = 25.0) -> bool:
+        """Keep the broker down until the partition it led (``leader``) or the ``__transaction_state``
+        partition of the chosen transactional id (``txn-coordinator``) has a new live leader: only then
+        did the pipeline have to fail over (KRaft notices a dead broker after
+        ``broker.session.timeout.ms``, 9 s by default). ≤ ``max_s`` s; records the new leader."""
+        t = time.monotonic()
+        gone = set(choice.nodes)
+        while True:
+            if "transactional_id" in choice.why:
+                now = self._coordinator(ctx, choice)
+                ev["coordinator_during"] = now
+            else:
+                now = targets.partition_leaders(ctx.cluster.bootstrap, ctx.output_topic).get(choice.why["partition"], -1)
+                ev["leader_during"] = now
+            if now is not None and now >= 0 and now not in gone:
+                ev["moved_after_s"] = round(time.monotonic() - t, 1)
+                return True
+            if time.monotonic() - t >= max_s or ctx.stop.wait(0.5):
+                ev["moved_after_s"] = None
+                return False
 
     def _restart(self, ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> dict:
         t0 = time.monotonic()
@@ -92,12 +114,15 @@ class KillBroker(_BrokerFault):
         out = {}
         for n in nodes:
             while not _registered(ctx.cluster.bootstrap, n) and time.monotonic() - t0 < timeout_s:
-                time.sleep(0.5)
+                if ctx.teardown.wait(0.5):
+                    break
             out[n] = round(time.monotonic() - t0, 1) if _registered(ctx.cluster.bootstrap, n) else None
         return out
 
     def heal(self, ctx: NemesisContext) -> None:
-        """Restart every broker that is not running."""
+        """Restart every broker that is not running, unless an interrupted run is tearing the cluster down."""
+        if ctx.teardown.is_set():
+            return
         dead = [i for i, b in ctx.cluster.brokers.items() if b.pid is None or not processes.alive(b.pid)]
         if dead:
             self._restart(ctx, dead)

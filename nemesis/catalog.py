@@ -39,8 +39,45 @@ def target_choices() -> dict[str, tuple[str, ...]]:
     return {n: _targets(n) for n in FAULTS if _targets(n)}
 
 
+def all_specs() -> list[str]:
+    """What ``--nemesis all`` means: every fault family and every target, each its own spec
+    (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``)."""
+    return [f"{n}:{t}" if t else n for n in FAULTS for t in (_targets(n) or ("",))]
+
+
+def is_all(specs: list[str]) -> bool:
+    """True when ``specs`` is what ``all`` expands to (in any order)."""
+    return bool(specs) and sorted(specs) == sorted(all_specs())
+
+
+def expected_s(spec: str, *, hold_s: float = 6.0, txn_timeout_ms: int = 30000) -> float:
+    """How long one turn of ``spec`` takes, seconds, including what the pipeline needs to settle before
+    the next fault can be judged (a driver restart, a broker rejoining). Estimates measured on the local
+    backend (2 cores): Spark driver restart ~20 s, broker restart and rejoin ~10 s, leadership moves
+    after ``broker.session.timeout.ms`` (9 s)."""
+    name, _, target = spec.partition(":")
+    if name == "kill-executor":
+        return 15.0
+    if name in ("kill-driver", "kill-driver-in-commit-window"):
+        return 25.0
+    if name == "kill-broker":
+        return (max(hold_s, 10.0) if target in ("leader", "txn-coordinator", "") else hold_s) + 12.0
+    if name == "pause-broker":
+        return hold_s + 2.0
+    if name == "commit-delay":
+        if target in ("txn-timeout", ""):
+            return txn_timeout_ms / 1000 + 20.0
+        return max(hold_s, 6.0) + 2.0
+    if name == "partition":
+        return max(hold_s, 12.0) + 10.0
+    if name == "slow-network":
+        return hold_s + 10.0
+    return hold_s
+
+
 def parse(spec: str) -> list[str]:
-    """``"a,b:t"`` / ``"all"`` / ``"none"`` → fault specs.
+    """``"a,b:t"`` / ``"all"`` / ``"none"`` → fault specs. ``all`` is every fault *and every target*
+    (:func:`all_specs`).
 
     Raises: ``ValueError`` naming the unknown fault or target and listing the known ones.
     """
@@ -48,7 +85,7 @@ def parse(spec: str) -> list[str]:
     if spec in ("", "none"):
         return []
     if spec == "all":
-        return list(FAULTS)
+        return all_specs()
     out = []
     for s in (x.strip() for x in spec.split(",")):
         if not s:

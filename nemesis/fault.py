@@ -6,6 +6,10 @@ says so, and the op is recorded as not taken. Outcomes:
 * ``effective`` – the fault happened, and ``evidence`` shows it (a pid gone, a log entry absent, ...);
 * ``not-effective`` – it was tried and did not take effect (evidence says why); not counted;
 * ``skipped`` – there was no target at that moment (e.g. the driver was restarting).
+
+Effective is not enough for a ``valid`` verdict: a fault must also be *exercised*, i.e. hit the
+pipeline where it can hurt (``Outcome.exercised``): a killed executor held a running sink task, a
+killed leader's partition moved, a killed coordinator's transactions moved. See ``nemesis/coverage.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,13 @@ class Outcome:
     outcome: str
     target: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
+    # Did the fault hit the pipeline where it hurts (a running sink task, a partition in use, ...)?
+    # ``None`` = the fault has no stronger test than taking effect: exercised == effective.
+    exercised: bool | None = None
+
+    @property
+    def was_exercised(self) -> bool:
+        return self.outcome == EFFECTIVE and (self.exercised is None or bool(self.exercised))
 
 
 @dataclass
@@ -42,6 +53,8 @@ class NemesisContext:
     hold_s: float = 6.0  # how long a start/stop fault stays in effect, seconds
     proxies: Any = None  # harness.faultproxy.ProxyNetwork when the cluster runs behind toxiproxy
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
+    # set when an interrupted run tears down: heal only what teardown will not undo (no broker restarts)
+    teardown: threading.Event = field(default_factory=threading.Event)
 
 
 class Fault(Protocol):

@@ -1,51 +1,157 @@
-"""``kill-executor``: SIGKILL one Spark executor JVM (its Python workers die with it).
+"""``kill-executor``: SIGKILL the Spark executor JVM that is running a sink task, mid-transaction.
 
-Target: one executor of the current driver, chosen by the seeded RNG among the live executors sorted
-by executor id. Evidence: executor id, pid, and that the pid is gone afterwards. The standalone
-master in ``local-cluster`` mode starts a replacement executor; tasks that ran on the dead one are
-retried by Spark, and their open Kafka transactions are fenced by the retry's ``init_transactions()``.
+Deterministic, not hopeful (as ``kill-driver-in-commit-window``): a random executor kill between
+micro-batches hits no task at all and tests nothing. So the nemesis asks the sink's pre-commit hook
+(``pipeline/hooks.py``) to park the next task of one seeded sink partition after ``flush()`` and before
+``commit_transaction()``, waits for that task to announce itself in ``sink.jsonl`` (``hold`` with its
+Python worker's pid), finds the executor JVM above that pid, and SIGKILLs it. The task's open Kafka
+transaction must then be fenced by the retry's ``init_transactions()`` and the (batch, partition)
+committed once by another attempt.
+
+Evidence: the held task (batch, sink partition, attempt, worker pid), the executor id and pid, that the
+pid is gone, and the retry that later committed or skipped the same (batch, partition).
+``exercised`` is true when the killed executor provably held a running sink task. A sink without the
+hook (``at-least-once``) gets a seeded-random executor instead, exercised only if Spark's driver log
+reports a task lost on it (``ExecutorLostFailure``).
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import signal
 import time
 
 import psutil
 
-from harness.supervisor import executor_id
+from harness.supervisor import EXECUTOR_MAIN, executor_id
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
+from pipeline import hooks
+
+
+def _sink_events(ctx: NemesisContext, since: float) -> list[dict]:
+    p = ctx.control.parent / "sink.jsonl"
+    out = []
+    try:
+        lines = p.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("time", 0) >= since:
+            out.append(e)
+    return out
+
+
+def _executor_of(pid: int) -> psutil.Process | None:
+    """The executor JVM above a Python worker ``pid`` (worker ← pyspark daemon ← executor)."""
+    try:
+        for a in psutil.Process(pid).parents():
+            if EXECUTOR_MAIN in " ".join(a.cmdline()):
+                return a
+    except psutil.Error:
+        return None
+    return None
+
+
+def _kill(victim: psutil.Process) -> str | None:
+    """SIGKILL and wait; returns why it failed, or None."""
+    try:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.TimeoutExpired:
+        return "still alive 10 s after SIGKILL"
+    return None
+
+
+def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
+    """Spark's driver log reports a task lost on executor ``eid`` (``TaskSetManager: Lost task ...
+    (... executor <eid>)``) within ``wait_s`` seconds."""
+    pat = re.compile(rf"Lost task .*executor {re.escape(eid)}\)")
+    logs = sorted((ctx.control.parent / "logs").glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
+    deadline = time.monotonic() + wait_s
+    while True:
+        if logs and pat.search(logs[-1].read_text(errors="replace")[-2_000_000:]):
+            return True
+        if time.monotonic() >= deadline or ctx.stop.wait(1.0):
+            return False
 
 
 class KillExecutor:
     name = "kill-executor"
 
-    def __init__(self, wait_for_target_s: float = 60.0):
-        self.wait_for_target_s = wait_for_target_s
+    def __init__(self, wait_for_task_s: float = 30.0, txn_timeout_ms: int = 30000, retry_wait_s: float = 60.0):
+        self.wait_for_task_s = wait_for_task_s
+        self.retry_wait_s = retry_wait_s
+        # long enough to be killed in, short enough not to meet transaction.timeout.ms first
+        self.hold_ms = int(max(2000, min(15000, txn_timeout_ms // 2)))
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
-        deadline = time.monotonic() + self.wait_for_target_s
+        partitions = max(1, len(ctx.sink_ids))
+        part = rng.randrange(partitions)
+        t0 = time.time()
+        (ctx.control / (hooks.PRECOMMIT_HOLD + ".tmp")).write_text(json.dumps({"ms": self.hold_ms, "partition": part}))
+        (ctx.control / (hooks.PRECOMMIT_HOLD + ".tmp")).replace(ctx.control / hooks.PRECOMMIT_HOLD)
+        held = None
+        deadline = time.monotonic() + self.wait_for_task_s
+        while held is None and time.monotonic() < deadline and not ctx.stop.is_set():
+            held = next((e for e in _sink_events(ctx, t0) if e["event"] == "hold" and e.get("partition") == part),
+                        None)
+            if held is None:
+                time.sleep(0.1)
+        if held is None:
+            self.heal(ctx)
+            if ctx.stop.is_set():
+                return Outcome(SKIPPED, f"sink partition {part}", {"reason": "the run ended first"})
+            return self._random_victim(ctx, rng, part)
+        victim = _executor_of(int(held["pid"]))
+        ev = {"aim": "executor holding a sink task", "sink_partition": part,
+              "held": {k: held.get(k) for k in ("batch", "partition", "attempt", "incarnation", "txn_id", "pid")}}
+        if victim is None:
+            return Outcome(NOT_EFFECTIVE, f"sink partition {part}", {**ev, "reason": "no executor above the task"})
+        eid = executor_id(victim)
+        why = _kill(victim)
+        ev.update(executor_id=eid, pid=victim.pid, gone_after=why is None)
+        if why:
+            return Outcome(NOT_EFFECTIVE, f"executor {eid}", {**ev, "reason": why})
+        retry = self._retry(ctx, held)
+        ev["retried_by"] = retry
+        return Outcome(EFFECTIVE, f"executor {eid} (sink partition {part})", ev, exercised=True)
+
+    def _retry(self, ctx: NemesisContext, held: dict) -> dict | None:
+        """The later commit/skip of the held (batch, partition) by another task (≤ ``retry_wait_s``)."""
+        deadline = time.monotonic() + self.retry_wait_s
+        key = (held.get("batch"), held.get("partition"))
+        while True:
+            for e in _sink_events(ctx, held["time"]):
+                if e["event"] in ("commit", "skip") and (e.get("batch"), e.get("partition")) == key \
+                        and e.get("pid") != held.get("pid"):
+                    return {k: e.get(k) for k in ("event", "attempt", "incarnation", "pid")}
+            if time.monotonic() >= deadline or ctx.stop.wait(0.5):
+                return None
+
+    def _random_victim(self, ctx: NemesisContext, rng: random.Random, part: int) -> Outcome:
         execs = ctx.supervisor.executors()
-        while not execs and time.monotonic() < deadline and not ctx.stop.is_set():
-            time.sleep(0.5)
-            execs = ctx.supervisor.executors()
         if not execs:
-            return Outcome(SKIPPED, evidence={"reason": f"no live executor within {self.wait_for_target_s}s"})
+            return Outcome(SKIPPED, evidence={"reason": "no sink task held and no live executor"})
         execs.sort(key=lambda p: (executor_id(p), p.pid))
         victim = execs[rng.randrange(len(execs))]
         eid, pid = executor_id(victim), victim.pid
-        try:
-            status = victim.status()
-            victim.send_signal(signal.SIGKILL)
-            victim.wait(timeout=10)
-        except psutil.NoSuchProcess:
-            return Outcome(NOT_EFFECTIVE, f"executor {eid}", {"pid": pid, "reason": "exited before the kill"})
-        except psutil.TimeoutExpired:
-            return Outcome(NOT_EFFECTIVE, f"executor {eid}", {"pid": pid, "reason": "still alive 10 s after SIGKILL"})
-        return Outcome(EFFECTIVE, f"executor {eid}",
-                       {"pid": pid, "executor_id": eid, "status_before": status, "gone_after": True,
-                        "executors_before": len(execs)})
+        why = _kill(victim)
+        ev = {"aim": "random executor (no sink task announced itself: a sink without the hook?)",
+              "sink_partition_asked": part, "executor_id": eid, "pid": pid, "gone_after": why is None,
+              "executors_before": len(execs)}
+        if why:
+            return Outcome(NOT_EFFECTIVE, f"executor {eid}", {**ev, "reason": why})
+        ev["task_lost_logged"] = _lost_task_logged(ctx, eid, wait_s=10)
+        return Outcome(EFFECTIVE, f"executor {eid}", ev, exercised=ev["task_lost_logged"])
 
     def heal(self, ctx: NemesisContext) -> None:
-        """Nothing to undo: Spark's master replaces the executor."""
+        """Withdraw an unclaimed hold; Spark's master replaces the executor by itself."""
+        (ctx.control / hooks.PRECOMMIT_HOLD).unlink(missing_ok=True)

@@ -1,43 +1,74 @@
 """Seeded fault schedules: a plan is a plain list you can print, compare and replay.
 
-``plan(faults, interval_s, time_limit_s, seed)`` → ``[(at_s, fault_name), ...]``: faults come in rounds;
-each round holds every requested fault once, in a seeded shuffled order, so every fault type is
-exercised as soon as the run is long enough for one round (Jepsen's random mix can starve a fault in
-a short run). Gaps are ``interval_s`` × a seeded factor in [0.75, 1.25]. Same arguments → same plan.
+``plan(faults, interval_s, time_limit_s, seed, targets, durations)`` → ``[(at_s, spec), ...]``. Faults
+come in rounds; each round holds every requested spec once, in a seeded shuffled order, so every fault
+*and target* is exercised as soon as the run is long enough for one round (Jepsen's random mix can
+starve a fault in a short run). A fault's next neighbour starts ``max(gap, expected duration)`` later,
+where ``gap`` is ``interval_s`` × a seeded factor in [0.75, 1.25] and the expected duration comes from
+``durations`` (``nemesis.catalog.expected_s``): faults run one at a time, so a plan that ignored their
+length would drift past the time limit. Same arguments → same plan.
+
+Sizing: rounds repeat while they start before ``time_limit_s``; the first round always completes. A
+plan whose first round cannot end by ``time_limit_s × max_run_factor`` (the most a run may go on past
+its time limit to give every fault its turn) is refused with :class:`PlanDoesNotFit`, which names the
+minimum ``--time-limit``.
 """
 
 from __future__ import annotations
 
+import math
 import random
+from typing import Callable
+
+
+class PlanDoesNotFit(ValueError):
+    """The faults' first round cannot finish in the time the run may last. ``min_time_limit_s`` is the
+    smallest ``--time-limit`` (s) that fits."""
+
+    def __init__(self, need_s: float, time_limit_s: float, max_run_factor: float, n: int):
+        self.min_time_limit_s = math.ceil(need_s / max_run_factor)
+        super().__init__(
+            f"the {n} faults need about {need_s:.0f}s for one turn each, more than --time-limit "
+            f"{time_limit_s:g} × {max_run_factor:g} allows: use --time-limit {self.min_time_limit_s} or more "
+            f"(or fewer faults, a shorter --fault-hold or --txn-timeout-ms)")
 
 
 def plan(faults: list[str], interval_s: float, time_limit_s: float, seed: int,
-         targets: dict[str, tuple[str, ...]] | None = None) -> list[tuple[float, str]]:
+         targets: dict[str, tuple[str, ...]] | None = None,
+         durations: Callable[[str], float] | None = None,
+         max_run_factor: float = 3.0) -> list[tuple[float, str]]:
     """The fault schedule, times in seconds from the moment the pipeline is up.
 
     ``targets`` maps a fault name to its target choices: a fault given without ``:target`` gets one
     drawn from the seeded RNG at every turn, so the plan names fault *and* target
-    (``kill-broker:leader``) and a seed replays both.
+    (``kill-broker:leader``) and a seed replays both. ``durations(spec)`` is a fault's expected length
+    in seconds (default 0: only the interval spaces faults).
 
-    Raises: ``ValueError`` for a non-positive interval.
+    Raises: ``ValueError`` for a non-positive or non-finite interval; :class:`PlanDoesNotFit` when one
+    round cannot fit in ``time_limit_s × max_run_factor``.
     """
     targets = targets or {}
+    durations = durations or (lambda _spec: 0.0)
     if not faults:
         return []
-    if interval_s <= 0:
-        raise ValueError(f"--nemesis-interval must be > 0 s, got {interval_s}")
+    if not (interval_s > 0 and math.isfinite(interval_s)):
+        raise ValueError(f"--nemesis-interval must be a finite number > 0 s, got {interval_s}")
     rng = random.Random(f"schedule-{seed}")
     out: list[tuple[float, str]] = []
     t = interval_s * rng.uniform(0.5, 1.0)
-    while t < time_limit_s:
+    first_round = True
+    while first_round or t < time_limit_s:
         order = list(faults)
         rng.shuffle(order)
         for f in order:
-            if t >= time_limit_s:
+            if not first_round and t >= time_limit_s:
                 break
             name, _, target = f.partition(":")
             if not target and targets.get(name):
                 f = f"{name}:{rng.choice(list(targets[name]))}"
             out.append((round(t, 3), f))
-            t += interval_s * rng.uniform(0.75, 1.25)
+            t += max(interval_s * rng.uniform(0.75, 1.25), durations(f))
+        if first_round and t > time_limit_s * max_run_factor:
+            raise PlanDoesNotFit(t, time_limit_s, max_run_factor, len(faults))
+        first_round = False
     return out

@@ -82,12 +82,39 @@ def _read_ms(path: Path) -> int:
         return 0
 
 
+def _hold_spec(path: Path) -> dict:
+    """``precommit-hold-ms`` holds either a plain number of ms (any task may claim it) or JSON
+    ``{"ms": N, "partition": P}`` (only a task of sink partition P may: ``kill-executor`` aims this way).
+
+    Raises: ``FileNotFoundError`` when there is no hold to claim.
+    """
+    text = path.read_text().strip()
+    try:
+        spec = json.loads(text or "0")
+    except ValueError:
+        return {"ms": 0}
+    return spec if isinstance(spec, dict) else {"ms": spec}
+
+
+def _hold_partition(path: Path) -> int | None:
+    p = _hold_spec(path).get("partition")
+    return int(p) if p is not None else None
+
+
+def _hold_ms(path: Path) -> int:
+    try:
+        return max(0, int(_hold_spec(path).get("ms", 0)))
+    except (TypeError, ValueError):
+        return 0
+
+
 def precommit_delay(control_dir: str, where: dict, log) -> int:
     """Pre-commit window hook, run by a sink task after ``flush()`` and before the commit.
 
     Sleeps ``<control>/precommit-delay-ms`` ms if that file exists. If ``precommit-hold-ms`` exists, the
     first task to claim it (an atomic rename) holds its open transaction that long instead — long enough,
-    when the nemesis asks, to outlive ``transaction.timeout.ms``. ``log(**fields)`` records a hold.
+    when the nemesis asks, to outlive ``transaction.timeout.ms``, or to be killed while it holds it
+    (``kill-executor``, which names the sink partition that may claim it). ``log(**fields)`` records a hold.
     Returns the milliseconds slept.
     """
     if not control_dir:
@@ -95,11 +122,13 @@ def precommit_delay(control_dir: str, where: dict, log) -> int:
     d = Path(control_dir)
     claimed = d / f"{PRECOMMIT_HOLD}.claimed-{os.getpid()}-{time.time_ns()}"
     try:
-        os.rename(d / PRECOMMIT_HOLD, claimed)
-        hold = _read_ms(claimed)
-        log(hold_ms=hold, **where)
-        time.sleep(hold / 1000)
-        return hold
+        want = _hold_partition(d / PRECOMMIT_HOLD)
+        if want is None or want == where.get("partition"):
+            os.rename(d / PRECOMMIT_HOLD, claimed)
+            hold = _hold_ms(claimed)
+            log(hold_ms=hold, **where)
+            time.sleep(hold / 1000)
+            return hold
     except FileNotFoundError:
         pass
     ms = _read_ms(d / PRECOMMIT_DELAY)

@@ -13,17 +13,33 @@ REPO = Path(__file__).resolve().parent.parent
 ONCEPROOF = [sys.executable, "-m", "harness.cli"]
 
 
-def our_jvms(marker: str) -> list[psutil.Process]:
-    """Live Java processes whose command line or ``ONCEPROOF_RUN`` environment names ``marker`` (a run's
-    directory): brokers, the driver JVM and executor JVMs (which inherit the driver's environment)."""
+def our_processes(marker: str, exclude: set[int] | None = None) -> list[psutil.Process]:
+    """Live processes whose command line or ``ONCEPROOF_RUN`` environment names ``marker`` (a run's
+    directory): brokers, toxiproxy, the Python driver and its JVM, executor JVMs, and PySpark's Python
+    daemon and workers (all inherit ``ONCEPROOF_RUN``). This test process, its ancestors and ``exclude``
+    (e.g. the harness under test while it is still expected to run) do not count."""
+    me = psutil.Process()
+    skip = {me.pid, *(a.pid for a in me.parents()), *(exclude or ())}
     out = []
-    for p in psutil.process_iter(["name", "cmdline"]):
+    for p in psutil.process_iter(["cmdline"]):
         try:
-            if "java" not in (p.info["name"] or ""):
+            if p.pid in skip or p.status() == psutil.STATUS_ZOMBIE:
                 continue
             cmd = " ".join(p.info["cmdline"] or [])
             env = p.environ().get("ONCEPROOF_RUN", "")
-            if p.status() != psutil.STATUS_ZOMBIE and (marker in cmd or marker in env):
+            if marker in cmd or marker in env:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def our_jvms(marker: str) -> list[psutil.Process]:
+    """The Java processes among :func:`our_processes`."""
+    out = []
+    for p in our_processes(marker):
+        try:
+            if "java" in p.name():
                 out.append(p)
         except psutil.Error:
             continue

@@ -3,7 +3,7 @@ sink survives executor kills and driver kills in the commit window; the at-least
 
 import pytest
 
-from tests.conftest import load_run, our_jvms, run_cli
+from tests.conftest import load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.cluster
 
@@ -28,7 +28,7 @@ def test_eos_survives_executor_and_commit_window_driver_kills(results_root):
     # the replayed batch was recognised by its marker and skipped, not rewritten
     sink_log = (run_dir / "sink.jsonl").read_text()
     assert '"event": "skip"' in sink_log
-    assert not our_jvms(str(run_dir))
+    assert not our_processes(str(run_dir))
 
 
 def test_at_least_once_sink_duplicates_are_caught_with_replayed_batch(results_root):
@@ -43,7 +43,7 @@ def test_at_least_once_sink_duplicates_are_caught_with_replayed_batch(results_ro
     example_batches = {c["batch"] for ex in result["anomalies"]["duplicate"] for c in ex["copies"]}
     assert example_batches & replayed, (example_batches, replayed)
     assert "duplicate" in p.stdout
-    assert not our_jvms(str(run_dir))
+    assert not our_processes(str(run_dir))
 
 
 def test_mutant_without_marker_is_caught(results_root):
@@ -58,4 +58,4 @@ def test_mutant_without_marker_is_caught(results_root):
     copies = [c for ex in result["anomalies"]["duplicate"] for c in ex["copies"]]
     assert {c["batch"] for c in copies} & replayed
     assert all(c.get("sink") == "eos" and c.get("txn_id") for c in copies)  # committed transactions, both
-    assert not our_jvms(str(run_dir))
+    assert not our_processes(str(run_dir))

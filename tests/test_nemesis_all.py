@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import load_run, our_jvms, run_cli
+from tests.conftest import load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.cluster
 
@@ -66,7 +66,7 @@ def test_eos_is_valid_under_every_fault_type_with_evidence(all_runs):
     health = result["health_after_heal"]
     assert health["healthy"], health
     assert result["recovery"]["finished"]
-    assert not our_jvms(str(run_dir))
+    assert not our_processes(str(run_dir))
 
 
 def test_at_least_once_is_caught_under_all_faults(all_runs):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nemesis import catalog
+from nemesis import catalog, schedule
 from nemesis.schedule import plan
 
 
@@ -33,7 +33,7 @@ def test_short_run_and_no_faults():
 
 def test_catalog_parse():
     assert catalog.parse("none") == []
-    assert catalog.parse("all") == list(catalog.FAULTS)
+    assert catalog.parse("all") == catalog.all_specs()
     assert catalog.parse("kill-executor, kill-executor") == ["kill-executor"]
     assert catalog.parse("kill-broker:txn-coordinator") == ["kill-broker:txn-coordinator"]
     with pytest.raises(ValueError, match="unknown target .nowhere. for kill-broker"):
@@ -54,3 +54,44 @@ def test_plan_draws_targets_from_the_seed():
     assert {f.split(":")[1] for f in names if f.startswith("kill-broker")} <= set(choices["kill-broker"])
     assert all(f == "commit-delay:notify" for f in names if f.startswith("commit-delay"))
     assert "kill-executor" in names
+
+
+def _all_plan(seed: int, time_limit: float = 120, hold: float = 6.0, txn_ms: int = 30000):
+    return plan(catalog.parse("all"), 10, time_limit, seed, targets=catalog.target_choices(),
+                durations=lambda f: catalog.expected_s(f, hold_s=hold, txn_timeout_ms=txn_ms))
+
+
+def test_all_means_every_family_and_every_target():
+    """Issue 7 item 6: with --time-limit 120 --seed 7 the old plan had no kill-broker:txn-coordinator."""
+    specs = catalog.parse("all")
+    for name, cls in catalog.FAULTS.items():
+        for t in getattr(cls, "target_choices", ()) or ("",):
+            assert (f"{name}:{t}" if t else name) in specs
+    for must in ("kill-broker:txn-coordinator", "commit-delay:txn-timeout", "commit-delay:notify",
+                 "partition:client", "slow-network:latency", "slow-network:bandwidth", "slow-network:slicer"):
+        assert must in specs
+    for seed in (1, 7, 10):
+        assert {f for _, f in _all_plan(seed)} == set(specs)
+
+
+def test_plan_is_spaced_by_expected_durations():
+    p = plan(["slow", "fast"], 2, 200, seed=3, durations=lambda f: 30.0 if f == "slow" else 0.0)
+    for (t, f), (t2, _) in zip(p, p[1:]):
+        if f == "slow":
+            assert t2 - t >= 30.0
+        else:
+            assert 1.5 - 1e-9 <= t2 - t <= 2.5 + 1e-9
+
+
+def test_a_plan_that_cannot_fit_is_refused_naming_the_minimum_time_limit():
+    with pytest.raises(schedule.PlanDoesNotFit) as e:
+        _all_plan(1, time_limit=30)
+    need = e.value.min_time_limit_s
+    assert f"--time-limit {need}" in str(e.value)
+    assert need > 30
+    _all_plan(1, time_limit=need + 10)  # the named minimum (with the seed's jitter margin) fits
+
+
+def test_nonfinite_interval_refused():
+    with pytest.raises(ValueError, match="nemesis-interval"):
+        plan(["a"], float("nan"), 10, 1)

@@ -3,7 +3,9 @@
 Generator: a seeded stream of ``(key, seq)``; keys are ``k0``..``k<n-1>`` chosen uniformly, ``seq``
 counts per key from 0 with no gaps in what is *attempted*.
 
-Client: an idempotent producer (``enable.idempotence=true``, ``acks=all``) writing Kafka key = the
+Client: an idempotent producer, recreated when librdkafka reports a fatal error (an idempotent
+producer's fatal error, e.g. an unrecoverable sequence gap, leaves it unable to send; librdkafka's
+INTRODUCTION.md, "Idempotent Producer"), so the workload never goes silent. The producer (``enable.idempotence=true``, ``acks=all``) writing Kafka key = the
 workload key, value = ``{"key", "seq", "t"}`` (``t`` = send time, epoch ms). Each send is two ops in the
 history: ``invoke`` before ``produce()``, then from the delivery report ``ok`` (with partition/offset),
 ``fail`` (a definite error: the record is certainly not in the log) or ``info`` (indeterminate: a timeout
@@ -66,18 +68,39 @@ class KeyedWorkload:
     seed: int = 0
     delivery_timeout_ms: int = 30000
     stats: SendStats = field(default_factory=SendStats)
+    errors: list[str] = field(default_factory=list)  # client-level errors (error_cb), newest last
+    producers: int = 0  # producer instances created (1 + recreations after fatal errors)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _abandon: threading.Event = field(default_factory=threading.Event)
+    _fatal: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _reported: int = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop sending, wait for outstanding deliveries (≤ ``delivery_timeout_ms``), record the rest as info."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop sending, wait for outstanding deliveries, record the rest as ``info``.
+
+        ``timeout_s`` bounds the wait (seconds); ``None`` waits up to ``delivery_timeout_ms`` + 30 s, so
+        every send gets its report. A teardown after Ctrl-C passes a few seconds.
+        """
         self._stop.set()
+        if timeout_s is not None:
+            self._abandon.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.delivery_timeout_ms / 1000 + 30)
+            self._thread.join(timeout=timeout_s if timeout_s is not None else self.delivery_timeout_ms / 1000 + 30)
+
+    def new_errors(self) -> list[str]:
+        """Client errors since the last call, for the console (all of them stay in ``errors``)."""
+        new, self._reported = self.errors[self._reported:], len(self.errors)
+        return [f"workload: {e}" for e in new]
+
+    def _on_error(self, err) -> None:
+        self.errors.append(f"{time.strftime('%H:%M:%S')} {err.str()}" + (" (fatal)" if err.fatal() else ""))
+        if err.fatal():
+            self._fatal.set()
 
     def _complete(self, key: str, seq: int, err, msg) -> None:
         if err is None:
@@ -91,11 +114,16 @@ class KeyedWorkload:
             self.history.append({"process": 0, "type": t, "f": "send", "key": key, "seq": seq,
                                  "error": err.str()})
 
-    def _run(self) -> None:
-        prod = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+    def _producer(self) -> Producer:
+        self.producers += 1
+        self._fatal.clear()
+        return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
-                         "partitioner": "murmur2_random",
+                         "partitioner": "murmur2_random", "error_cb": self._on_error,
                          "logger": logging.getLogger("onceproof.librdkafka.workload")})
+
+    def _run(self) -> None:
+        prod = self._producer()
         pending: dict[tuple[str, int], bool] = {}
         gen = sequences(self.keys, self.seed)
         interval = 1.0 / self.rate if self.rate > 0 else 0.0
@@ -121,7 +149,12 @@ class KeyedWorkload:
             prod.poll(max(0.0, next_t - time.monotonic()))
             if time.monotonic() - next_t > 1.0:  # fell behind (e.g. broker down): do not burst later
                 next_t = time.monotonic()
-        prod.flush(self.delivery_timeout_ms / 1000 + 5)
+            if self._fatal.is_set():
+                # The old instance fails what it still holds (delivery reports → fail/info ops); then a
+                # new one carries on with the next sequence numbers.
+                prod.flush(5)
+                prod = self._producer()
+        prod.flush(2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
         for key, seq in list(pending):
             self.stats.info += 1
             self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,

@@ -1,0 +1,44 @@
+"""A valid verdict needs traffic and every planned fault exercised (issue 7 item 5 and 7)."""
+
+from nemesis import coverage
+
+PLAN = [(5.0, "kill-executor"), (15.0, "kill-broker:leader"), (30.0, "kill-executor")]
+VALID = {"verdict": "valid", "valid": True, "unknown_reasons": [],
+         "stats": {"input_records": 100, "output_records": 100}}
+
+
+def _op(f, outcome="effective", exercised=True):
+    return {"type": "info", "f": f, "outcome": outcome, "exercised": exercised}
+
+
+def test_every_fault_exercised_stays_valid_and_tabulates():
+    ops = [{"type": "invoke", "f": "kill-executor"}, _op("kill-executor"), _op("kill-broker:leader"),
+           _op("kill-executor", "skipped", False)]
+    r = coverage.judge(VALID, PLAN, ops)
+    assert r["verdict"] == "valid"
+    rows = {(c["fault"], c["target"]): c for c in r["coverage"]}
+    assert rows[("kill-executor", "-")] == {"fault": "kill-executor", "target": "-", "planned": 2, "invoked": 2,
+                                            "effective": 1, "exercised": 1, "other": {"skipped": 1}}
+    assert rows[("kill-broker", "leader")]["exercised"] == 1
+
+
+def test_effective_but_not_exercised_is_unknown():
+    ops = [_op("kill-executor"), _op("kill-broker:leader", exercised=False)]
+    r = coverage.judge(VALID, PLAN, ops)
+    assert r["verdict"] == "unknown"
+    assert any(x.startswith("fault-not-exercised: kill-broker:leader") for x in r["unknown_reasons"])
+
+
+def test_planned_but_never_run_is_unknown():
+    r = coverage.judge(VALID, PLAN, [_op("kill-executor")])
+    assert r["verdict"] == "unknown" and "invoked 0" in " ".join(r["unknown_reasons"])
+
+
+def test_no_traffic_is_unknown_even_without_faults():
+    r = coverage.judge({**VALID, "stats": {"input_records": 0, "output_records": 0}}, [], [])
+    assert r["verdict"] == "unknown" and r["unknown_reasons"][0].startswith("no-traffic")
+
+
+def test_invalid_stays_invalid_with_warnings():
+    r = coverage.judge({**VALID, "verdict": "invalid", "valid": False}, PLAN, [])
+    assert r["verdict"] == "invalid" and r["coverage_warnings"]
