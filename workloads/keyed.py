@@ -93,9 +93,10 @@ class KeyedWorkload:
             self._thread.join(timeout=timeout_s if timeout_s is not None else self.delivery_timeout_ms / 1000 + 30)
 
     def new_errors(self) -> list[str]:
-        """Client errors since the last call, for the console (all of them stay in ``errors``)."""
+        """Fatal client errors since the last call, for the console; every error (transient ones such
+        as a refused connection to a killed broker included) stays in ``errors`` for results.json."""
         new, self._reported = self.errors[self._reported:], len(self.errors)
-        return [f"workload: {e}" for e in new]
+        return [f"workload: {e}" for e in new if e.endswith("(fatal)")]
 
     def _on_error(self, err) -> None:
         self.errors.append(f"{time.strftime('%H:%M:%S')} {err.str()}" + (" (fatal)" if err.fatal() else ""))
