@@ -764,7 +764,18 @@ def _faults_html(run: Run, windows: pd.DataFrame, colors: dict[str, str]) -> str
     faults = (run.results or {}).get("faults") or {}
     requested = _config(run).get("nemesis") or []
     outcomes = list(dict.fromkeys(["effective", *[o for d in faults.values() for o in d]]))
-    if faults or requested:
+    cov = (run.results or {}).get("coverage")
+    if cov:
+        parts.append("<h3 id=coverage>coverage</h3><p class=muted>per fault and target, in turns: planned, taken "
+                     "effect, and <b>exercised</b> (hit the pipeline where it can hurt: a killed executor held a "
+                     "running sink task, a killed leader's partition moved). A <code>valid</code> verdict needs "
+                     "every planned row exercised at least once.</p>" +
+                     _table([{"fault": c["fault"], "target": c["target"], "planned": c["planned"],
+                              "invoked": c["invoked"], "effective": c["effective"], "exercised": c["exercised"],
+                              "other": ", ".join(f"{k}={v}" for k, v in c.get("other", {}).items())}
+                             for c in cov]))
+        parts.extend(f"<div class=notice>{_e(w)}</div>" for w in (run.results or {}).get("coverage_warnings") or [])
+    elif faults or requested:
         recs = []
         for f in dict.fromkeys([*requested, *faults]):
             d = faults.get(f, {})

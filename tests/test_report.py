@@ -411,3 +411,16 @@ def test_report_renders_plots_in_headless_chromium(run_dir, tmp_path):
     verdict_red = (np.abs(img - [207, 34, 46]).sum(axis=2) < 30).sum()  # the INVALID badge
     assert trace_blue > 500, f"only {trace_blue} pixels of the plot line color: plots not drawn"
     assert verdict_red > 2000
+
+
+def test_report_carries_the_coverage_table_and_not_exercised_rows(tmp_path):
+    cov = [{"fault": "kill-executor", "target": "-", "planned": 2, "invoked": 2, "effective": 2, "exercised": 1,
+            "other": {}},
+           {"fault": "kill-broker", "target": "leader", "planned": 1, "invoked": 1, "effective": 1,
+            "exercised": 0, "other": {}}]
+    d = make_run(tmp_path / "run", verdict="unknown",
+                 results_extra={"coverage": cov, "unknown_reasons": ["fault-not-exercised: kill-broker:leader"]})
+    html_s = (report.build_report(d)).read_text()
+    assert "id=coverage" in html_s
+    text = _text(html_s)
+    assert "kill-broker" in text and "leader" in text and "fault-not-exercised: kill-broker:leader" in text
