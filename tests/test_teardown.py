@@ -42,8 +42,8 @@ MOMENTS = {  # moment -> (extra run options, signal)
     "kafka-start": ([], signal.SIGINT),
     "spark-start": ([], signal.SIGINT),
     "mid-run": (["--nemesis", "kill-executor", "--time-limit", "600"], signal.SIGINT),
-    "heal": (["--nemesis", "kill-broker:one", "--nemesis-interval", "3", "--fault-hold", "30",
-              "--time-limit", "12"], signal.SIGINT),
+    "heal": (["--nemesis", "kill-broker:one", "--nemesis-interval", "3", "--fault-hold", "20",
+              "--time-limit", "15"], signal.SIGINT),
     "check": (["--time-limit", "8"], signal.SIGTERM),
 }
 
