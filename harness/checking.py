@@ -57,8 +57,97 @@ def read_sink_log(run_dir: Path | None) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows)
 
 
-def _read_parquet(path: Path) -> pd.DataFrame | None:
-    return pd.read_parquet(path) if path.exists() else None
+def _read_parquet(path: Path, replay: str = "") -> pd.DataFrame | None:
+    """``path`` as a frame, ``None`` when absent. Raises ``CheckError`` naming the file when unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types; all mean a damaged file
+        raise CheckError(f"{path} is not a readable parquet file ({type(e).__name__}: {e}); the run "
+                         f"directory is damaged{_rerun(replay)}") from e
+
+
+def _rerun(replay: str) -> str:
+    return f": re-run the test with `{replay}`" if replay else ""
+
+
+def _read_json(path: Path) -> dict | None:
+    """``path`` as a JSON object, ``None`` when absent. Raises ``CheckError`` naming the file when not one."""
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckError(f"{path} is not readable JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise CheckError(f"{path} is not a JSON object")
+    return obj
+
+
+def _read_history(path: Path, problems: list[str]) -> pd.DataFrame:
+    try:
+        return history.read(path, problems)
+    except (OSError, ValueError) as e:
+        raise CheckError(str(e)) from e
+
+
+def workload_ran(run_dir: Path | None) -> bool:
+    """True when ``run_dir`` is a run of our workload (its ``test.json`` is not a ``check`` of foreign
+    topics), so its ``history.jsonl`` is owed."""
+    if run_dir is None or not (run_dir / "test.json").exists():
+        return False
+    try:
+        return (_read_json(run_dir / "test.json") or {}).get("kind", "run") != "check"
+    except CheckError:
+        return True
+
+
+def history_gaps(path: Path, hist: pd.DataFrame, inp: pd.DataFrame) -> list[str]:
+    """Why ``history.jsonl`` cannot back the lost-write check: missing, empty, or ending before the input
+    does (per key, an input seq above the highest seq the history invoked: the workload writes the
+    ``invoke`` before it sends, so a complete history covers every input record). ``[]`` when complete."""
+    why = "acknowledged sends could not be checked against the input (lost-write)"
+    if not path.exists():
+        return [f"{path.name} is missing: {why}"]
+    if hist.empty:
+        return [f"{path.name} is empty: {why}"]
+    if inp.empty or not {"type", "key", "seq"} <= set(hist.columns):
+        return [] if inp.empty else [f"{path.name} has no send ops: {why}"]
+    inv = hist[(hist["type"] == "invoke") & (hist.get("f", "send") == "send")]
+    top = pd.to_numeric(inv["seq"], errors="coerce").groupby(inv["key"].astype(str)).max()
+    seq_in = pd.to_numeric(inp["seq"], errors="coerce")
+    bound = inp["key"].astype(str).map(top)
+    beyond = seq_in.notna() & (bound.isna() | (seq_in > bound))
+    n = int(beyond.sum())
+    if not n:
+        return []
+    first = inp[beyond].iloc[0]
+    return [f"{path.name} ends before the input does: {n} input records (e.g. key {first['key']} seq "
+            f"{first['seq']}) have no send in it, so it was cut short and {why.split(' could')[0]} could "
+            "not all be checked (lost-write)"]
+
+
+def _history_unknown(result: dict, reasons: list[str]) -> dict:
+    """A result whose lost-write check was incomplete: ``valid`` becomes ``unknown`` with ``reasons``;
+    ``invalid`` stays (its anomalies do not depend on the history); reasons always go to ``warnings``."""
+    result.setdefault("warnings", []).extend(reasons)
+    if result["verdict"] == "valid":
+        result.update(verdict="unknown", valid="unknown",
+                      unknown_reasons=list(result.get("unknown_reasons") or []) + reasons)
+    return result
+
+
+def _input_moved(result: dict, reason: str) -> dict:
+    """The input grew between the caught-up test and the read: ``lost`` and ``unexpected`` may be
+    artefacts of the window, so an ``invalid`` resting only on them becomes ``unknown``."""
+    result.setdefault("warnings", []).append(reason)
+    counts = result.get("counts", {})
+    firm = any(counts.get(a) for a in compose.DEFINITE if a != "unexpected")
+    if result["verdict"] == "invalid" and not firm:
+        result.update(verdict="unknown", valid="unknown",
+                      unknown_reasons=list(result.get("unknown_reasons") or []) + [reason])
+    return result
 
 
 def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Recovery, *,
@@ -71,14 +160,49 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
     return nearby.attach(result, out, inp, nemesis)
 
 
+def probe(bootstrap: str, *topic_names: str, timeout_s: float = 10.0) -> None:
+    """Fail fast, in one line, when ``bootstrap`` does not answer within ``timeout_s`` seconds or a topic
+    is missing.
+
+    Raises: ``CheckError`` naming the address or the topic (and the option that sets it).
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        md = topics.admin(bootstrap).list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise CheckError(f"Kafka at {bootstrap} did not answer within {timeout_s:g}s ({e.args[0]}): "
+                         "check --bootstrap") from e
+    for opt, t in zip(("--input-topic", "--output-topic"), topic_names):
+        tm = md.topics.get(t)
+        if tm is None or tm.error is not None:
+            raise CheckError(f"topic {t!r} not found on {bootstrap}: check {opt}")
+
+
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
                st: RecoveryStatus, live: pd.DataFrame | None = None) -> dict:
-    """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``."""
+    """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``.
+
+    When ``run_dir`` holds a run of our workload, a missing, empty or cut-short ``history.jsonl`` makes a
+    valid verdict ``unknown``. When the input's end offsets moved after ``st`` was taken (a producer
+    still writing), an invalid verdict resting only on ``lost``/``unexpected`` becomes ``unknown``.
+    """
     inp, out, unc, reasons = read_pair(bootstrap, input_topic, output_topic)
-    hist = history.read(run_dir / "history.jsonl") if run_dir else pd.DataFrame()
+    problems: list[str] = []
+    hist = _read_history(run_dir / "history.jsonl", problems) if run_dir else pd.DataFrame()
     rec = Recovery(finished=st.finished and not reasons, reasons=st.reasons + reasons)
     lso = st.output_lso or topics.end_offsets(bootstrap, output_topic, committed=True)
     hw = st.output_hw or topics.end_offsets(bootstrap, output_topic, committed=False)
+    moved = None
+    if st.input_end:
+        try:
+            now = topics.end_offsets(bootstrap, input_topic, committed=True)
+        except Exception:  # noqa: BLE001 - a second look failed; the check itself stands
+            now = st.input_end
+        if now != st.input_end:
+            moved = (f"the input grew while checking ({sum(st.input_end.values())} → {sum(now.values())} "
+                     "records): a producer is still writing; stop it, or pass --settle so the check waits "
+                     "for a quiet input")
     if run_dir:
         _save(inp, run_dir / "input.parquet")
         _save(out, run_dir / "output.parquet")
@@ -88,10 +212,19 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
         (run_dir / "recovery.json").write_text(json.dumps(
             {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds,
              "input_end": st.input_end, "consumed": st.consumed, "output_lso": lso, "output_hw": hw}, indent=2))
-    nem = history.read(run_dir / "nemesis.jsonl") if run_dir else None
+    nem_path = run_dir / "nemesis.jsonl" if run_dir else None
+    nem = _read_history(nem_path, problems) if nem_path is not None and nem_path.exists() else None
     result = run_checks(hist, inp, out, rec, sink_log=read_sink_log(run_dir), uncommitted=unc, live=live,
                         lso=lso, hw=hw, nemesis=nem)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
+    if problems:
+        result.setdefault("warnings", []).extend(problems)
+    if workload_ran(run_dir):
+        gaps = history_gaps(run_dir / "history.jsonl", hist, inp)
+        if gaps:
+            _history_unknown(result, gaps)
+    if moved:
+        _input_moved(result, moved)
     return result
 
 
@@ -99,25 +232,50 @@ def check_saved(run_dir: Path) -> dict:
     """Re-check a stored run from its parquet snapshots, ``history.jsonl``, ``sink.jsonl`` and
     ``recovery.json``.
 
-    Raises: ``CheckError`` naming the missing file (a run that crashed before its check has no topic
-    snapshots: re-run it, or check its live topics with ``onceproof check --bootstrap``).
+    A run of our workload (a ``test.json`` not of kind ``check``) whose ``history.jsonl`` is missing,
+    empty or cut short gets at best ``unknown`` (the lost-write check could not run); a torn last line of
+    a history is dropped and listed in ``warnings``.
+
+    Raises: ``CheckError`` in one line naming the file: no topic snapshots (a run that crashed before its
+    check; the message gives the replay command from ``test.json``), or a damaged parquet file,
+    ``recovery.json``, ``test.json`` or history.
     """
+    test = _read_json(run_dir / "test.json") or {}
+    replay = str(test.get("replay") or "")
     need = ["input.parquet", "output.parquet"]
     missing = [n for n in need if not (run_dir / n).exists()]
     if missing:
-        raise CheckError(f"{run_dir} has no {', '.join(missing)}: the run ended before its check; "
-                         "check a live cluster with `onceproof check --bootstrap HOST:PORT` instead")
-    inp = pd.read_parquet(run_dir / "input.parquet")
-    out = pd.read_parquet(run_dir / "output.parquet")
+        try:
+            err = (_read_json(run_dir / "results.json") or {}).get("error")
+        except CheckError:
+            err = None
+        why = f" (its error: {err})" if err else ""
+        advice = (f"re-run it with `{replay}`" if replay else
+                  "nothing was saved to re-check; run the test again")
+        raise CheckError(f"{run_dir} has no {', '.join(missing)}: the run ended before its check{why}; "
+                         f"{advice}")
+    inp = _read_parquet(run_dir / "input.parquet", replay)
+    out = _read_parquet(run_dir / "output.parquet", replay)
     rec, lso, hw = Recovery(), None, None
-    if (run_dir / "recovery.json").exists():
-        r = json.loads((run_dir / "recovery.json").read_text())
-        rec = Recovery(r["finished"], r["reasons"])
-        lso = {int(k): v for k, v in (r.get("output_lso") or {}).items()}
-        hw = {int(k): v for k, v in (r.get("output_hw") or {}).items()}
-    result = run_checks(history.read(run_dir / "history.jsonl"), inp, out, rec, sink_log=read_sink_log(run_dir),
-                        uncommitted=_read_parquet(run_dir / "output_uncommitted.parquet"),
-                        live=_read_parquet(run_dir / "live.parquet"), lso=lso, hw=hw,
-                        nemesis=history.read(run_dir / "nemesis.jsonl"))
+    r = _read_json(run_dir / "recovery.json")
+    if r is not None:
+        try:
+            rec = Recovery(bool(r["finished"]), list(r.get("reasons") or []))
+            lso = {int(k): int(v) for k, v in (r.get("output_lso") or {}).items()}
+            hw = {int(k): int(v) for k, v in (r.get("output_hw") or {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CheckError(f"{run_dir / 'recovery.json'} is damaged ({type(e).__name__}: {e})") from e
+    problems: list[str] = []
+    hist = _read_history(run_dir / "history.jsonl", problems)
+    result = run_checks(hist, inp, out, rec, sink_log=read_sink_log(run_dir),
+                        uncommitted=_read_parquet(run_dir / "output_uncommitted.parquet", replay),
+                        live=_read_parquet(run_dir / "live.parquet", replay), lso=lso, hw=hw,
+                        nemesis=_read_history(run_dir / "nemesis.jsonl", problems))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
+    if problems:
+        result.setdefault("warnings", []).extend(problems)
+    if workload_ran(run_dir):
+        gaps = history_gaps(run_dir / "history.jsonl", hist, inp)
+        if gaps:
+            _history_unknown(result, gaps)
     return result

@@ -1,142 +1,469 @@
 """``onceproof``: the command line (Jepsen's ``jepsen.cli``).
 
-Commands: ``run`` (a whole test), ``check`` (a stored run, or any pipeline's live topics), ``cluster``
-(``up`` / ``status`` / ``down`` for ad hoc sessions), ``deps`` (resolve the jars ahead of time).
+Commands: ``run`` (a whole test), ``check`` (a stored run, or any pipeline's live topics), ``report``,
+``index``, ``serve``, ``prune`` (delete old runs), ``faults``, ``cluster`` (``up`` / ``status`` / ``down``
+for ad hoc sessions), ``deps`` (resolve the jars ahead of time).
+
+Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 254 usage error (bad option or argument; one
+line on stderr, nothing started), 255 crashed (one line on stderr naming the cause; the traceback goes
+to a log file whose path that line gives). Every entry point goes through :func:`main`.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
+import math
+import os
+import shlex
 import sys
+import tempfile
+import time
+import traceback
+import typing
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Prove a PySpark Kafka→Kafka pipeline delivers every record exactly once while "
-                       "executors, drivers and brokers fail.")
+try:  # typer ≥ 0.22 vendors click
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - older typer on click
+    from click.exceptions import UsageError
+
+from harness import jars
+from harness.config import ConfigError, TestConfig
+from harness.store import DEFAULT_ROOT
+
+EXIT_USAGE, EXIT_CRASHED = 254, 255
+EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": EXIT_CRASHED}
+DEFAULT_CLUSTER_DIR = jars.cache_dir() / "cluster"
+
+
+class _App(typer.Typer):
+    """The console script calls ``app()`` with no arguments: that goes through :func:`main` too, so the
+    exit codes hold whether the entry point names ``harness.cli:app`` or ``harness.cli:main``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            sys.exit(main())
+        return super().__call__(*args, **kwargs)
+
+
+app = _App(add_completion=False, no_args_is_help=True,
+           help="Prove a PySpark Kafka→Kafka pipeline delivers every record exactly once while executors, "
+                "drivers and brokers fail. Exit codes: 0 valid, 1 invalid, 2 unknown, 254 usage error, "
+                "255 crashed.")
 cluster_app = typer.Typer(no_args_is_help=True, help="A local Kafka cluster for ad hoc sessions.")
 app.add_typer(cluster_app, name="cluster")
 console = Console(width=None if sys.stdout.isatty() else 120)
 
-DEFAULT_CLUSTER_DIR = Path(".cache/cluster")
+# Where the current command's crash traceback goes: a path, or a function giving one (None: a temp file).
+_crash: dict[str, Any] = {"cmd": "onceproof", "log": None}
 
 
-@app.command()
-def run(
-    sink: str = typer.Option("eos", help="eos (transactional sink), at-least-once (Spark's Kafka sink), or "
-                                         "eos-no-marker (a mutant without the replay marker check)"),
-    nemesis: str = typer.Option("none", help="comma-separated faults (name or name:target), 'all' or "
-                                             "'none'. See `onceproof faults`."),
-    nemesis_interval: float = typer.Option(10.0, help="seconds between faults (±25%, seeded)"),
-    time_limit: float = typer.Option(60.0, help="seconds of workload and faults"),
-    rate: float = typer.Option(300.0, help="input records per second"),
-    keys: int = typer.Option(50, help="number of workload keys"),
-    seed: int = typer.Option(0, help="seeds the workload and the fault schedule; same seed, same schedule"),
-    recovery_timeout: float = typer.Option(180.0, help="seconds to wait for the pipeline to catch up"),
-    trigger_ms: int = typer.Option(1000, help="micro-batch trigger interval, ms"),
-    fault_hold: float = typer.Option(6.0, help="seconds a start/stop fault (pause, partition, delay) stays on"),
-    txn_timeout_ms: int = typer.Option(30000, help="the eos sink's transaction.timeout.ms"),
-    test_name: str = typer.Option("", help="results/<test-name>/...; default <sink>-<faults>"),
-    results: Path = typer.Option(Path("results"), help="results root directory"),
-    keep_data: bool = typer.Option(False, help="keep the brokers' data directories after the run"),
-    proxy: bool = typer.Option(False, help="run the cluster behind toxiproxy even without network faults "
-                                           "(automatic with partition / slow-network)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="log harness internals"),
-) -> None:
+def _on_crash(cmd: str, log: Path | Callable[[], Path | None] | None) -> None:
+    _crash.update(cmd=f"onceproof {cmd}", log=log)
+
+
+def _usage(message: str, option: str | None = None) -> typer.BadParameter:
+    """A usage error (exit 254) for ``option``."""
+    return typer.BadParameter(message, param_hint=option)
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code.
+
+    0 valid, 1 invalid, 2 unknown (from ``run`` / ``check``; other commands 0 on success), 254 usage
+    error: one line on stderr, 255 crashed: one line on stderr naming the cause and the file holding the
+    traceback (``<run_dir>/logs/<command>-error.log`` when there is a writable run directory, else a
+    temp file). Ctrl-C outside a run's own handling also gives 255 ("interrupted").
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    _crash.update(cmd="onceproof", log=None)
+    try:
+        rv = typer.Typer.__call__(app, args=args, prog_name="onceproof", standalone_mode=False)
+    except UsageError as e:
+        return _usage_exit(e)
+    except Exception as e:  # noqa: BLE001 - every crash: one line, the traceback in a file
+        return _crash_exit(e, args)
+    except KeyboardInterrupt:
+        print(f"{_crash['cmd']}: interrupted", file=sys.stderr)
+        return EXIT_CRASHED
+    if rv == 130:  # typer turns Ctrl-C into Exit(130)
+        print(f"{_crash['cmd']}: interrupted", file=sys.stderr)
+        return EXIT_CRASHED
+    return rv if isinstance(rv, int) else 0
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _usage_exit(e: UsageError) -> int:
+    ctx = getattr(e, "ctx", None)
+    if type(e).__name__ == "NoArgsIsHelpError":  # the help is the message (typer's rich help prints itself)
+        if e.format_message().strip():
+            print(e.format_message())
+        return EXIT_USAGE
+    cmd = ctx.command_path if ctx is not None else "onceproof"
+    print(f"{cmd}: {_one_line(e.format_message())} (see `{cmd} --help`)", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _crash_exit(e: BaseException, args: list[str]) -> int:
+    from harness.checking import CheckError
+    from harness.kafka import ClusterError
+    from harness.topics import TopicError
+
+    text = (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} onceproof {shlex.join(args)}\n"
+            + "".join(traceback.format_exception(e)))
+    where = _write_crash_log(text)
+    own = isinstance(e, (CheckError, ClusterError, TopicError, ConfigError))
+    cause = str(e) if own and str(e) else f"{type(e).__name__}: {e}"
+    print(f"{_crash['cmd']}: crashed: {_one_line(cause)} (traceback: {where})", file=sys.stderr)
+    return EXIT_CRASHED
+
+
+def _write_crash_log(text: str) -> Path:
+    pref = _crash["log"]
+    try:
+        pref = pref() if callable(pref) else pref
+    except Exception:  # noqa: BLE001 - fall back to a temp file
+        pref = None
+    if pref is not None:
+        try:
+            Path(pref).parent.mkdir(parents=True, exist_ok=True)
+            with open(pref, "a") as f:
+                f.write(text)
+            return Path(pref)
+        except OSError:
+            pass
+    fd, name = tempfile.mkstemp(prefix=f"{_crash['cmd'].replace(' ', '-')}-error-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return Path(name)
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+class _ConsoleFormatter(logging.Formatter):
+    """One line per record: a traceback is replaced by where the run's log file keeps it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        s = f"{record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            s += f": {_one_line(record.exc_info[1])} (traceback in {_RunLog.where()})"
+        return s
+
+
+class _RunLog(logging.Handler):
+    """Every harness log record, tracebacks included, to ``$ONCEPROOF_RUN/logs/harness.log`` (the run
+    directory the runner announces), or to a temp file before there is one."""
+
+    _path: Path | None = None
+
+    @classmethod
+    def where(cls) -> Path:
+        run = os.environ.get("ONCEPROOF_RUN")
+        if run and (cls._path is None or cls._path.parent.parent != Path(run)):
+            cls._path = Path(run) / "logs" / "harness.log"
+        if cls._path is None:
+            fd, name = tempfile.mkstemp(prefix="onceproof-run-", suffix=".log")
+            os.close(fd)
+            cls._path = Path(name)
+        return cls._path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            p = self.where()
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "a") as f:
+                f.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must not break the run
+            self.handleError(record)
+
+
+def _configure_run_logging(verbose: bool) -> None:
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    con = logging.StreamHandler(sys.stderr)
+    con.setLevel(logging.INFO if verbose else logging.WARNING)
+    con.setFormatter(_ConsoleFormatter())
+    fh = _RunLog(level=logging.INFO)
+    fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root.addHandler(con)
+    root.addHandler(fh)
+    root.setLevel(logging.INFO)
+
+
+def _run_error_log() -> Path | None:
+    run = os.environ.get("ONCEPROOF_RUN")
+    return Path(run) / "logs" / "run-error.log" if run else None
+
+
+def run(**options: Any) -> None:
     """Run one test on a fresh local cluster and print the verdict.
 
-    Exit code: 0 valid, 1 invalid, 2 unknown, 255 crashed.
-    """
-    from harness.config import TestConfig
-    from harness.runner import run as run_test
-    from nemesis import catalog
-    from pipeline.job import SINKS
+    Every option is validated before anything starts.
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
-    if sink not in SINKS:
-        raise typer.BadParameter(f"unknown sink {sink!r}; choose one of {', '.join(SINKS)}", param_hint="--sink")
-    try:
-        faults = catalog.parse(nemesis)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--nemesis") from None
-    for name, v in (("--time-limit", time_limit), ("--rate", rate), ("--keys", keys)):
-        if v <= 0:
-            raise typer.BadParameter(f"must be > 0, got {v}", param_hint=name)
+    Exit code: 0 valid, 1 invalid, 2 unknown, 254 usage error, 255 crashed.
+    """
+    verbose = options.pop("verbose", False)
+    _on_crash("run", _run_error_log)
+    os.environ.pop("ONCEPROOF_RUN", None)  # set by the runner once the run directory exists
+    cfg = config_from_options(options)
+    _configure_run_logging(verbose)
     from harness import signals
+    from harness.runner import run as run_test
 
     signals.install()
-    cfg = TestConfig(sink=sink, nemesis=faults, nemesis_interval=nemesis_interval, time_limit=time_limit,
-                     rate=rate, keys=keys, seed=seed, recovery_timeout=recovery_timeout, trigger_ms=trigger_ms,
-                     fault_hold=fault_hold, txn_timeout_ms=txn_timeout_ms, proxy=proxy,
-                     test_name=test_name, results_root=results, keep_data=keep_data)
     code, _ = run_test(cfg, console)
     raise typer.Exit(code)
+
+
+def config_from_options(options: dict[str, Any]) -> TestConfig:
+    """``run``'s parsed options (field name → value) as a validated config.
+
+    Raises: ``typer.BadParameter`` (exit 254) naming the option.
+    """
+    try:
+        return TestConfig.from_cli(options).validate()
+    except ConfigError as e:
+        raise _usage(e.message, e.option) from None
+
+
+def _run_signature() -> inspect.Signature:
+    """``run``'s parameters: one option per :class:`TestConfig` field, plus ``--verbose``."""
+    hints = typing.get_type_hints(TestConfig)
+    params = []
+    for f in TestConfig.options():
+        typ, default = hints[f.name], TestConfig.default_of(f)
+        if f.metadata.get("fmt"):
+            typ, default = str, f.metadata["fmt"](default)
+        flag = TestConfig.flag(f)
+        decls = [f"{flag}/--no-{flag[2:]}"] if typ is bool else [flag]
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=typ,
+                                        default=typer.Option(default, *decls, help=f.metadata.get("help"))))
+    params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                                    default=typer.Option(False, "--verbose", "-v", help="log harness internals")))
+    return inspect.Signature(params)
+
+
+run.__signature__ = _run_signature()  # type: ignore[attr-defined]
+run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}  # type: ignore
+app.command("run")(run)
+
+
+def parse_run_args(argv: list[str]) -> TestConfig:
+    """Parse ``run``'s options (without ``onceproof run``) with this CLI's parser; not validated.
+
+    Raises: ``UsageError`` for an unknown option or a malformed value, ``ConfigError`` for an
+    unparseable fault list.
+    """
+    cmd = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    ctx = cmd.make_context("onceproof run", list(argv))
+    params = dict(ctx.params)
+    params.pop("verbose", None)
+    return TestConfig.from_cli(params)
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+
+def _finite(value: float, option: str, lo: float = 0.0, lo_open: bool = True) -> None:
+    if not math.isfinite(value) or (value <= lo if lo_open else value < lo):
+        raise _usage(f"must be a finite number {'>' if lo_open else '≥'} {lo:g}, got {value}", option)
+
+
+def _require_run_dir(run_dir: Path) -> Path:
+    """``run_dir`` resolved, if it is a run directory. Raises a usage error (254) saying what it is instead."""
+    from harness import store
+
+    if not run_dir.exists():
+        raise _usage(f"{run_dir} does not exist", "RUN_DIR")
+    if not run_dir.is_dir():
+        raise _usage(f"{run_dir} is not a directory", "RUN_DIR")
+    if not store.is_run_dir(run_dir):
+        hint = f"; did you mean {run_dir / 'latest'}?" if store.is_run_dir(run_dir / "latest") else \
+            " (e.g. results/latest)"
+        raise _usage(f"{run_dir} is not a run directory: it has none of {', '.join(store.RUN_MARKERS)}; give a "
+                     f"run's directory{hint}", "RUN_DIR")
+    return run_dir.resolve()
 
 
 @app.command()
 def check(
     run_dir: Optional[Path] = typer.Argument(None, help="a stored run directory (e.g. results/latest)"),
-    bootstrap: str = typer.Option("", help="check live topics on this cluster instead"),
-    input_topic: str = typer.Option("input"),
-    output_topic: str = typer.Option("output"),
-    recovery_timeout: float = typer.Option(60.0, help="seconds to wait for open output transactions to end"),
+    bootstrap: str = typer.Option("", help="check live topics on this cluster (HOST:PORT,...) instead"),
+    input_topic: str = typer.Option("input", help="(live) the pipeline's input topic"),
+    output_topic: str = typer.Option("output", help="(live) the pipeline's output topic"),
+    group: str = typer.Option("", help="(live) the pipeline's consumer group on the input topic: the pipeline "
+                                        "has caught up when its committed offsets reach the input's end offsets"),
+    settle: float = typer.Option(0.0, help="(live) seconds the input's end offsets and the output's high "
+                                           "watermarks and LSOs must stay unchanged for the pipeline to count "
+                                           "as caught up; 0 = off"),
+    recovery_timeout: float = typer.Option(60.0, help="(live) seconds to wait for the pipeline to catch up "
+                                                      "and for open output transactions to end"),
+    results: Path = typer.Option(DEFAULT_ROOT, help="(live) results root: the check is stored as "
+                                                    "<results>/check-<output-topic>/<time>/"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
 ) -> None:
     """Check a stored run offline, or any pipeline's topics live.
 
-    Live contract: Kafka key = workload key (UTF-8); value = JSON object with "key" and "seq" (int,
-    contiguous from 0 per key). Provenance headers (op.batch, op.txn_id, ...) are optional.
-    """
-    from harness import checking, recovery
-    from harness.runner import EXIT, summarize
+    Live: without --group or --settle nothing shows that the pipeline has processed all its input, so
+    records not in the output make the verdict unknown, not invalid. Live contract: Kafka key = workload
+    key (UTF-8); value = JSON object with "key" and "seq" (int, contiguous from 0 per key). Provenance
+    headers (op.batch, op.txn_id, ...) are optional.
 
+    Exit code: 0 valid, 1 invalid, 2 unknown, 254 usage error, 255 crashed (e.g. a damaged file).
+    """
+    from harness import checking
+
+    _on_crash("check", None)
     if (run_dir is None) == (not bootstrap):
-        raise typer.BadParameter("give either RUN_DIR or --bootstrap HOST:PORT (not both)")
-    try:
-        if run_dir is not None:
-            if not run_dir.is_dir():
-                raise typer.BadParameter(f"{run_dir} is not a directory", param_hint="RUN_DIR")
-            result = checking.check_saved(run_dir.resolve())
-            result["run_dir"] = str(run_dir.resolve())
-        else:
-            st = recovery.wait(bootstrap, input_topic, output_topic, None, recovery_timeout)
-            result = checking.check_live(bootstrap, input_topic, output_topic, None, st)
-    except (checking.CheckError, RuntimeError) as e:
-        console.print(f"[red]{e}[/]")
-        raise typer.Exit(255)
+        raise _usage("give either RUN_DIR or --bootstrap HOST:PORT (not both)")
+    if run_dir is not None:
+        if group or settle:
+            raise _usage("only with --bootstrap (a stored run is checked as it was saved)",
+                         "--group" if group else "--settle")
+        rd = _require_run_dir(run_dir)
+        _on_crash("check", rd / "logs" / "check-error.log")
+        result = checking.check_saved(rd)
+        result["run_dir"] = str(rd)
+    else:
+        result = _check_live(bootstrap, input_topic, output_topic, group, settle, recovery_timeout, results,
+                             quiet=json_out)
     if json_out:
         print(json.dumps(result, indent=2, default=str))
     else:
+        from harness.runner import summarize
+
         summarize(result, console)
-    raise typer.Exit(EXIT.get(result["verdict"], 255))
+        for w in result.get("warnings", []):
+            console.print(f"[yellow]warning: {w}[/]", soft_wrap=True)
+    raise typer.Exit(EXIT.get(result["verdict"], EXIT_CRASHED))
+
+
+def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str, settle: float,
+                recovery_timeout: float, results: Path, quiet: bool) -> dict:
+    """``check --bootstrap``: wait until caught up, read, check, and store a run directory
+    (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
+    from harness import checking, recovery
+    from harness.store import RunDir
+
+    _finite(recovery_timeout, "--recovery-timeout")
+    _finite(settle, "--settle", lo_open=False)
+    if settle and settle >= recovery_timeout:
+        raise _usage(f"must be shorter than --recovery-timeout ({recovery_timeout:g}s), got {settle:g}",
+                     "--settle")
+    if results.exists() and not results.is_dir():
+        raise _usage(f"{results} is not a directory", "--results")
+    out = Console(stderr=True, width=console.width) if quiet else console
+    checking.probe(bootstrap, input_topic, output_topic)
+    rd = RunDir(results, f"check-{output_topic}")
+    _on_crash("check", rd / "logs" / "check-error.log")
+    argv = ["onceproof", "check", "--bootstrap", bootstrap, "--input-topic", input_topic, "--output-topic",
+            output_topic, *(["--group", group] if group else []), *(["--settle", f"{settle:g}"] if settle else []),
+            "--recovery-timeout", f"{recovery_timeout:g}", "--results", str(results)]
+    name = rd.path.parent.name
+    rd.write_json("test.json", {"kind": "check", "name": name, "replay": shlex.join(argv),
+                                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                "config": {"bootstrap": bootstrap, "input_topic": input_topic,
+                                           "output_topic": output_topic, "group": group, "settle": settle,
+                                           "recovery_timeout": recovery_timeout, "nemesis": []}})
+    out.print(f"onceproof check {bootstrap} {input_topic} → {output_topic}: {rd.path}", soft_wrap=True)
+    st = recovery.caught_up(bootstrap, input_topic, output_topic, group=group, settle_s=settle,
+                            timeout_s=recovery_timeout,
+                            progress=lambda s: out.print(f"  waiting ({s.seconds:.0f}s): {'; '.join(s.reasons)}",
+                                                         soft_wrap=True))
+    result = checking.check_live(bootstrap, input_topic, output_topic, rd.path, st)
+    result.update(test=name, run_dir=str(rd.path), replay=shlex.join(argv))
+    rd.write_json("results.json", result)
+    try:
+        from harness.junit import write_junit
+        from harness.report import build_index, build_report
+
+        write_junit(rd.path)
+        build_report(rd.path)
+        build_index(results)
+        out.print(f"report: {rd.path / 'report.html'}", soft_wrap=True)
+    except Exception as e:  # noqa: BLE001 - the verdict stands without its report
+        out.print(f"[yellow]report failed: {_one_line(e)} (rebuild with `onceproof report {rd.path}`)[/]",
+                  soft_wrap=True)
+    return result
 
 
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="a run directory, e.g. results/latest")) -> None:
-    """Rebuild a run's report.html and junit.xml from its files."""
+    """Rebuild a run's report.html and junit.xml from its files.
+
+    Exit code: 0 written, 254 not a run directory, 255 crashed.
+    """
     from harness.junit import write_junit
     from harness.report import build_report
 
-    if not run_dir.is_dir():
-        raise typer.BadParameter(f"{run_dir} is not a directory", param_hint="RUN_DIR")
-    write_junit(run_dir.resolve())
-    console.print(f"report: {build_report(run_dir.resolve())}")
+    _on_crash("report", None)
+    rd = _require_run_dir(run_dir)
+    _on_crash("report", rd / "logs" / "report-error.log")
+    write_junit(rd)
+    console.print(f"report: {build_report(rd)}", soft_wrap=True)
 
 
 @app.command()
-def index(results: Path = typer.Argument(Path("results"), help="results root")) -> None:
+def index(results: Path = typer.Argument(DEFAULT_ROOT, help="results root")) -> None:
     """Write results/index.html: every run with its verdict and a link to its report."""
     from harness.report import build_index
 
-    console.print(f"index: {build_index(results, build_missing=True)}")
+    _on_crash("index", None)
+    if results.exists() and not results.is_dir():
+        raise _usage(f"{results} is not a directory", "RESULTS")
+    console.print(f"index: {build_index(results, build_missing=True)}", soft_wrap=True)
 
 
 @app.command()
-def serve(results: Path = typer.Argument(Path("results"), help="results root"),
+def prune(
+    results: Path = typer.Argument(DEFAULT_ROOT, help="results root"),
+    keep_last: int = typer.Option(..., "--keep-last", help="runs to keep per test, newest first (≥ 1)"),
+    test: str = typer.Option("", help="prune only this test (a directory under RESULTS)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="only list what would be deleted"),
+) -> None:
+    """Delete old runs: keep the newest N of each test, repoint the `latest` links.
+
+    A run without results.json that changed in the last hour may still be running and is kept.
+    index.html is not rebuilt (`onceproof index` does that).
+    """
+    from harness import store
+
+    _on_crash("prune", None)
+    if keep_last < 1:
+        raise _usage(f"must be ≥ 1, got {keep_last} (0 would keep everything: nothing to do)", "--keep-last")
+    if not results.is_dir():
+        raise _usage(f"{results} is not a directory", "RESULTS")
+    if test and not store.runs_of(results, test):
+        raise _usage(f"no runs of {test!r} under {results}; tests there: "
+                     f"{', '.join(store.tests_in(results)) or 'none'}", "--test")
+    gone = ({test: store.prune(results, test, keep_last, dry_run=dry_run)} if test
+            else store.prune_all(results, keep_last, dry_run=dry_run))
+    n = 0
+    for t, runs in gone.items():
+        for r in runs:
+            n += 1
+            console.print(f"{'would delete' if dry_run else 'deleted'} {r}", soft_wrap=True)
+    console.print(f"{n} run(s) {'would be ' if dry_run else ''}deleted; kept the newest {keep_last} per test"
+                  + ("" if dry_run or not n else "; `onceproof index` refreshes index.html"), soft_wrap=True)
+
+
+@app.command()
+def serve(results: Path = typer.Argument(DEFAULT_ROOT, help="results root"),
           port: int = typer.Option(8000, help="TCP port on 127.0.0.1")) -> None:
     """Browse the runs: builds results/index.html and serves the results directory on 127.0.0.1."""
     import functools
@@ -144,6 +471,9 @@ def serve(results: Path = typer.Argument(Path("results"), help="results root"),
 
     from harness.report import build_index
 
+    _on_crash("serve", None)
+    if not 0 < port < 65536:
+        raise _usage(f"must be a TCP port 1..65535, got {port}", "--port")
     build_index(results, build_missing=True)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(results))
     with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
@@ -168,78 +498,89 @@ def faults() -> None:
 @app.command()
 def deps() -> None:
     """Resolve and cache the Kafka broker and Spark connector jars (Maven Central)."""
-    from harness import jars
-
+    _on_crash("deps", None)
     k = jars.kafka_classpath()
     s = jars.spark_kafka_classpath()
     console.print(f"kafka {k.version}: {len(k.jars)} jars in {k.jars[0].parent}")
     console.print(f"spark-sql-kafka {s.version}: {len(s.jars)} jars in {s.jars[0].parent if s.jars else '-'}")
 
 
+# ------------------------------------------------------------------------------------------------ cluster
+
+_DIR_HELP = ("cluster data and state directory (default: $ONCEPROOF_CACHE/cluster, i.e. "
+             "~/.cache/onceproof/cluster, whatever the working directory)")
+
+
 @cluster_app.command("up")
 def cluster_up(
-    dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help="cluster data and state directory"),
-    brokers: int = typer.Option(3, help="KRaft nodes (combined broker+controller)"),
+    dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP),
+    brokers: int = typer.Option(3, help="KRaft nodes (combined broker+controller), 1..9"),
 ) -> None:
     """Start a local KRaft cluster that stays up after this command; prints the bootstrap servers."""
-    from harness import processes
     from harness.kafka import ClusterError, ClusterSpec, KafkaCluster, free_base_port
 
+    _on_crash("cluster up", None)
+    if not 1 <= brokers <= 9:
+        raise _usage(f"must be 1..9, got {brokers}", "--brokers")
     try:
         existing = KafkaCluster.from_state(dir)
     except ClusterError:
         existing = None
-    if existing is not None and any(b.pid and processes.alive(b.pid) for b in existing.brokers.values()):
+    if existing is not None and any(existing.owns(b) for b in existing.brokers.values()):
         console.print(f"[yellow]a cluster is already running from {dir}; run `onceproof cluster down` first[/]")
         raise typer.Exit(1)
     c = KafkaCluster(ClusterSpec(dir.resolve(), nodes=brokers, base_port=free_base_port(brokers)),
                      tie_to_parent=False)
+    _on_crash("cluster up", c.spec.logs / "cluster-up-error.log")
     with console.status("starting Kafka"):
         try:
             c.up()
-        except Exception:
+        except BaseException:
             c.down()
             raise
-    console.print(f"Kafka {c.version} up: [bold]{c.bootstrap}[/]  (logs: {c.spec.logs})")
+    console.print(f"Kafka {c.version} up: [bold]{c.bootstrap}[/]  (logs: {c.spec.logs})", soft_wrap=True)
     print(c.bootstrap)
 
 
 @cluster_app.command("status")
-def cluster_status(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR)) -> None:
-    """Show each broker's pid and whether it is alive."""
+def cluster_status(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP)) -> None:
+    """Show each broker's pid and whether it is alive. Exit 0 when every broker is up, else 1."""
     from harness import processes
     from harness.kafka import ClusterError, KafkaCluster
 
+    _on_crash("cluster status", None)
     try:
         c = KafkaCluster.from_state(dir)
     except ClusterError as e:
-        console.print(str(e))
+        console.print(str(e), soft_wrap=True)
         raise typer.Exit(1)
     alive = 0
     for i, b in sorted(c.brokers.items()):
-        up = b.pid is not None and processes.alive(b.pid)
+        up = c.owns(b)
         alive += up
-        console.print(f"broker {i}: 127.0.0.1:{b.spec.client_port} pid={b.pid} {'up' if up else 'down'}")
-    console.print(f"bootstrap: {c.bootstrap}")
+        state = "up" if up else ("stale: that pid is not this cluster's broker"
+                                  if b.pid is not None and processes.alive(b.pid) else "down")
+        console.print(f"broker {i}: 127.0.0.1:{b.spec.client_port} pid={b.pid} {state}")
+    console.print(f"bootstrap: {c.bootstrap}  (state: {c.state_file})", soft_wrap=True)
     raise typer.Exit(0 if alive == len(c.brokers) else 1)
 
 
 @cluster_app.command("down")
-def cluster_down(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR)) -> None:
-    """Stop the cluster started by `cluster up`."""
+def cluster_down(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP)) -> None:
+    """Stop the cluster started by `cluster up`. Only processes whose command line shows they are this
+    cluster's brokers are signalled; a stale pid in the state file is left alone."""
     from harness.kafka import ClusterError, KafkaCluster
 
+    _on_crash("cluster down", None)
     try:
         c = KafkaCluster.from_state(dir)
     except ClusterError as e:
-        console.print(str(e))
+        console.print(str(e), soft_wrap=True)
         raise typer.Exit(0)
-    c.down(graceful=True)
+    stale = c.down(graceful=True)
+    for i, pid in stale:
+        console.print(f"[yellow]broker {i}: pid {pid} is not this cluster's broker (stale state): left alone[/]")
     console.print("cluster stopped")
-
-
-def main() -> None:  # pragma: no cover - console entry
-    app()
 
 
 if __name__ == "__main__":

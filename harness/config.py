@@ -1,42 +1,157 @@
-"""``TestConfig``: everything that defines a run, the one source of the CLI's ``run`` options, the replay
-command and ``test.json``'s ``config``. Times in seconds unless the name ends in ``_ms``."""
+"""``TestConfig``: everything that defines a run, the one source of the CLI's ``run`` options, their
+validation, the replay command and ``test.json``'s ``config``. Times in seconds unless the name ends in
+``_ms``.
+
+Every dataclass field is a ``run`` option (``--<field-name>`` with ``_`` → ``-``, or the field's
+``flag``); its help text, bounds and the conversion between the option's text and the field's value
+live in the field's metadata. So a new field is at once an option, validated, written to ``test.json``
+and carried by :meth:`TestConfig.replay_command` (whenever it differs from its default).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from harness.store import DEFAULT_ROOT
 from nemesis import catalog
+
+
+class ConfigError(ValueError):
+    """A ``run`` option has a value that cannot work; ``option`` is the option's flag (``--rate``)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.message = message
+
+
+def _opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable | None = None,
+         flag: str | None = None, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+         parse: Callable[[str], Any] | None = None, fmt: Callable[[Any], str] | None = None,
+         check: Callable[[Any], str | None] | None = None, example: Any = None, always: bool = False):
+    """A field that is also a ``run`` option.
+
+    ``lo``/``hi``: inclusive bounds (``lo_open``: ``lo`` itself is excluded); numbers must also be finite.
+    ``parse``/``fmt``: option text → value and back, for fields whose type is not the option's (the
+    option is then a string). ``check``: extra test returning an error message or ``None``.
+    ``example``: a valid non-default value, for tests that walk every option. ``always``: the replay
+    command names this option even at its default (the options that say what a run is).
+    """
+    md = {"help": help, "flag": flag, "lo": lo, "hi": hi, "lo_open": lo_open, "parse": parse, "fmt": fmt,
+          "check": check, "example": example, "always": always}
+    if factory is not None:
+        return field(default_factory=factory, metadata=md)
+    return field(default=default, metadata=md)
+
+
+def _fmt_nemesis(faults: list[str]) -> str:
+    if list(faults) == list(catalog.FAULTS):  # exactly "all", in its order (the order seeds the plan)
+        return "all"
+    return ",".join(faults) or "none"
+
+
+def _sinks() -> tuple[str, ...]:
+    from pipeline.job import SINKS
+
+    return SINKS
+
+
+def _check_sink(v: str) -> str | None:
+    sinks = _sinks()
+    return None if v in sinks else f"unknown sink {v!r}; choose one of {', '.join(sinks)}"
+
+
+def _check_nemesis(v: list[str]) -> str | None:
+    try:
+        catalog.parse(",".join(v))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def _check_test_name(v: str) -> str | None:
+    if v == "":
+        return None
+    if v == "latest" or not _NAME.match(v):
+        return (f"{v!r} cannot name a results directory: use letters, digits, '.', '_', '+', '-' "
+                "(not starting with one of the last four; not 'latest')")
+    return None
+
+
+def _check_results(v: Path) -> str | None:
+    p = Path(v)
+    if p.exists() and not p.is_dir():
+        return f"{p} exists and is not a directory"
+    q = p.absolute()
+    while not q.exists():
+        q = q.parent
+    if not q.is_dir():
+        return f"{p} cannot be created: {q} is not a directory"
+    if not os.access(q, os.W_OK | os.X_OK):
+        return f"{p} cannot be created: {q} is not writable"
+    return None
+
+
+def _check_master(v: str) -> str | None:
+    return None if v.strip() else "must name a Spark master, e.g. local-cluster[2,1,1024] or local[2]"
 
 
 @dataclass
 class TestConfig:
     """Everything that defines a run; saved as ``test.json``. Times in seconds unless named ``_ms``."""
 
-    sink: str = "eos"
-    nemesis: list[str] = field(default_factory=list)
-    nemesis_interval: float = 10.0
-    time_limit: float = 60.0
-    rate: float = 300.0
-    keys: int = 50
-    seed: int = 0
-    recovery_timeout: float = 180.0
-    startup_timeout: float = 240.0
-    trigger_ms: int = 1000
-    max_offsets: int = 5000
-    txn_timeout_ms: int = 30000
-    fault_hold: float = 6.0
-    max_run_factor: float = 3.0
-    partitions: int = 6
-    brokers: int = 3
-    master: str = "local-cluster[2,1,1024]"
-    test_name: str = ""
-    results_root: Path = DEFAULT_ROOT
-    keep_data: bool = False
-    proxy: bool = False  # put the cluster behind toxiproxy even without a network fault
+    __test__ = False  # not a pytest test class
 
+    sink: str = _opt("eos", "eos (transactional sink), at-least-once (Spark's Kafka sink), or eos-no-marker "
+                            "(a mutant without the replay marker check)", check=_check_sink, example="at-least-once",
+                     always=True)
+    nemesis: list[str] = _opt(help="comma-separated faults (name or name:target), 'all' or 'none'. "
+                                   "See `onceproof faults`.", factory=list, parse=catalog.parse, fmt=_fmt_nemesis,
+                              check=_check_nemesis, example=["kill-broker:leader", "kill-executor"], always=True)
+    nemesis_interval: float = _opt(10.0, "seconds between faults (±25%, seeded)", lo=0, lo_open=True,
+                                   always=True)
+    time_limit: float = _opt(60.0, "seconds of workload and faults", lo=0, lo_open=True, always=True)
+    rate: float = _opt(300.0, "input records per second", lo=0, lo_open=True, hi=1_000_000, always=True)
+    keys: int = _opt(50, "number of workload keys", lo=1, hi=1_000_000, always=True)
+    seed: int = _opt(0, "seeds the workload and the fault schedule; same seed, same schedule", lo=0,
+                   always=True)
+    recovery_timeout: float = _opt(180.0, "seconds to wait for the pipeline to catch up after the faults",
+                                   lo=0, lo_open=True)
+    startup_timeout: float = _opt(240.0, "seconds to wait for the Spark query to start", lo=0, lo_open=True)
+    trigger_ms: int = _opt(1000, "micro-batch trigger interval, ms", lo=1)
+    max_offsets: int = _opt(5000, "maxOffsetsPerTrigger of the Spark Kafka source (records per batch)", lo=1)
+    txn_timeout_ms: int = _opt(30000, "the eos sink's transaction.timeout.ms (ms; ≥ 5000: it must outlast the "
+                                      "2 s commit delay, and message.timeout.ms is 5 s less; ≤ 900000, the "
+                                      "brokers' transaction.max.timeout.ms)", lo=5000, hi=900000,
+                             always=True)
+    fault_hold: float = _opt(6.0, "seconds a start/stop fault (pause, partition, delay) stays on", lo=0,
+                             lo_open=True, always=True)
+    max_run_factor: float = _opt(3.0, "the run may go on up to this × --time-limit until every requested "
+                                      "fault has had its turn", lo=1)
+    partitions: int = _opt(6, "partitions of the input and output topics", lo=1, hi=1000)
+    brokers: int = _opt(3, "Kafka brokers (KRaft, combined broker+controller)", lo=1, hi=9)
+    master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,
+                       example="local[2]")
+    test_name: str = _opt("", "results/<test-name>/...; default <sink>-<faults>", check=_check_test_name,
+                          example="my-test")
+    results_root: Path = _opt(DEFAULT_ROOT, "results root directory", flag="--results", check=_check_results)
+    keep_data: bool = _opt(False, "keep the brokers' data directories after the run")
+    proxy: bool = _opt(False, "run the cluster behind toxiproxy even without network faults "
+                              "(automatic with partition / slow-network)")
+    keep_last: int = _opt(0, "after the run, delete this test's older runs, keeping the newest N "
+                             "(0 keeps all)", lo=0)
+
+    # ------------------------------------------------------------------ derived
     @property
     def proxied(self) -> bool:
         return self.proxy or catalog.needs_proxy(self.nemesis)
@@ -53,12 +168,101 @@ class TestConfig:
             faults = "+".join(self.nemesis).replace(":", "-") or "no-faults"
         return f"{self.sink}-{faults}"
 
+    # ------------------------------------------------------------------ options
+    @staticmethod
+    def options() -> list[dataclasses.Field]:
+        """Every field, in order; each is a ``run`` option (see :func:`flag`)."""
+        return list(dataclasses.fields(TestConfig))
+
+    @staticmethod
+    def flag(f: dataclasses.Field) -> str:
+        """The option of field ``f``: its ``flag`` metadata, else ``--`` + name with ``_`` → ``-``."""
+        return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+    @staticmethod
+    def default_of(f: dataclasses.Field) -> Any:
+        """Field ``f``'s default value."""
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+    @classmethod
+    def from_cli(cls, params: dict[str, Any]) -> "TestConfig":
+        """Build a config from option values keyed by field name, as the CLI parsed them (text for fields
+        with a ``parse``). Unknown keys are ignored; missing ones take their defaults. Not validated.
+
+        Raises: ``ConfigError`` naming the option whose text cannot be parsed (e.g. an unknown fault).
+        """
+        kw = {}
+        for f in cls.options():
+            if f.name not in params:
+                continue
+            v = params[f.name]
+            if f.metadata.get("parse") and isinstance(v, str):
+                try:
+                    v = f.metadata["parse"](v)
+                except ValueError as e:
+                    raise ConfigError(cls.flag(f), str(e)) from None
+            kw[f.name] = v
+        return cls(**kw)
+
+    @classmethod
+    def from_argv(cls, argv: list[str]) -> "TestConfig":
+        """Parse ``run``'s options (``argv`` without ``onceproof run``) with the CLI's own parser.
+
+        Raises: the CLI's usage error (a ``UsageError``) for an unknown option or a malformed value,
+        ``ConfigError`` for an unparseable fault list. Not validated (call :meth:`validate`).
+        """
+        from harness import cli
+
+        return cli.parse_run_args(argv)
+
+    def validate(self) -> "TestConfig":
+        """Check every option before anything starts; returns ``self``.
+
+        Numbers must be finite and within the field's bounds; strings are checked by the field's
+        ``check`` (sink, faults, test name, results root, master).
+
+        Raises: ``ConfigError`` with the option's flag and a one-line reason, for the first bad option.
+        """
+        for f in self.options():
+            v = getattr(self, f.name)
+            md = f.metadata
+            opt = self.flag(f)
+            if isinstance(v, bool):
+                continue
+            if isinstance(v, (int, float)):
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(opt, f"must be a finite number, got {v}")
+                lo, hi = md.get("lo"), md.get("hi")
+                if lo is not None and (v <= lo if md.get("lo_open") else v < lo):
+                    raise ConfigError(opt, f"must be {'>' if md.get('lo_open') else '≥'} {lo:g}, got {v:g}")
+                if hi is not None and v > hi:
+                    raise ConfigError(opt, f"must be ≤ {hi:g}, got {v:g}")
+            if md.get("check"):
+                msg = md["check"](v)
+                if msg:
+                    raise ConfigError(opt, msg)
+        return self
+
+    # ------------------------------------------------------------------ replay
+    def option_text(self, f: dataclasses.Field) -> list[str]:
+        """The command-line words that set field ``f`` to this config's value."""
+        v = getattr(self, f.name)
+        flag = self.flag(f)
+        if isinstance(v, bool):
+            return [flag] if v else ["--no-" + flag[2:]]
+        if f.metadata.get("fmt"):
+            return [flag, f.metadata["fmt"](v)]
+        if isinstance(v, float):
+            s = repr(v)
+            return [flag, s[:-2] if s.endswith(".0") else s]
+        return [flag, str(v)]
+
     def replay_command(self) -> str:
-        """The command line that replays this run's workload and fault schedule."""
-        faults = "all" if self.nemesis and sorted(self.nemesis) == sorted(catalog.FAULTS) else \
-            ",".join(self.nemesis) or "none"
-        parts = ["onceproof", "run", "--sink", self.sink, "--nemesis", faults,
-                 "--nemesis-interval", f"{self.nemesis_interval:g}", "--time-limit", f"{self.time_limit:g}",
-                 "--rate", f"{self.rate:g}", "--keys", str(self.keys), "--seed", str(self.seed),
-                 "--fault-hold", f"{self.fault_hold:g}", "--txn-timeout-ms", str(self.txn_timeout_ms)]
+        """The command line that replays this run: ``onceproof run`` with every option whose value differs
+        from its default, and the options marked ``always`` (sink, faults, seed, ...), shell-quoted.
+        Parsing it back (:meth:`from_argv`) gives this config."""
+        parts = ["onceproof", "run"]
+        for f in self.options():
+            if f.metadata.get("always") or getattr(self, f.name) != self.default_of(f):
+                parts += self.option_text(f)
         return shlex.join(parts)

@@ -47,24 +47,33 @@ class HistoryWriter:
             self._f.close()
 
 
-def read(path: Path) -> pd.DataFrame:
+def read(path: Path, problems: list[str] | None = None) -> pd.DataFrame:
     """Load a history file into a DataFrame (one row per op). Missing file → empty frame.
 
-    A torn final line (the writer crashed mid-write) is skipped; a torn line elsewhere raises
-    ``ValueError`` naming the line, since that means the file was edited or corrupted.
+    A torn final line (the writer crashed mid-write) is skipped: reported in ``problems`` when given,
+    else logged as a warning. A torn line elsewhere raises ``ValueError`` naming the file and line,
+    since that means the file was edited or corrupted.
     """
     if not path.exists():
         return pd.DataFrame()
     rows = []
-    lines = path.read_text().splitlines()
+    lines = path.read_text(errors="replace").splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            op = json.loads(line)
         except ValueError:
-            if i == len(lines) - 1:
-                log.warning("%s: dropped a torn last line", path)
-                continue
-            raise ValueError(f"{path}:{i + 1} is not JSON; the history is corrupt") from None
+            op = None
+        if isinstance(op, dict):
+            rows.append(op)
+            continue
+        if i == len(lines) - 1:
+            msg = f"{path}: dropped a torn last line ({i + 1})"
+            if problems is None:
+                log.warning("%s", msg)
+            else:
+                problems.append(msg)
+            continue
+        raise ValueError(f"{path}:{i + 1} is not a JSON object; the file is corrupt")
     return pd.DataFrame.from_records(rows)

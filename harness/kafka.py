@@ -12,9 +12,12 @@ Configuration facts follow the Kafka 4.x broker docs (https://kafka.apache.org/d
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,11 +26,19 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from harness import jars, processes
+
+log = logging.getLogger("onceproof.kafka")
 
 
 class ClusterError(RuntimeError):
     """The cluster could not be formatted, started, or did not become healthy in time."""
+
+
+# Kafka's SocketServer: "Socket server failed to bind to 127.0.0.1:19091: Address already in use."
+_BIND_FAILED = re.compile(r"failed to bind to [^\s:]*:(\d+)|(?:Address already in use|BindException)()")
 
 
 @dataclass(frozen=True)
@@ -133,17 +144,128 @@ def port_free(port: int) -> bool:
             return False
 
 
+# ------------------------------------------------------------------------------------------ port leases
+#
+# Two clusters on one machine (two runs, or a run beside `cluster up`) must not pick the same ports: a
+# free-port test happens ~10 s before the brokers bind. So a base port is *leased* under a lock: one file
+# per base in ``<cache>/ports/`` naming the ports, the owner process and (once started) the brokers and
+# the cluster directory. A lease is held while its owner or one of its brokers is alive (pid and start
+# time match); otherwise it is reclaimed. ``KafkaCluster.down`` releases it.
+
+
+def ports_dir() -> Path:
+    """Directory of the port leases: ``$ONCEPROOF_CACHE/ports`` (default ``~/.cache/onceproof/ports``)."""
+    return jars.cache_dir() / "ports"
+
+
+@contextlib.contextmanager
+def _ports_lock():
+    d = ports_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield d
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _proc_id(pid: int) -> dict | None:
+    try:
+        return {"pid": pid, "start": psutil.Process(pid).create_time()}
+    except psutil.Error:
+        return None
+
+
+def _proc_alive(p: dict) -> bool:
+    try:
+        proc = psutil.Process(int(p["pid"]))
+        return abs(proc.create_time() - float(p["start"])) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def lease_alive(lease: dict) -> bool:
+    """True while the lease's owner process or one of its brokers is alive (same pid and start time)."""
+    return any(_proc_alive(p) for p in [lease.get("owner") or {}, *(lease.get("brokers") or [])])
+
+
+def _leases(d: Path) -> dict[int, dict]:
+    out = {}
+    for f in d.glob("*.json"):
+        try:
+            lease = json.loads(f.read_text())
+            out[int(lease["base"])] = lease
+        except (OSError, ValueError, KeyError, TypeError):
+            f.unlink(missing_ok=True)  # a torn lease (writer killed mid-write) protects nothing
+    return out
+
+
+def _write_lease(d: Path, lease: dict) -> None:
+    p = d / f"{lease['base']}.json"
+    tmp = p.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(lease, indent=2))
+    os.replace(tmp, p)
+
+
 def free_base_port(nodes: int = 3, start: int = 19090, step: int = 500, tries: int = 20,
                    proxied: bool = False) -> int:
-    """First base port from ``start`` (in steps of ``step``) whose every cluster port is free.
+    """Reserve and return the first base port from ``start`` (in steps of ``step``) whose every cluster
+    port (see :meth:`ClusterSpec.ports`) is free on 127.0.0.1 and not leased to another live cluster.
 
-    Raises: ``ClusterError`` when none is.
+    The lease names this process as owner; :class:`KafkaCluster` adds its brokers and directory when it
+    starts them and releases the lease in :meth:`KafkaCluster.down` (or :func:`release_base_port`). A
+    lease whose owner and brokers are all dead is reclaimed.
+
+    Raises: ``ClusterError`` when no range is free.
     """
-    for i in range(tries):
-        base = start + i * step
-        if all(port_free(p) for p in ClusterSpec(Path("."), nodes, base, proxied=proxied).ports()):
-            return base
-    raise ClusterError(f"no free port range from {start}; stop other clusters (`onceproof cluster down`)")
+    with _ports_lock() as d:
+        held: set[int] = set()
+        for base, lease in _leases(d).items():
+            if lease_alive(lease):
+                held.update(int(p) for p in lease.get("ports") or ())
+            else:
+                (d / f"{base}.json").unlink(missing_ok=True)
+        for i in range(tries):
+            base = start + i * step
+            ports = ClusterSpec(Path("."), nodes, base, proxied=proxied).ports()
+            if held.isdisjoint(ports) and all(port_free(p) for p in ports):
+                _write_lease(d, {"base": base, "ports": ports, "owner": _proc_id(os.getpid()), "brokers": [],
+                                 "dir": None, "created": time.time()})
+                return base
+    raise ClusterError(f"no free port range from {start} (step {step}, {tries} tries): stop other clusters "
+                       f"(`onceproof cluster down`) or remove dead leases in {ports_dir()}")
+
+
+def release_base_port(base: int, data_dir: Path | None = None) -> bool:
+    """Drop the lease of ``base`` if this process owns it or it belongs to the cluster in ``data_dir``.
+    Returns whether a lease was dropped."""
+    with _ports_lock() as d:
+        lease = _leases(d).get(base)
+        if lease is None:
+            return False
+        mine = (lease.get("owner") or {}).get("pid") == os.getpid()
+        same_dir = data_dir is not None and lease.get("dir") == str(Path(data_dir).resolve())
+        if mine or same_dir or not lease_alive(lease):
+            (d / f"{base}.json").unlink(missing_ok=True)
+            return True
+        return False
+
+
+def _claim_base_port(spec: "ClusterSpec", broker_pids: list[int]) -> None:
+    """Record the cluster's directory and broker pids in its lease (creating the lease when the cluster
+    was given a base port by hand), so the lease outlives the process that reserved it."""
+    with _ports_lock() as d:
+        lease = _leases(d).get(spec.base_port)
+        ours = lease is not None and ((lease.get("owner") or {}).get("pid") == os.getpid()
+                                      or lease.get("dir") == str(spec.data_dir.resolve()))
+        if lease is not None and lease_alive(lease) and not ours:
+            log.warning("ports from %d are leased to %s; not taking over its lease", spec.base_port, lease.get("dir"))
+            return
+        lease = lease or {"base": spec.base_port, "owner": _proc_id(os.getpid()), "created": time.time()}
+        lease.update(ports=spec.ports(), dir=str(spec.data_dir.resolve()),
+                     brokers=[p for p in (_proc_id(pid) for pid in broker_pids) if p])
+        _write_lease(d, lease)
 
 
 def _server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
@@ -271,15 +393,58 @@ class KafkaCluster:
         self.save_state()
         return proc.pid
 
-    def up(self, timeout_s: float = 120.0) -> None:
+    def up(self, timeout_s: float = 120.0, attempts: int = 3) -> None:
         """Format, start every node and wait until all brokers are registered and a controller is elected.
 
-        Raises: ``ClusterError`` on timeout (node logs are under ``data_dir/logs``).
+        When a broker exits because its port was taken meanwhile (another program bound it after the
+        port test), an unproxied cluster moves to a newly reserved base port and starts again, at most
+        ``attempts`` times in all (a proxied cluster cannot move: its proxies already listen).
+
+        Raises: ``ClusterError`` on timeout or when the ports stay taken (node logs are under
+        ``data_dir/logs``).
         """
-        self.format()
+        for attempt in range(1, attempts + 1):
+            marks = self._log_marks()
+            self.format()
+            for n in self.spec.node_specs:
+                self.start_node(n.node_id)
+            try:
+                self.wait_healthy(timeout_s)
+                return
+            except ClusterError as e:
+                port = self._bind_failure(marks)
+                if port is None:
+                    raise
+                if self.spec.proxied or attempt == attempts:
+                    raise ClusterError(f"port {port} was taken by another program while the brokers started "
+                                       f"(attempt {attempt} of {attempts}); stop it or retry") from e
+                old = self.spec.base_port
+                self.down()
+                self.spec.base_port = free_base_port(self.spec.nodes, start=old + 500, proxied=False)
+                log.warning("port %s was taken while the brokers started; retrying on base port %d",
+                            port, self.spec.base_port)
+
+    def _log_marks(self) -> dict[Path, int]:
+        out = {}
         for n in self.spec.node_specs:
-            self.start_node(n.node_id)
-        self.wait_healthy(timeout_s)
+            for p in (self.spec.logs / f"broker-{n.node_id}.log", self.spec.logs / f"broker-{n.node_id}.out"):
+                out[p] = p.stat().st_size if p.exists() else 0
+        return out
+
+    def _bind_failure(self, marks: dict[Path, int]) -> int | str | None:
+        """The port a broker failed to bind in this attempt (from the log lines written since ``marks``),
+        ``"?"`` when the log says so without a port, ``None`` when no bind failure is logged."""
+        for p, off in marks.items():
+            try:
+                with open(p, "rb") as f:
+                    f.seek(off)
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            m = _BIND_FAILED.search(text)
+            if m:
+                return int(m.group(1)) if m.group(1) else "?"
+        return None
 
     def wait_healthy(self, timeout_s: float = 120.0) -> None:
         """Block until the metadata lists every node as a broker. Raises ``ClusterError`` on timeout."""
@@ -304,22 +469,48 @@ class KafkaCluster:
         raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); "
                            f"see {self.spec.logs}/")
 
+    def owns(self, b: BrokerProcess) -> bool:
+        """True when ``b.pid`` is alive and its command line proves it is this cluster's broker (``kafka.Kafka``
+        with this node's config file), so a stale pid in a state file never gets another process killed."""
+        if b.pid is None:
+            return False
+        try:
+            proc = psutil.Process(b.pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            args = proc.cmdline()
+        except psutil.Error:
+            return False
+        cfgs = {str(b.config), str(Path(b.config).resolve())}
+        return "kafka.Kafka" in args and any(c in args for c in cfgs)
+
     def stop_node(self, node_id: int, grace_s: float = 15.0) -> None:
-        """Stop node ``node_id`` (SIGTERM, then SIGKILL after ``grace_s``)."""
+        """Stop node ``node_id`` (SIGTERM, then SIGKILL after ``grace_s``); a pid that is not this node's
+        broker (see :meth:`owns`) is left alone."""
         b = self.brokers[node_id]
         if b.pid is not None:
-            processes.stop_group(b.pid, grace_s=grace_s)
+            if self.owns(b):
+                processes.stop_group(b.pid, grace_s=grace_s)
             b.pid = None
             self.save_state()
 
-    def down(self, graceful: bool = False) -> None:
-        """Stop every node at once; safe to call twice and after a partial start.
+    def down(self, graceful: bool = False) -> list[tuple[int, int]]:
+        """Stop every node at once and release the cluster's port lease; safe to call twice and after a
+        partial start.
 
         ``graceful`` sends SIGTERM to all nodes together and waits up to 10 s before SIGKILL (a lone last
         node cannot finish a controlled shutdown without its quorum); otherwise SIGKILL at once, which is
-        what a throwaway test cluster needs.
+        what a throwaway test cluster needs. Only processes that are this cluster's brokers
+        (:meth:`owns`) are signalled.
+
+        Returns: ``(node id, pid)`` of recorded pids that were left alone: alive but not this cluster's
+        broker (a stale state file).
         """
-        pids = [b.pid for b in self.brokers.values() if b.pid is not None]
+        stale = [(i, b.pid) for i, b in self.brokers.items()
+                 if b.pid is not None and processes.alive(b.pid) and not self.owns(b)]
+        pids = [b.pid for b in self.brokers.values() if b.pid is not None and self.owns(b)]
+        for i, pid in stale:
+            log.warning("pid %d recorded for broker %d is not this cluster's broker: left alone", pid, i)
         if graceful:
             for pid in pids:
                 processes.signal_group(pid, "SIGTERM")
@@ -331,6 +522,11 @@ class KafkaCluster:
         for b in self.brokers.values():
             b.pid = None
         self.save_state()
+        try:
+            release_base_port(self.spec.base_port, self.spec.data_dir)
+        except OSError as e:  # an unwritable cache: the lease dies with its processes anyway
+            log.warning("could not release the port lease of %d: %s", self.spec.base_port, e)
+        return stale
 
     def save_state(self) -> None:
         """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
@@ -341,6 +537,12 @@ class KafkaCluster:
                  "brokers": {str(i): {"pid": b.pid, "client_port": b.spec.client_port} for i, b in self.brokers.items()}}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
+        live = [b.pid for b in self.brokers.values() if b.pid is not None]
+        if live:
+            try:
+                _claim_base_port(self.spec, live)
+            except OSError as e:  # an unwritable cache must not stop a cluster
+                log.warning("could not record the port lease of %d: %s", self.spec.base_port, e)
 
     @classmethod
     def from_state(cls, data_dir: Path) -> "KafkaCluster":
@@ -348,11 +550,15 @@ class KafkaCluster:
 
         Raises: ``ClusterError`` when ``data_dir`` holds no state file (no cluster was started there).
         """
+        data_dir = Path(data_dir).resolve()
         path = data_dir / "cluster.json"
         if not path.exists():
             raise ClusterError(f"no cluster state in {data_dir}: start one with `onceproof cluster up`")
-        st = json.loads(path.read_text())
-        sp = dict(st["spec"])
+        try:
+            st = json.loads(path.read_text())
+            sp = dict(st["spec"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ClusterError(f"{path} is damaged ({e}); stop its brokers by hand and delete it") from e
         sp["log_dir"] = Path(sp["log_dir"]) if sp.get("log_dir") else None
         spec = ClusterSpec(data_dir, **sp)
         c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""))
