@@ -1,0 +1,99 @@
+"""The replay command carries every `run` option that differs from its default: for each option the
+CLI's `run` exposes, a config with a non-default value gives a replay command that the CLI's own parser
+turns back into the same config. A forgotten option fails here."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pytest
+import typer
+
+from harness import cli
+from harness.config import TestConfig
+from nemesis import catalog
+from tests.conftest import run_cli
+
+
+def run_options() -> dict[str, str]:
+    """``{field name: first option name}`` of the real `run` command, --verbose and --help aside."""
+    cmd = typer.main.get_command(cli.app).commands["run"]
+    return {p.name: p.opts[0] for p in cmd.params if p.name not in ("verbose", "help")}
+
+
+def non_default(f) -> object:
+    """A valid value of field ``f`` other than its default."""
+    if f.metadata.get("example") is not None:
+        return f.metadata["example"]
+    d = TestConfig.default_of(f)
+    if isinstance(d, bool):
+        return not d
+    if isinstance(d, int):
+        hi = f.metadata.get("hi")
+        return d - 1 if hi is not None and d + 3 > hi else d + 3
+    if isinstance(d, float):
+        return d + 1.25
+    if isinstance(d, Path):
+        return Path("/tmp/elsewhere/results")
+    raise AssertionError(f"field {f.name} ({type(d).__name__}) needs an 'example' in its metadata")
+
+
+def parse_back(cfg: TestConfig) -> TestConfig:
+    argv = shlex.split(cfg.replay_command())
+    assert argv[:2] == ["onceproof", "run"], argv
+    return TestConfig.from_argv(argv[2:])
+
+
+def test_every_field_is_a_run_option_and_every_option_a_field():
+    assert set(run_options()) == {f.name for f in fields(TestConfig)}
+
+
+@pytest.mark.parametrize("name", sorted(run_options()))
+def test_each_option_survives_the_replay_command(name):
+    f = next(f for f in fields(TestConfig) if f.name == name)
+    cfg = replace(TestConfig(), **{name: non_default(f)}).validate()
+    assert getattr(cfg, name) != TestConfig.default_of(f)
+    replay = cfg.replay_command()
+    assert run_options()[name] in shlex.split(replay) or any(w.startswith("--no-") for w in shlex.split(replay))
+    assert parse_back(cfg) == cfg, replay
+
+
+def test_all_options_at_once_survive():
+    cfg = TestConfig(**{f.name: non_default(f) for f in fields(TestConfig)}).validate()
+    assert parse_back(cfg) == cfg
+
+
+def test_default_config_replays_to_itself_and_names_what_a_run_is():
+    replay = TestConfig().replay_command()
+    for flag in ("--sink", "--nemesis", "--seed", "--time-limit"):
+        assert flag in replay
+    assert "--trigger-ms" not in replay  # at its default: left out
+    assert parse_back(TestConfig()) == TestConfig()
+
+
+def test_floats_round_trip_exactly_and_fault_order_is_kept():
+    cfg = TestConfig(time_limit=0.1 + 0.2, fault_hold=123.456789, nemesis_interval=7.0)
+    assert parse_back(cfg) == cfg
+    every = list(catalog.FAULTS)
+    assert "--nemesis all" in TestConfig(nemesis=every).replay_command()
+    backwards = TestConfig(nemesis=every[::-1])
+    assert "all" not in shlex.split(backwards.replay_command())
+    assert parse_back(backwards).nemesis == every[::-1]
+
+
+def test_boolean_true_by_default_would_replay_as_no_flag():
+    cfg = TestConfig(proxy=True, keep_data=True)
+    words = shlex.split(cfg.replay_command())
+    assert "--proxy" in words and "--keep-data" in words
+    assert parse_back(cfg) == cfg
+    assert TestConfig.from_argv(["--proxy", "--no-proxy"]).proxy is False
+
+
+def test_replay_command_is_accepted_by_the_real_cli_as_far_as_validation():
+    """The CLI subprocess parses and validates a replay command (a bad value then shows it was read)."""
+    cfg = TestConfig(trigger_ms=250, max_offsets=77, recovery_timeout=33.5, proxy=True)
+    argv = shlex.split(cfg.replay_command())[1:] + ["--rate", "nan"]  # stop it before anything starts
+    p = run_cli(argv, timeout=60)
+    assert p.returncode == 254 and "--rate" in p.stderr, p.stderr
