@@ -130,23 +130,28 @@ def history_gaps(path: Path, hist: pd.DataFrame, inp: pd.DataFrame) -> list[str]
 
 def _history_unknown(result: dict, reasons: list[str]) -> dict:
     """A result whose lost-write check was incomplete: ``valid`` becomes ``unknown`` with ``reasons``;
-    ``invalid`` stays (its anomalies do not depend on the history); reasons always go to ``warnings``."""
-    result.setdefault("warnings", []).extend(reasons)
+    ``invalid`` stays (its anomalies do not depend on the history) and gets ``reasons`` as ``warnings``."""
     if result["verdict"] == "valid":
         result.update(verdict="unknown", valid="unknown",
                       unknown_reasons=list(result.get("unknown_reasons") or []) + reasons)
+    elif result["verdict"] == "unknown":
+        result["unknown_reasons"] = list(result.get("unknown_reasons") or []) + reasons
+    else:
+        result.setdefault("warnings", []).extend(reasons)
     return result
 
 
 def _input_moved(result: dict, reason: str) -> dict:
     """The input grew between the caught-up test and the read: ``lost`` and ``unexpected`` may be
     artefacts of the window, so an ``invalid`` resting only on them becomes ``unknown``."""
-    result.setdefault("warnings", []).append(reason)
     counts = result.get("counts", {})
-    firm = any(counts.get(a) for a in compose.DEFINITE if a != "unexpected")
+    definite = set(compose.DEFINITE) | set(result.get("definite") or ())
+    firm = any(counts.get(a) for a in definite if a != "unexpected")
     if result["verdict"] == "invalid" and not firm:
         result.update(verdict="unknown", valid="unknown",
                       unknown_reasons=list(result.get("unknown_reasons") or []) + [reason])
+    else:
+        result.setdefault("warnings", []).append(reason)
     return result
 
 
