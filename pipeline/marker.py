@@ -15,7 +15,7 @@ pending transactional offset commit would be waited for, not skipped.
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 NONE = -1
 
@@ -41,11 +41,16 @@ def open_consumer(bootstrap: str, sink_id: str, partition: int) -> Consumer:
 def read(consumer: Consumer, progress_topic: str, timeout_s: float = 30.0) -> int:
     """The last committed batchId for this consumer's sink partition, or ``NONE`` (-1).
 
-    Raises: ``confluent_kafka.KafkaException`` when the group coordinator does not answer in time.
+    Raises: ``confluent_kafka.KafkaException`` in both failure modes, so callers can classify it with
+    ``KafkaError.retriable()`` and log one exception class: when the OffsetFetch request fails (e.g.
+    the group coordinator does not answer within ``timeout_s`` seconds: ``_TIMED_OUT``), and when the
+    request succeeds but carries a per-partition error (``TopicPartition.error``, e.g.
+    ``UNSTABLE_OFFSET_COMMIT`` while a transactional offset commit is pending, KIP-447). Before this,
+    the second case raised a bare ``RuntimeError`` that the sink neither logged nor retried.
     """
     tp = consumer.committed([TopicPartition(progress_topic, 0)], timeout=timeout_s)[0]
     if tp.error:
-        raise RuntimeError(f"reading marker failed: {tp.error}")
+        raise KafkaException(tp.error)
     return tp.offset - 1 if tp.offset >= 0 else NONE
 
 

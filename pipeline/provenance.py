@@ -10,5 +10,10 @@ ATTEMPT = "op.attempt"              # task attempt number (TaskContext.attemptNu
 TXN_ID = "op.txn_id"                # Kafka transactional.id of the producer (eos only)
 INPUT = "op.input"                  # "<input partition>:<input offset>" the record came from
 SINK = "op.sink"                    # "eos" or "at-least-once"
+INCARNATION = "op.incarnation"      # driver incarnation (ONCEPROOF_DRIVER_INCARNATION; "0" when unset)
 
-ALL = (BATCH, SINK_PARTITION, ATTEMPT, TXN_ID, INPUT, SINK)
+# A sink attempt is (incarnation, batch, sink partition, attempt): Spark numbers task attempts from 0
+# again in each new driver, so (batch, sink partition, attempt) alone repeats across driver restarts.
+ATTEMPT_KEY = (INCARNATION, BATCH, SINK_PARTITION, ATTEMPT)
+
+ALL = (BATCH, SINK_PARTITION, ATTEMPT, TXN_ID, INPUT, SINK, INCARNATION)

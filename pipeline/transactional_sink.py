@@ -26,6 +26,36 @@ Errors, per librdkafka's classes (https://github.com/confluentinc/librdkafka/blo
 #transactional-producer): retriable → retry the call; ``txn_requires_abort()`` → abort, then fail the
 task so Spark retries it; fatal (e.g. fenced) → fail the task. ``message.timeout.ms`` is kept below
 ``transaction.timeout.ms`` as librdkafka requires.
+
+``sink.jsonl`` events (one JSON line each; every line has ``time`` (epoch s), ``event``, ``pid``,
+``incarnation`` (the driver incarnation, ``ONCEPROOF_DRIVER_INCARNATION``) and, for a task, ``batch``,
+``partition``, ``attempt``, ``txn_id``). An attempt is identified by (incarnation, batch, partition,
+attempt): Spark numbers task attempts from 0 again in every new driver.
+
+* ``fence-on-start`` – ``abort_leftovers`` settled the transactional id ``txn_id`` at query start.
+* ``init-error`` – ``init_transactions()`` failed: no transaction of this attempt exists.
+* ``marker-error`` – reading the marker failed (``error_class``, ``error_code``); no transaction began.
+* ``skip`` – the marker (``marker``) is ≥ the batch: already committed, nothing written.
+* ``begin`` – the transaction began; ``marker`` is the value read after ``init_transactions()``.
+* ``hold`` – the pre-commit hold hook held this transaction (``hold_ms``).
+* ``commit`` – ``commit_transaction()`` returned: committed.
+* ``commit-unknown`` – ``commit_transaction()`` raised. The outcome is **unknown**: the EndTxn(COMMIT)
+  request may have reached the transaction coordinator before the error (a timeout, a broker that died
+  after writing the commit, a fenced producer whose commit had completed), so the data may be visible.
+  A later attempt's marker read tells (``checkers/transactions.py``). After an *abortable* commit error
+  the sink calls ``abort_transaction()`` as librdkafka requires: ``abort`` follows if it returned,
+  ``abort-failed`` if it raised (the outcome stays unknown).
+* ``abort`` – ``abort_transaction()`` returned: the transaction is aborted (the coordinator accepted
+  EndTxn(ABORT) from the current producer epoch). Logged only after the call returned, never before.
+* ``abandon`` – the attempt failed *before* ``commit_transaction()`` was called (``stage``: produce,
+  flush, delivery, send_offsets, ...) and ``abort_transaction()`` did not return (not attempted after
+  a fatal error, or it raised: ``abort_error``). The transaction was never asked to commit, so it cannot
+  commit: only EndTxn(COMMIT), sent by ``commit_transaction()``, commits a transaction (KIP-98); the
+  coordinator aborts it at ``transaction.timeout.ms`` or when the next producer of the same id calls
+  ``init_transactions()``. Its records must never be visible at read_committed.
+
+Error events carry ``error`` (text), ``error_class`` (the exception's class), ``error_code`` (librdkafka
+error name, for ``KafkaException``) and ``kind`` (fatal / abortable / retriable / other / delivery).
 """
 
 from __future__ import annotations
@@ -55,9 +85,12 @@ class SinkConfig:
         progress_topic: topic whose committed offsets hold the markers (1 partition).
         sink_id: prefix of every transactional.id and marker group; stable across restarts of a query.
         txn_timeout_ms: ``transaction.timeout.ms`` (ms); must exceed the longest commit delay.
-        log_path: file receiving one JSON line per begin/skip/commit/abort (``sink.jsonl``), or "".
+        log_path: file receiving one JSON line per event (``sink.jsonl``; events in the module docstring),
+            or "".
         control_dir: hook control directory, or "".
         skip_marker_check: the ``eos-no-marker`` mutant; ignores the marker (replays are rewritten).
+        incarnation: driver incarnation ("1", "2", ... from ``ONCEPROOF_DRIVER_INCARNATION``; "0" when
+            unset); logged on every event and sent as the ``op.incarnation`` header.
     """
 
     bootstrap: str
@@ -68,12 +101,14 @@ class SinkConfig:
     log_path: str = ""
     control_dir: str = ""
     skip_marker_check: bool = False  # the eos-no-marker mutant: never skip an already committed batch
+    incarnation: str = "0"
 
 
 def _log(cfg: SinkConfig, event: str, **fields) -> None:
     if not cfg.log_path:
         return
-    line = json.dumps({"time": time.time(), "event": event, "pid": os.getpid(), **fields}) + "\n"
+    line = json.dumps({"time": time.time(), "event": event, "pid": os.getpid(), "incarnation": cfg.incarnation,
+                       **fields}) + "\n"
     # One write(2) of a short line with O_APPEND: lines from concurrent tasks do not interleave.
     fd = os.open(cfg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -119,7 +154,8 @@ def abort_leftovers(cfg: SinkConfig, pool_size: int) -> None:
     abort-on-restore). Without it the output's last stable offset stays pinned and read_committed
     readers stall until ``transaction.timeout.ms``.
 
-    Args: pool_size: number of sink partitions (= input partitions).
+    Args: pool_size: number of sink partitions (= partitions of the input topic, read from Kafka's
+    metadata at query start by ``pipeline.job``; ids ``<sink_id>-0`` .. ``<sink_id>-<pool_size-1>``).
     """
     for p in range(pool_size):
         txn_id = transactional_id(cfg.sink_id, p)
@@ -129,12 +165,48 @@ def abort_leftovers(cfg: SinkConfig, pool_size: int) -> None:
         del prod
 
 
+def _error_fields(e: BaseException) -> dict:
+    """What an error event records: text, exception class, librdkafka error name and class."""
+    f = {"error": str(e), "error_class": type(e).__name__}
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        err: KafkaError = e.args[0]
+        f["error_code"] = err.name()
+        f["kind"] = ("fatal" if err.fatal() else "abortable" if err.txn_requires_abort()
+                     else "retriable" if err.retriable() else "other")
+    elif isinstance(e, SinkError):
+        f["kind"] = "delivery"
+    return f
+
+
+def _abort_or_abandon(cfg: SinkConfig, prod: Producer, e: BaseException, stage: str, where: dict,
+                      event_fields: dict | None = None) -> None:
+    """Settle a transaction that failed before ``commit_transaction()`` was called, and log how.
+
+    Calls ``abort_transaction()`` unless ``e`` is fatal (librdkafka refuses every transactional call
+    after a fatal error; a fenced producer's transaction was already aborted by the fencer's
+    ``init_transactions()``). Logs ``abort`` only after that call returned, else ``abandon`` (see the
+    module docstring for why an abandoned transaction cannot commit).
+    """
+    fields = {**_error_fields(e), "stage": stage, **(event_fields or {})}
+    fatal = isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError) and e.args[0].fatal()
+    if not fatal:
+        try:
+            prod.abort_transaction(30)
+        except Exception as ae:  # noqa: BLE001 - any failure leaves the outcome to the coordinator
+            fields.update(abort_error=str(ae), abort_error_class=type(ae).__name__)
+        else:
+            _log(cfg, "abort", **fields, **where)
+            return
+    _log(cfg, "abandon", **fields, **where)
+
+
 def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
     """Write one sink partition of micro-batch ``batch_id`` in one Kafka transaction.
 
     Runs on an executor inside ``foreachPartition``. ``rows`` yields ``Row(key: str, value: bytes,
     in_partition: int, in_offset: int)``. Raises ``SinkError`` (Spark retries the task) when the
-    transaction cannot be committed.
+    transaction cannot be committed or its outcome is unknown; re-raises anything else (e.g. the input
+    iterator failing) after settling the transaction. Every failure is logged first (module docstring).
     """
     from pyspark import TaskContext
 
@@ -144,63 +216,94 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
     where = {"batch": batch_id, "partition": part, "attempt": attempt, "txn_id": txn_id}
     prod = _producer(cfg, txn_id)
     t0 = time.monotonic()
-    _retrying("init_transactions", prod.init_transactions, 60)
+    try:
+        _retrying("init_transactions", prod.init_transactions, 60)
+    except Exception as e:
+        _log(cfg, "init-error", **_error_fields(e), **where)
+        raise SinkError(f"init_transactions failed in sink task {where}: {e}") from e
     cons = marker.open_consumer(cfg.bootstrap, cfg.sink_id, part)
     try:
-        done = marker.read(cons, cfg.progress_topic)
+        try:
+            done = _retrying("marker.read", marker.read, cons, cfg.progress_topic)
+        except Exception as e:
+            _log(cfg, "marker-error", **_error_fields(e), **where)
+            raise SinkError(f"reading the marker failed in sink task {where}: {type(e).__name__}: {e}") from e
         if done >= batch_id and not cfg.skip_marker_check:
             _log(cfg, "skip", marker=done, **where)
             return
-        prod.begin_transaction()
-        _log(cfg, "begin", marker=done, init_ms=round((time.monotonic() - t0) * 1000), **where)
-        errors: list[KafkaError] = []
+        stage = "begin"
+        try:
+            prod.begin_transaction()
+            _log(cfg, "begin", marker=done, init_ms=round((time.monotonic() - t0) * 1000), **where)
+            errors: list[KafkaError] = []
 
-        def on_delivery(err, _msg):
-            if err is not None:
-                errors.append(err)
+            def on_delivery(err, _msg):
+                if err is not None:
+                    errors.append(err)
 
-        base_headers = [(provenance.BATCH, str(batch_id)), (provenance.SINK_PARTITION, str(part)),
-                        (provenance.ATTEMPT, str(attempt)), (provenance.TXN_ID, txn_id),
-                        (provenance.SINK, "eos")]
-        n = 0
-        for row in rows:
-            headers = base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
-            while True:
+            base_headers = [(provenance.BATCH, str(batch_id)), (provenance.SINK_PARTITION, str(part)),
+                            (provenance.ATTEMPT, str(attempt)), (provenance.TXN_ID, txn_id),
+                            (provenance.SINK, "eos"), (provenance.INCARNATION, cfg.incarnation)]
+            n = 0
+            stage = "produce"
+            for row in rows:
+                headers = base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
+                while True:
+                    try:
+                        prod.produce(cfg.output_topic, key=row.key, value=row.value, headers=headers,
+                                     on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        prod.poll(0.1)
+                n += 1
+                if n % 1000 == 0:
+                    prod.poll(0)
+            stage = "flush"
+            remaining = prod.flush(cfg.txn_timeout_ms / 1000)
+            if errors or remaining:
+                stage = "delivery"
+                raise SinkError(f"{len(errors)} delivery error(s), {remaining} undelivered: "
+                                f"{errors[:3]} at {where}")
+            stage = "precommit-hook"
+            delayed_ms = hooks.precommit_delay(cfg.control_dir, where, lambda **f: _log(cfg, "hold", **f))
+            # A failure here is not an unknown outcome: send_offsets_to_transaction only adds the marker
+            # (AddOffsetsToTxn + TxnOffsetCommit) to the open transaction. Nothing commits a Kafka
+            # transaction but EndTxn(COMMIT), which only commit_transaction() sends (KIP-98), so up to
+            # here the transaction is certainly not committed.
+            stage = "send_offsets"
+            _retrying("send_offsets_to_transaction", prod.send_offsets_to_transaction,
+                      marker.offsets_for(cfg.progress_topic, batch_id), cons.consumer_group_metadata(), 60)
+        except BaseException as e:
+            _abort_or_abandon(cfg, prod, e, stage, where)
+            if isinstance(e, KafkaException):
+                f = _error_fields(e)
+                raise SinkError(f"{f.get('kind')} Kafka error at {stage} in sink task {where}: {e}") from e
+            raise
+        # commit_transaction() sends EndTxn(COMMIT). If it raises, the coordinator may already have
+        # written the commit (the request timed out after it arrived; the broker died after writing the
+        # PREPARE_COMMIT; the producer was fenced by an init_transactions() that completed our pending
+        # commit): the outcome is unknown, so it is logged as ``commit-unknown``, never as ``abort``.
+        try:
+            _retrying("commit_transaction", prod.commit_transaction, 60)
+        except BaseException as e:
+            f = _error_fields(e)
+            _log(cfg, "commit-unknown", **f, **where)
+            if isinstance(e, KafkaException) and f.get("kind") == "abortable":
+                # librdkafka: an abortable error from commit_transaction() must be followed by
+                # abort_transaction(). If that returns, the coordinator accepted EndTxn(ABORT) for this
+                # epoch, which it refuses for a completed commit: the outcome is then known, ``abort``.
                 try:
-                    prod.produce(cfg.output_topic, key=row.key, value=row.value, headers=headers,
-                                 on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    prod.poll(0.1)
-            n += 1
-            if n % 1000 == 0:
-                prod.poll(0)
-        remaining = prod.flush(cfg.txn_timeout_ms / 1000)
-        if errors or remaining:
-            raise SinkError(f"{len(errors)} delivery error(s), {remaining} undelivered: "
-                            f"{errors[:3]} at {where}")
-        delayed_ms = hooks.precommit_delay(cfg.control_dir, where, lambda **f: _log(cfg, "hold", **f))
-        _retrying("send_offsets_to_transaction", prod.send_offsets_to_transaction,
-                  marker.offsets_for(cfg.progress_topic, batch_id), cons.consumer_group_metadata(), 60)
-        _retrying("commit_transaction", prod.commit_transaction, 60)
+                    prod.abort_transaction(30)
+                except Exception as ae:  # noqa: BLE001 - the outcome stays unknown
+                    _log(cfg, "abort-failed", error=str(ae), error_class=type(ae).__name__, stage="commit",
+                         **where)
+                else:
+                    _log(cfg, "abort", **f, stage="commit", **where)
+            if isinstance(e, KafkaException):
+                raise SinkError(f"{f.get('kind')} Kafka error in commit_transaction, outcome unknown, "
+                                f"in sink task {where}: {e}") from e
+            raise
         _log(cfg, "commit", records=n, ms=round((time.monotonic() - t0) * 1000), precommit_delay_ms=delayed_ms,
              **where)
-    except KafkaException as e:
-        err: KafkaError = e.args[0]
-        kind = "fatal" if err.fatal() else "abortable" if err.txn_requires_abort() else "other"
-        _log(cfg, "abort", error=str(err), kind=kind, **where)
-        if kind == "abortable":
-            try:
-                prod.abort_transaction(30)
-            except KafkaException:
-                pass  # the next attempt's init_transactions() settles it
-        raise SinkError(f"{kind} Kafka error in sink task {where}: {err}") from e
-    except SinkError as e:
-        _log(cfg, "abort", error=str(e), kind="delivery", **where)
-        try:
-            prod.abort_transaction(30)
-        except KafkaException:
-            pass
-        raise
     finally:
         cons.close()
