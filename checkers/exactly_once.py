@@ -1,32 +1,54 @@
-"""The exactly-once checker: per key, every input record appears in the output exactly once, in order.
+"""The exactly-once checker: every input record appears in the output exactly once, in order per key.
 
 Pure: it takes frames and returns a dict; it never talks to Kafka (``harness/`` reads the topics).
 
 Inputs (pandas DataFrames):
 
-* ``history`` – workload ops with columns ``type`` (invoke/ok/fail/info), ``f``, ``key``, ``seq``; may be
-  empty (``onceproof check`` on a foreign pipeline has none).
+* ``history`` – workload ops with columns ``type`` (invoke/ok/fail/info), ``f``, ``key``, ``seq`` (and
+  ``error`` for failed sends); may be empty (``onceproof check`` on a foreign pipeline has none).
 * ``input`` – the input topic read at read_committed: ``key`` (str), ``seq`` (int), ``partition``,
   ``offset``.
 * ``output`` – the output topic read at read_committed after recovery: ``key``, ``seq`` (Int64, NA when
   the value could not be parsed), ``partition``, ``offset`` and optional provenance columns named as
-  in ``pipeline/provenance.py`` (``op.batch``, ``op.attempt``, ...).
+  in ``pipeline/provenance.py`` (``op.batch``, ``op.attempt``, ``op.input``, ...).
+
+Accounting is per input record, i.e. per input (partition, offset): each is owed exactly once. An
+output copy is paired with the input record it came from through its ``op.input`` header
+(``"<input partition>:<input offset>"``, written by ``pipeline/transactional_sink.py``) when it has a
+parsable one; copies without it are paired by (key, seq): per (key, seq), the input records that no
+``op.input`` claimed are owed by the unpaired copies, so ``lost = max(0, unclaimed - copies)`` and the
+extra copies are duplicates. With no ``op.input`` at all this is plain counting per (key, seq).
 
 Anomalies (DESIGN §4; Jepsen's names where they fit):
 
-* ``duplicate`` – a (key, seq) appears more than once in the output. Counted as (key, seq) pairs;
-  ``duplicate-records`` counts the extra copies.
-* ``lost`` – a (key, seq) of the input log never appears in the output.
+* ``duplicate`` – a (key, seq) with more output copies than the input owes: an input record named by
+  two or more copies' ``op.input``, or more unpaired copies than unclaimed input records (or, for a
+  (key, seq) not in the input, a second copy). Counted as (key, seq) pairs; ``duplicate-records`` counts
+  the extra copies. Each example lists every copy of the pair with its provenance (``input`` = its
+  ``op.input``).
+* ``lost`` – an input record with no output copy (by ``op.input``, or by count for unpaired copies).
+  Counted as input records.
 * ``lost-write`` – a send acknowledged ``ok`` in the history is absent from the input log.
-* ``unexpected`` – an output (key, seq) not in the input log, or an output value without key/seq.
+* ``unexpected`` – an output (key, seq) not in the input log (counted per pair), an output value
+  without key/seq, or a copy whose ``op.input`` names no input record or one holding a different (key,
+  seq) (counted per copy; such a copy pays for no input record). Examples say ``why``.
 * ``nonmonotonic`` – per key, the output's *first* occurrences go backwards relative to the input
   order (a re-emitted copy is a ``duplicate``, not also a reordering).
+* ``input-duplicate`` – the same (key, seq) at two or more input offsets (counted as pairs;
+  ``input-duplicate-records`` counts the extra input records). A fact about the input log, not the
+  pipeline: the pipeline owes each copy once. Our workload sends each (key, seq) once through an
+  idempotent producer, so with a workload history (any ``send`` op) it is a Kafka / client anomaly and
+  definite; without one (``onceproof check`` on foreign topics, whose producers may legitimately resend)
+  it is informational.
+* ``failed-write-visible`` – a send the history records as ``fail`` (definitely not written) whose
+  (key, seq) is in the input log. Definite.
 
 ``info`` sends are neither required nor forbidden (Jepsen): only what reached the input log is owed.
 
-Verdict: ``invalid`` if any definite anomaly (duplicate, unexpected, nonmonotonic, lost-write) is found;
-otherwise ``unknown`` if recovery did not finish (``lost`` cannot be told from "not yet"); otherwise
-``invalid`` if anything is lost, else ``valid``.
+Verdict: ``invalid`` if any definite anomaly (duplicate, unexpected, nonmonotonic, lost-write,
+failed-write-visible, and input-duplicate when a workload history is present; the result's
+``definite`` lists them) is found; otherwise ``unknown`` if recovery did not finish (``lost`` cannot be
+told from "not yet"); otherwise ``invalid`` if anything is lost, else ``valid``.
 """
 
 from __future__ import annotations
@@ -40,9 +62,12 @@ import pandas as pd
 
 from checkers import examples
 
-ANOMALIES = ("duplicate", "lost", "lost-write", "unexpected", "nonmonotonic")
-DEFINITE = ("duplicate", "unexpected", "nonmonotonic", "lost-write")
+ANOMALIES = ("duplicate", "lost", "lost-write", "unexpected", "nonmonotonic", "input-duplicate",
+             "failed-write-visible")
+DEFINITE = ("duplicate", "unexpected", "nonmonotonic", "lost-write", "failed-write-visible")
+DEFINITE_WITH_HISTORY = ("input-duplicate",)  # definite only when a workload history is present
 MAX_EXAMPLES = 10
+INPUT_REF = "op.input"  # pipeline/provenance.py INPUT
 
 
 @dataclass
@@ -70,14 +95,19 @@ def _norm(df: pd.DataFrame, need: tuple[str, ...]) -> pd.DataFrame:
 def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
           recovery: Recovery | None = None) -> dict:
     """Check one run. Returns ``{"verdict", "valid", "counts", "anomalies", "stats", "unknown_reasons",
-    "bad_keys"}``; ``anomalies[name]`` holds up to 10 examples with provenance, ``counts`` exact totals.
+    "bad_keys", "definite"}``; ``anomalies[name]`` holds up to 10 examples with provenance, ``counts``
+    exact totals (module docstring for each name's unit), ``definite`` the anomaly names that make this
+    run invalid by themselves. ``stats`` adds to the record counts ``output_with_input_ref`` (output
+    rows with a parsable ``op.input``).
 
     How (for speed: O(n) numpy passes plus one int64 sort; no merges, no per-row Python; see
-    bench/README.md): keys are factorised once to int codes shared by the three frames; each (key, seq) becomes a dense int id (per key, ``seq``
-    minus the key's smallest input seq, offset by the sizes of the keys before it; pairs outside the
-    input's per-key range get extra ids by hashing), so the per-pair bookkeeping is ``bincount`` and
-    table look-ups; the (partition, offset) order is an int64 position per row; only the few example
-    rows are turned back into Python objects.
+    bench/README.md): keys are factorised once to int codes shared by the three frames; each (key, seq)
+    becomes a dense int id (per key, ``seq`` minus the key's smallest input seq, offset by the sizes of
+    the keys before it; pairs outside the input's per-key range get extra ids by hashing), so the
+    per-pair bookkeeping is ``bincount`` and table look-ups; the (partition, offset) order is an int64
+    position per row; ``op.input`` is parsed by pyarrow's string kernels and looked up in a dense
+    (partition, offset) → input row table; only the few example rows are turned back into Python
+    objects.
     """
     recovery = recovery or Recovery()
     history = _norm(history, ("type", "f", "key", "seq"))
@@ -104,23 +134,33 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         seq_out = _int64(output["seq"])
     pos_out = _positions(output["partition"], output["offset"])
 
-    # ---- the hashing work (key strings of the three frames, history op types), in threads when big
+    # ---- the hashing work (key strings of the three frames, history op types, op.input), in threads
     jobs = {"k_in": lambda: _factorize_str(inp["key"]), "k_out": lambda: _factorize_str(output["key"]),
             "k_h": lambda: _factorize_str(history["key"]), "type": lambda: pd.factorize(history["type"]),
             "send": lambda: (history["f"] == "send").to_numpy(dtype=bool)}
+    if INPUT_REF in output.columns:
+        jobs["ref"] = lambda: _input_refs(output[INPUT_REF], inp["partition"], inp["offset"])
     done = _run_all(jobs, threaded=len(inp) + len(output) + len(history) >= _THREADS_FROM)
 
-    # ---- history: acknowledged sends
+    # ---- history: acknowledged (ok) and definitely failed (fail) sends
     sends_mask = done.pop("send")
+    has_workload = bool(sends_mask.any())
     tcodes, tuniq = done.pop("type")
     tcodes = np.asarray(tcodes)
     tcount = {str(t): int(np.count_nonzero((tcodes == i) & sends_mask)) for i, t in enumerate(tuniq)
               if isinstance(t, str) and t in ("ok", "fail", "info")}
-    ok_mask = sends_mask
-    ok_mask &= tcodes == (list(tuniq).index("ok") if "ok" in tcount else -2)
+    tlist = list(tuniq)
+    ok_code = tlist.index("ok") if "ok" in tcount else -2
+    fail_code = tlist.index("fail") if tcount.get("fail") else -2
+    if fail_code == -2:
+        h_mask = sends_mask
+        h_mask &= tcodes == ok_code
+    else:
+        h_mask = sends_mask & ((tcodes == ok_code) | (tcodes == fail_code))
+    h_rows = None if h_mask.all() else np.flatnonzero(h_mask)  # history rows of the ok / fail sends
+    del h_mask
+    h_fail = (tcodes == fail_code) if h_rows is None else (tcodes[h_rows] == fail_code)
     del tcodes
-    h_rows = None if ok_mask.all() else np.flatnonzero(ok_mask)  # history rows of the ok sends
-    del ok_mask
     h_seq = history["seq"] if h_rows is None else history["seq"].iloc[h_rows]
     seq_h = h_seq.astype("int64").to_numpy() if len(h_seq) else np.zeros(0, np.int64)
     del h_seq
@@ -138,8 +178,9 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
     # a pair is seen at most a few times: small counters halve the tables' memory traffic
     cnt_in = cnt_in.astype(np.int32) if len(cnt_in) and cnt_in.max() < (1 << 31) else cnt_in
     cnt_out = cnt_out.astype(np.int32) if len(cnt_out) and cnt_out.max() < (1 << 31) else cnt_out
+    multi_in = bool(len(d_in)) and cnt_in.max() > 1
     # first input occurrence of each pair: its position (a rank-equivalent within the key)
-    if len(d_in) and cnt_in.max() > 1:
+    if multi_in:
         first_in = np.full(n_ids, np.iinfo(np.int64).max)
         np.minimum.at(first_in, d_in, pos_in)
         in_first = first_in[d_in] == pos_in
@@ -148,17 +189,71 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         first_in[d_in] = pos_in
         in_first = None
 
-    # ---- duplicate
-    dup_rows = np.flatnonzero((cnt_out[d_out] > 1) & ok)
+    # ---- pairing: output copy → input record
+    # ref[i]: the input row named by output row i's op.input, -1 when it names none, -2 without one
+    ref = done.pop("ref", None)
+    n_inr = len(d_in)
+    if ref is None or not (ref >= -1).any():
+        ref = None
+        n_ref = 0
+        free = ok                      # every copy is paired by (key, seq)
+        mismatch = np.zeros(0, np.int64)
+        per_rec = None
+        n_free = cnt_out
+        unclaimed = cnt_in
+    else:
+        has_ref = ref >= -1
+        n_ref = int(np.count_nonzero(has_ref))
+        free = ok & ~has_ref
+        pr = np.flatnonzero(has_ref & ok)
+        rr = ref[pr]
+        same = rr >= 0
+        same[same] = d_in[rr[same]] == d_out[pr[same]]
+        mismatch = pr[~same]          # names no input record, or one holding another (key, seq)
+        per_rec = np.bincount(rr[same], minlength=n_inr)  # copies per input record, by op.input
+        del pr, rr, same, has_ref
+        n_free = np.bincount(d_out[free], minlength=n_ids)
+        unclaimed = np.bincount(d_in[per_rec == 0], minlength=n_ids)
+
+    # ---- lost: input records no copy paid for
+    if ref is None and not multi_in:
+        lost_rows = np.flatnonzero(cnt_out[d_in] == 0)
+    else:
+        lost_rows = _lost_rows(d_in, pos_in, per_rec, unclaimed, n_free)
+    counts["lost"] = int(len(lost_rows))
+    lex = _earliest(lost_rows, pos_in)
+    lp, lo_ = inp["partition"].iloc[lex].tolist(), inp["offset"].iloc[lex].tolist()
+    anomalies["lost"] = [{"key": keys[k_in[r]], "seq": int(seq_in[r]), "input_partition": int(p),
+                          "input_offset": int(o)} for r, p, o in zip(lex, lp, lo_)]
+
+    # ---- first output occurrence of each pair (for unexpected, nonmonotonic and examples)
+    multi_rows = np.flatnonzero((cnt_out[d_out] > 1) & ok)
     is_first = ok.copy()
-    if len(dup_rows):
+    if len(multi_rows):
         first_out = np.full(n_ids, np.iinfo(np.int64).max)
-        np.minimum.at(first_out, d_out[dup_rows], pos_out[dup_rows])
-        is_first[dup_rows] = first_out[d_out[dup_rows]] == pos_out[dup_rows]
+        np.minimum.at(first_out, d_out[multi_rows], pos_out[multi_rows])
+        is_first[multi_rows] = first_out[d_out[multi_rows]] == pos_out[multi_rows]
+    in_input = cnt_in[d_out] > 0
+
+    # ---- duplicate: per pair, copies beyond what the input owes
+    if ref is None and not multi_in:
+        dup_pair = cnt_out > 1
+        extra = int(cnt_out[dup_pair].sum() - np.count_nonzero(dup_pair))
+    else:
+        owed = np.where(cnt_in > 0, unclaimed, 1)  # unpaired copies the pair can absorb
+        excess = np.maximum(n_free.astype(np.int64) - owed, 0)
+        absent = cnt_in == 0  # a pair not in the input: every copy after the first is a duplicate too
+        excess[absent] = np.maximum(cnt_out[absent].astype(np.int64) - 1, 0)
+        dup_pair = excess > 0
+        extra = int(excess.sum())
+        if per_rec is not None:
+            twice = np.flatnonzero(per_rec > 1)
+            dup_pair[d_in[twice]] = True
+            extra += int((per_rec[twice] - 1).sum())
+    counts["duplicate"] = int(np.count_nonzero(dup_pair))
+    counts["duplicate-records"] = extra
+    dup_rows = multi_rows[dup_pair[d_out[multi_rows]]]
     dup_first = dup_rows[is_first[dup_rows]]
-    dup_pairs = cnt_out[cnt_out > 1]
-    counts["duplicate"] = int(len(dup_pairs))
-    counts["duplicate-records"] = int(dup_pairs.sum() - len(dup_pairs))
     ex = []
     if len(dup_first):
         chosen = _earliest(dup_first, pos_out)  # first 10 pairs, in order of first appearance
@@ -172,28 +267,27 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
                        "copies": _records(grp, ["partition", "offset", *prov])})
     anomalies["duplicate"] = ex
 
-    # ---- lost: input pairs (first occurrences) never in the output
-    lost_mask = cnt_out[d_in] == 0
-    if in_first is not None:
-        lost_mask &= in_first
-    lost_rows = np.flatnonzero(lost_mask)
-    counts["lost"] = int(len(lost_rows))
-    lex = _earliest(lost_rows, pos_in)
-    lp, lo_ = inp["partition"].iloc[lex].tolist(), inp["offset"].iloc[lex].tolist()
-    anomalies["lost"] = [{"key": keys[k_in[r]], "seq": int(seq_in[r]), "input_partition": int(p),
-                          "input_offset": int(o)} for r, p, o in zip(lex, lp, lo_)]
-    del lost_mask
-
-    # ---- unexpected: first occurrences not in the input, or unparseable
-    in_input = cnt_in[d_out] > 0
+    # ---- unexpected: pairs not in the input (first occurrences), unparseable values, and copies whose
+    # op.input names no input record or another (key, seq) (when their own pair is in the input: else
+    # the pair already counts)
     unexp_rows = np.flatnonzero(is_first & ~in_input)
+    mis_rows = mismatch[in_input[mismatch]] if len(mismatch) else mismatch
     n_bad = int(bad.sum())
-    counts["unexpected"] = int(len(unexp_rows) + n_bad)
+    counts["unexpected"] = int(len(unexp_rows) + len(mis_rows) + n_bad)
     uex = _earliest(unexp_rows, pos_out)
-    bex = _earliest(np.flatnonzero(bad), pos_out) if n_bad else uex[:0]
-    anomalies["unexpected"] = _records(_with_key_seq(output, uex, keys[k_out[uex]], seq_out[uex]),
-                                       ["key", "seq", "partition", "offset", *prov]) + \
-        _records(output.iloc[bex], ["key", "partition", "offset", *prov])[: max(0, MAX_EXAMPLES - len(unexp_rows))]
+    ux = _records(_with_key_seq(output, uex, keys[k_out[uex]], seq_out[uex]).assign(why="not in the input"),
+                  ["key", "seq", "partition", "offset", "why", *prov])
+    if len(mis_rows) and len(ux) < MAX_EXAMPLES:
+        mx = _earliest(mis_rows, pos_out, MAX_EXAMPLES - len(ux))
+        named = ref[mx]
+        why = [f"op.input names input {_named_desc(keys, k_in, seq_in, n)}" for n in named]
+        ux += _records(_with_key_seq(output, mx, keys[k_out[mx]], seq_out[mx]).assign(why=why),
+                       ["key", "seq", "partition", "offset", "why", *prov])
+    if n_bad and len(ux) < MAX_EXAMPLES:
+        bex = _earliest(np.flatnonzero(bad), pos_out, MAX_EXAMPLES - len(ux))
+        ux += _records(output.iloc[bex].assign(why="value without key/seq"),
+                       ["key", "partition", "offset", "why", *prov])
+    anomalies["unexpected"] = ux
 
     # ---- nonmonotonic: per key, first occurrences in output order whose input position goes back
     seen = np.flatnonzero(is_first & in_input)
@@ -220,7 +314,7 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         anomalies["nonmonotonic"] = []
 
     # ---- lost-write: acknowledged sends missing from the input log
-    lw_rows = np.flatnonzero(cnt_in[d_h] == 0)
+    lw_rows = np.flatnonzero((cnt_in[d_h] == 0) & ~h_fail)
     counts["lost-write"] = int(len(lw_rows))
     lwx = lw_rows[:MAX_EXAMPLES]
     lw = history.iloc[lwx if h_rows is None else h_rows[lwx]]
@@ -228,8 +322,28 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         key=keys[k_h[lwx]], seq=seq_h[lwx])
     anomalies["lost-write"] = _records(lw, [c for c in ("key", "seq", "partition", "offset") if c in lw.columns])
 
-    definite = any(counts[a] for a in DEFINITE)
-    if definite:
+    # ---- failed-write-visible: sends that definitely failed, yet their (key, seq) is in the input log
+    fv_rows = np.flatnonzero((cnt_in[d_h] > 0) & h_fail)
+    counts["failed-write-visible"] = int(len(fv_rows))
+    anomalies["failed-write-visible"] = _with_input_places(
+        fv_rows[:MAX_EXAMPLES], d_h, k_h, seq_h, keys, d_in, inp,
+        history["error"].iloc[fv_rows[:MAX_EXAMPLES] if h_rows is None else h_rows[fv_rows[:MAX_EXAMPLES]]]
+        if "error" in history.columns else None)
+
+    # ---- input-duplicate: one (key, seq) at several input offsets
+    if multi_in:
+        idup_first = np.flatnonzero(in_first & (cnt_in[d_in] > 1))
+        counts["input-duplicate"] = int(len(idup_first))
+        counts["input-duplicate-records"] = int(np.count_nonzero(~in_first))
+        anomalies["input-duplicate"] = _with_input_places(
+            _earliest(idup_first, pos_in), d_in, k_in, seq_in, keys, d_in, inp, None, all_places=True)
+    else:
+        idup_first = np.zeros(0, np.int64)
+        counts["input-duplicate"] = counts["input-duplicate-records"] = 0
+        anomalies["input-duplicate"] = []
+
+    definite = DEFINITE + (DEFINITE_WITH_HISTORY if has_workload else ())
+    if any(counts[a] for a in definite):
         verdict = "invalid"
     elif not recovery.finished:
         verdict = "unknown"
@@ -238,19 +352,192 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
     else:
         verdict = "valid"
 
-    per_key = {"duplicate": k_out[dup_first], "lost": k_in[lost_rows], "unexpected": k_out[unexp_rows],
-               "nonmonotonic": k_out[back_rows], "lost-write": k_h[lw_rows]}
+    per_key = {"duplicate": k_out[dup_first], "lost": k_in[lost_rows],
+               "unexpected": np.concatenate([k_out[unexp_rows], k_out[mis_rows]]),
+               "nonmonotonic": k_out[back_rows], "lost-write": k_h[lw_rows],
+               "input-duplicate": k_in[idup_first], "failed-write-visible": k_h[fv_rows]}
     bad_keys = _bad_keys({name: _per_key(codes, keys) for name, codes in per_key.items() if len(codes)})
     stats = {
         "input_records": int(len(input)), "output_records": int(len(output)),
         "keys": int(np.count_nonzero(np.bincount(k_in, minlength=nk))),
         "sends_ok": tcount.get("ok", 0), "sends_fail": tcount.get("fail", 0),
-        "sends_info": tcount.get("info", 0),
+        "sends_info": tcount.get("info", 0), "output_with_input_ref": n_ref,
     }
     return {"verdict": verdict, "valid": {"valid": True, "invalid": False}.get(verdict, "unknown"),
             "counts": counts, "anomalies": anomalies, "stats": stats,
             "unknown_reasons": list(recovery.reasons) if not recovery.finished else [],
-            "bad_keys": bad_keys}
+            "bad_keys": bad_keys, "definite": list(definite)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# pairing helpers
+
+def _lost_rows(d_in: np.ndarray, pos_in: np.ndarray, per_rec: np.ndarray | None, unclaimed: np.ndarray,
+               n_free: np.ndarray) -> np.ndarray:
+    """Input rows no copy paid for: rows no ``op.input`` claimed (all rows when ``per_rec`` is None),
+    minus, per pair, the first ``n_free`` of them in (partition, offset) order (paid by unpaired copies)."""
+    rows = np.flatnonzero(per_rec == 0) if per_rec is not None else np.arange(len(d_in))
+    d = d_in[rows]
+    short = unclaimed[d] > n_free[d]  # this pair has fewer unpaired copies than unclaimed records
+    rows, d = rows[short], d[short]
+    if not len(rows):
+        return rows
+    nf = n_free[d]
+    simple = nf == 0  # nothing to share out: every unclaimed record of the pair is lost
+    if simple.all():
+        return rows
+    # pairs with some unpaired copies: the earliest unclaimed records are paid, the rest lost
+    part, sd = rows[~simple], d[~simple]
+    o = np.lexsort((pos_in[part], sd))
+    part, sd = part[o], sd[o]
+    start = np.r_[0, np.flatnonzero(sd[1:] != sd[:-1]) + 1]
+    rank = np.arange(len(part)) - np.repeat(start, np.diff(np.r_[start, len(part)]))
+    return np.sort(np.concatenate([rows[simple], part[rank >= n_free[sd]]]))
+
+
+def _input_refs(ref: pd.Series, in_part: pd.Series, in_off: pd.Series) -> np.ndarray:
+    """Per output row, the input row its ``op.input`` (``"<partition>:<offset>"``) names: its index in
+    ``in_part`` / ``in_off``, -1 when no input row has that (partition, offset), -2 when the value is
+    missing or not two non-negative integers joined by ``:``."""
+    ok, p, o = _parse_refs(ref)
+    out = np.full(len(ref), -2, np.int64)
+    if ok.any():
+        out[ok] = _lookup(_as_int(in_part), _as_int(in_off), p[ok], o[ok])
+    return out
+
+
+def _parse_refs(s: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``"<p>:<o>"`` strings → (valid mask, p, o) as int64 arrays (0 where invalid), with pyarrow's
+    string kernels (no per-row Python). Categoricals are parsed once per category."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(s)
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        cok, cp, co = _parse_refs(pd.Series(np.asarray(s.cat.categories, dtype=object)))
+        codes = s.cat.codes.to_numpy()
+        has = codes >= 0
+        c = np.where(has, codes, 0)
+        return (has & cok[c]) if len(cok) else np.zeros(n, bool), cp[c] if len(cp) else np.zeros(n, np.int64), \
+            co[c] if len(co) else np.zeros(n, np.int64)
+    try:
+        arr = pa.array(s, from_pandas=True, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # non-str objects: only the str values can be refs
+        vals = s.to_numpy(dtype=object)
+        is_str = np.fromiter((type(v) is str for v in vals), bool, len(vals))
+        arr = pa.array(np.where(is_str, vals, None), type=pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    parts = pc.split_pattern(arr, ":", max_splits=1)
+    two = pc.equal(pc.list_value_length(parts), 2)
+    two_np = pc.fill_null(two, False).to_numpy(zero_copy_only=False)
+    ok = np.zeros(n, bool)
+    p = np.zeros(n, np.int64)
+    o = np.zeros(n, np.int64)
+    if not two_np.any():
+        return ok, p, o
+    if not two_np.all():
+        parts = pc.filter(parts, pa.array(two_np))
+    a, b = pc.list_element(parts, 0), pc.list_element(parts, 1)
+
+    def digits(x):  # non-empty, ASCII 0-9 only (Arrow's int cast also takes "0x.." hex), fits int64
+        return pc.and_(pc.ascii_is_decimal(x), pc.less_equal(pc.binary_length(x), 18))
+
+    good = pc.and_(digits(a), digits(b))
+    good_np = good.to_numpy(zero_copy_only=False)
+    if not good_np.all():
+        zero = pa.scalar("0")
+        a, b = pc.if_else(good, a, zero), pc.if_else(good, b, zero)
+    pa_, ob_ = pc.cast(a, pa.int64()).to_numpy(), pc.cast(b, pa.int64()).to_numpy()
+    rows = np.flatnonzero(two_np)
+    ok[rows] = good_np
+    p[rows], o[rows] = pa_, ob_
+    return ok, p, o
+
+
+def _as_int(s: pd.Series) -> np.ndarray:
+    """An int64 column as a numpy array; NA or non-integers → -1 (never matched by a ref)."""
+    x = _exact_int(s)
+    if x is not None:
+        return x
+    v = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    good = np.isfinite(v) & (v == np.round(v))
+    return np.where(good, v, -1).astype(np.int64)
+
+
+def _lookup(in_p: np.ndarray, in_o: np.ndarray, q_p: np.ndarray, q_o: np.ndarray) -> np.ndarray:
+    """Row of (``in_p``, ``in_o``) holding each (``q_p``, ``q_o``), -1 when none (the last row of a
+    repeated place). A dense table per (partition, offset range) when the offsets are dense (a topic's
+    offsets are, up to transaction markers), else hashing."""
+    n = len(in_p)
+    if n == 0:
+        return np.full(len(q_p), -1, np.int64)
+    valid = in_p >= 0
+    pmin, pmax = int(in_p[valid].min(initial=0)), int(in_p[valid].max(initial=-1))
+    if pmax >= pmin and pmax - pmin < (1 << 20) and valid.all():
+        pc_ = in_p - pmin
+        npart = pmax - pmin + 1
+        omin = np.full(npart, _I64_MAX)
+        omax = np.full(npart, _I64_MIN)
+        np.minimum.at(omin, pc_, in_o)
+        np.maximum.at(omax, pc_, in_o)
+        used = omax >= omin
+        width = np.where(used, omax - omin + 1, 0)
+        total = int(width.sum())
+        if total <= 4 * n + 1024:
+            start = np.zeros(npart, np.int64)
+            start[1:] = np.cumsum(width[:-1])
+            table = np.full(total, -1, np.int64)
+            table[start[pc_] + (in_o - omin[pc_])] = np.arange(n)
+            qp = q_p - pmin
+            inr = (qp >= 0) & (qp < npart)
+            qc = np.where(inr, qp, 0)
+            rel = q_o - np.where(inr, omin[qc], 0)
+            inr &= (rel >= 0) & (rel < width[qc])
+            out = np.full(len(q_p), -1, np.int64)
+            out[inr] = table[start[qc[inr]] + rel[inr]]
+            return out
+    # sparse offsets: hash the (partition, offset) pairs of both sides together
+    pc_all, _ = pd.factorize(np.concatenate([in_p, q_p]))
+    ids, n_u = _hash_pairs(pc_all, np.concatenate([in_o, q_o]))
+    table = np.full(n_u, -1, np.int64)
+    table[ids[:n][valid]] = np.flatnonzero(valid)
+    return table[ids[n:]]
+
+
+def _named_desc(keys: np.ndarray, k_in: np.ndarray, seq_in: np.ndarray, row: int) -> str:
+    return "(no such input record)" if row < 0 else f"holding ({keys[k_in[row]]}, {int(seq_in[row])})"
+
+
+def _with_input_places(rows: np.ndarray, d_rows: np.ndarray, k_rows: np.ndarray, seq_rows: np.ndarray,
+                       keys: np.ndarray, d_in: np.ndarray, inp: pd.DataFrame, errors: pd.Series | None,
+                       all_places: bool = False) -> list[dict]:
+    """Examples for ``rows`` (of a frame whose pair ids are ``d_rows``, key codes ``k_rows`` into ``keys``
+    and seqs ``seq_rows``): key, seq, the input place of the
+    pair (``input_partition`` / ``input_offset``: its last occurrence, so ``nearby`` times the newest
+    copy), ``inputs`` (every input place) when ``all_places``, and ``error`` when given. Only the example
+    pairs are looked up (one ``isin`` pass)."""
+    if not len(rows):
+        return []
+    want = d_rows[rows]
+    hit = np.flatnonzero(np.isin(d_in, want))
+    hp, ho = inp["partition"].iloc[hit].to_numpy(), inp["offset"].iloc[hit].to_numpy()
+    places: dict[int, list[tuple[int, int]]] = {}
+    for d, p, o in zip(d_in[hit].tolist(), hp.tolist(), ho.tolist()):
+        places.setdefault(d, []).append((int(p), int(o)))
+    errs = errors.tolist() if errors is not None else [None] * len(rows)
+    out = []
+    for r, d, e in zip(rows.tolist(), want.tolist(), errs):
+        pl = sorted(places.get(d, []))
+        ex = {"key": keys[k_rows[r]], "seq": int(seq_rows[r])}
+        if pl:
+            ex["input_partition"], ex["input_offset"] = pl[-1]
+        if all_places:
+            ex["inputs"] = [{"partition": p, "offset": o} for p, o in pl]
+        if e is not None and not examples.isna(e):
+            ex["error"] = e
+        out.append(ex)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -492,4 +779,5 @@ def _bad_keys(per_key: dict[str, pd.Series]) -> dict[str, dict[str, int]]:
     return {str(k): {c: int(v) for c, v in row.items() if v} for k, row in t.iterrows()}
 
 
-ANOMALY_ORDER = ("duplicate", "lost", "unexpected", "nonmonotonic", "lost-write")
+ANOMALY_ORDER = ("duplicate", "lost", "unexpected", "nonmonotonic", "lost-write", "input-duplicate",
+                 "failed-write-visible")

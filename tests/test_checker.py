@@ -102,8 +102,10 @@ def test_unexpected_record_and_garbage_value():
 def test_nonmonotonic_reordering_within_a_key():
     inp = make_input(keys=1, per_key=6)
     out = pipe(inp)
-    # swap seq 2 and 3 of k0 in the output
-    out.loc[[2, 3], "seq"] = out.loc[[3, 2], "seq"].values
+    # swap the records of seq 2 and 3 of k0 in the output: each keeps its own provenance (op.input), as
+    # a reordering pipeline would emit it (swapping only the seq would make both copies name the wrong
+    # input record: that is ``unexpected`` + ``lost`` under per-input-record accounting)
+    out.loc[[2, 3], ["seq", "op.input"]] = out.loc[[3, 2], ["seq", "op.input"]].values
     r = check(history_for(inp), inp, out)
     assert r["counts"]["nonmonotonic"] == 1
     ex = r["anomalies"]["nonmonotonic"][0]
