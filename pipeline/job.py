@@ -12,18 +12,28 @@ input append time. Sinks (both inside ``foreachBatch``, see ``pipeline/transacti
 * ``at-least-once`` – Spark's own Kafka writer (``DataFrame.write.format("kafka")``), unchanged: the
   same ``KafkaWriteTask`` that Spark's streaming Kafka sink uses, which the Spark docs call "at least
   once". Records carry the provenance headers through Spark's ``headers`` column.
+
+Identity: the sink id (prefix of every transactional.id and marker group) defaults to one stored in the
+checkpoint (``default_sink_id``), so a fresh checkpoint on a reused cluster never inherits the markers of
+an older query. The driver incarnation (``ONCEPROOF_DRIVER_INCARNATION``, set by the harness's
+supervisor per driver process) goes into every ``sink.jsonl`` event and the ``op.incarnation`` header.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
 import sys
 from functools import partial
+from pathlib import Path
 
 from pipeline import hooks, provenance
 from pipeline.transactional_sink import SinkConfig, abort_leftovers, write_partition
 
 SINKS = ("eos", "at-least-once", "eos-no-marker")
+SINK_ID_FILE = "onceproof-sink-id"
+INCARNATION_ENV = "ONCEPROOF_DRIVER_INCARNATION"
 # eos-no-marker is a mutant: the transactional sink without its progress-marker check, so a replayed
 # batch is written again. It exists to prove the harness catches what the marker prevents.
 
@@ -35,7 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--output-topic", default="output")
     ap.add_argument("--progress-topic", default="output-progress")
     ap.add_argument("--sink", choices=SINKS, default="eos")
-    ap.add_argument("--sink-id", default="onceproof", help="transactional.id / marker group prefix")
+    ap.add_argument("--sink-id", default=None,
+                    help="transactional.id / marker group prefix (default: the one stored in the checkpoint, "
+                         f"<checkpoint>/{SINK_ID_FILE}, created as onceproof-<sink>-<random hex>)")
     ap.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     ap.add_argument("--master", default="local-cluster[2,1,1024]")
     ap.add_argument("--jars", default="", help="comma-separated jars (Spark's Kafka connector)")
@@ -44,11 +56,89 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--txn-timeout-ms", type=int, default=60000)
     ap.add_argument("--control-dir", default="", help="fault-hook control directory")
     ap.add_argument("--sink-log", default="", help="append sink transaction events here (JSON lines)")
-    ap.add_argument("--pool-size", type=int, default=6, help="sink partitions (= input partitions)")
+    ap.add_argument("--pool-size", type=int, default=None,
+                    help="lower bound on the transactional-id pool fenced at start; the pool is the input "
+                         "topic's partition count read from Kafka (the larger of the two when given)")
     return ap.parse_args(argv)
 
 
-def build_spark(args: argparse.Namespace):
+def default_sink_id(checkpoint: Path, prefix: str) -> str:
+    """The sink id of the query whose checkpoint is ``checkpoint``: read ``<checkpoint>/onceproof-sink-id``,
+    or create it as ``<prefix>-<8 random hex digits>``.
+
+    One id per checkpoint: a restarted driver (same checkpoint) keeps its id, so its transactional ids
+    fence the dead driver's producers and its markers skip what the dead driver committed; a fresh
+    checkpoint gets a new id, so its batches (numbered from 0 again) are not skipped under an older
+    query's markers on a reused cluster. The harness calls this before starting the driver to learn
+    the ids. Creates the directory if needed. The file appears atomically with its content (written to
+    a temporary file, then hard-linked into place, which fails if another process created it first: the
+    first writer wins and every caller returns its id).
+
+    Raises: ``OSError`` when the directory cannot be created or written; ``ValueError`` when the file
+    exists but is empty or not one line of text.
+    """
+    checkpoint = Path(checkpoint)
+    path = checkpoint / SINK_ID_FILE
+    if not path.exists():
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        tmp = checkpoint / f".{SINK_ID_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        tmp.write_text(f"{prefix}-{secrets.token_hex(4)}\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process won the race: use its id
+        except OSError:  # no hard links on this file system: rename (atomic, last writer wins)
+            if not path.exists():
+                os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    sid = path.read_text().strip()
+    if not sid or "\n" in sid:
+        raise ValueError(f"{path}: expected one sink id, found {sid!r}")
+    return sid
+
+
+def resolve_sink_id(args: argparse.Namespace) -> str:
+    """``--sink-id`` when given, else ``default_sink_id(<checkpoint>, "onceproof-<sink>")``."""
+    return args.sink_id or default_sink_id(Path(args.checkpoint), f"onceproof-{args.sink}")
+
+
+def driver_incarnation(env: dict | None = None) -> str:
+    """This driver's incarnation number as a string: ``$ONCEPROOF_DRIVER_INCARNATION`` ("1", "2", ...,
+    set by the harness's supervisor for each driver it starts), or "0" when unset or empty."""
+    v = (os.environ if env is None else env).get(INCARNATION_ENV, "").strip()
+    return v or "0"
+
+
+def input_partitions(bootstrap: str, topic: str, timeout_s: float = 30.0) -> int:
+    """Number of partitions of ``topic`` from Kafka's metadata (``AdminClient.list_topics``).
+
+    The eos sink has one task, hence one transactional id, per input partition (Spark's Kafka source
+    makes one Spark partition per Kafka partition and the map is narrow), so this is the size of the id
+    pool that ``abort_leftovers`` settles at query start.
+
+    Raises: ``RuntimeError`` when the topic does not exist or its metadata carries an error;
+    ``confluent_kafka.KafkaException`` when the cluster does not answer within ``timeout_s`` seconds.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(topic, timeout=timeout_s)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        raise RuntimeError(f"input topic {topic!r} has no partition metadata on {bootstrap}: "
+                           f"{t.error if t is not None else 'not found'}")
+    return len(t.partitions)
+
+
+def pool_size(args: argparse.Namespace) -> int:
+    """Size of the transactional-id pool to settle at query start: the input topic's partition count
+    from Kafka's metadata now (``input_partitions``), raised to ``--pool-size`` when that is larger
+    (fencing an unused id costs one ``init_transactions()``; missing one leaves its open transaction
+    pinning the output's LSO). Raises as ``input_partitions`` does."""
+    return max(input_partitions(args.bootstrap, args.input_topic), args.pool_size or 0)
+
+
+def build_spark(args: argparse.Namespace, partitions: int):
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.appName(f"onceproof-{args.sink}").master(args.master)
@@ -56,7 +146,7 @@ def build_spark(args: argparse.Namespace):
          .config("spark.executor.memory", "640m")
          .config("spark.driver.memory", "768m")
          .config("spark.task.maxFailures", "8")
-         .config("spark.sql.shuffle.partitions", str(args.pool_size))
+         .config("spark.sql.shuffle.partitions", str(partitions))
          .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
          .config("spark.network.timeout", "60s")
          .config("spark.executor.heartbeatInterval", "5s")
@@ -95,7 +185,7 @@ def eos_batch(cfg: SinkConfig, control: hooks.ControlDir, batch_df, batch_id: in
     control.after_sink_commit(batch_id)
 
 
-def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, batch_df, batch_id: int) -> None:
+def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, incarnation: str, batch_df, batch_id: int) -> None:
     """foreachBatch body of the at-least-once sink: Spark's Kafka writer, then the hook."""
     from pyspark.sql import functions as F
 
@@ -108,7 +198,8 @@ def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, batch_df, bat
                 h(provenance.SINK_PARTITION, F.spark_partition_id()),
                 h(provenance.INPUT, F.concat_ws(":", F.col("in_partition").cast("string"),
                                                 F.col("in_offset").cast("string"))),
-                h(provenance.SINK, F.lit("at-least-once"))).alias("headers"))
+                h(provenance.SINK, F.lit("at-least-once")),
+                h(provenance.INCARNATION, F.lit(incarnation))).alias("headers"))
     (out.write.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
      .option("topic", args.output_topic).option("kafka.acks", "all").save())
     control.after_sink_commit(batch_id)
@@ -116,14 +207,17 @@ def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, batch_df, bat
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    spark = build_spark(args)
+    sink_id = resolve_sink_id(args)
+    incarnation = driver_incarnation()
+    pool = pool_size(args)
+    spark = build_spark(args, pool)
     spark.sparkContext.setLogLevel("WARN")
     control = hooks.ControlDir(args.control_dir)
     cfg = SinkConfig(bootstrap=args.bootstrap, output_topic=args.output_topic,
-                     progress_topic=args.progress_topic, sink_id=args.sink_id,
+                     progress_topic=args.progress_topic, sink_id=sink_id,
                      skip_marker_check=args.sink == "eos-no-marker",
                      txn_timeout_ms=args.txn_timeout_ms, log_path=args.sink_log,
-                     control_dir=args.control_dir)
+                     control_dir=args.control_dir, incarnation=incarnation)
     src = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", args.bootstrap)
            .option("subscribe", args.input_topic)
@@ -134,18 +228,20 @@ def main(argv: list[str] | None = None) -> int:
            .load())
     df = transform(src)
     if args.sink in ("eos", "eos-no-marker"):
-        abort_leftovers(cfg, args.pool_size)
+        abort_leftovers(cfg, pool)
         body = partial(eos_batch, cfg, control)
     else:
-        body = partial(alo_batch, args, control)
+        body = partial(alo_batch, args, control, incarnation)
     query = (df.writeStream.foreachBatch(body)
              .option("checkpointLocation", args.checkpoint)
              .trigger(processingTime=f"{args.trigger_ms} milliseconds")
              .queryName(f"onceproof-{args.sink}")
              .start())
     control.mark_ready({"query_id": str(query.id), "run_id": str(query.runId), "sink": args.sink,
-                        "app_id": spark.sparkContext.applicationId})
-    print(f"query {query.id} started, sink={args.sink}", flush=True)
+                        "app_id": spark.sparkContext.applicationId, "sink_id": sink_id,
+                        "incarnation": incarnation, "pool_size": pool})
+    print(f"query {query.id} started, sink={args.sink}, sink_id={sink_id}, incarnation={incarnation}, "
+          f"pool={pool}", flush=True)
     query.awaitTermination()
     return 0
 
