@@ -368,9 +368,16 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
     if results.exists() and not results.is_dir():
         raise _usage(f"{results} is not a directory", "--results")
     out = Console(stderr=True, width=console.width) if quiet else console
+    clients = logging.getLogger("onceproof.librdkafka")  # librdkafka's own chatter: a file, not the console
+    clients.propagate = False
+    clients.addHandler(logging.NullHandler())
     checking.probe(bootstrap, input_topic, output_topic)
     rd = RunDir(results, f"check-{output_topic}")
     _on_crash("check", rd / "logs" / "check-error.log")
+    fh = logging.FileHandler(rd / "logs" / "clients.log")
+    fh.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    clients.addHandler(fh)
+    clients.setLevel(logging.INFO)
     argv = ["onceproof", "check", "--bootstrap", bootstrap, "--input-topic", input_topic, "--output-topic",
             output_topic, *(["--group", group] if group else []), *(["--settle", f"{settle:g}"] if settle else []),
             "--recovery-timeout", f"{recovery_timeout:g}", "--results", str(results)]

@@ -17,7 +17,8 @@ Shape (the de-facto JUnit format that Jenkins, GitLab and GitHub reporters read)
   ``<a>``'s message. Count > 0 → ``<failure>`` whose message has the count and whose text has the first
   examples as JSON. A crashed run with no counts lists the checker's ``ANOMALIES``, each ``<skipped>``.
 * **recovery**: verdict ``unknown`` or ``recovery.finished`` false → ``<failure>`` carrying the
-  ``unknown_reasons``; verdict ``crashed`` (or no ``results.json``) → ``<error>`` carrying ``error``.
+  ``unknown_reasons`` ("recovery did not finish" when it did not, else "verdict unknown", e.g. a
+  history cut short); verdict ``crashed`` (or no ``results.json``) → ``<error>`` carrying ``error``.
 * **faults-took-effect**: every requested fault (``test.json`` ``config.nemesis``) must have at least one
   ``effective`` op, else ``<failure>`` (a run whose faults never landed proves nothing). No faults
   requested → passes with a note; a crashed run → ``<skipped>`` (the crash is already the error).
@@ -116,8 +117,8 @@ def build_junit(run_dir: Path) -> ET.Element:
                           type="crashed")
         e.text = _clean("\n".join([str(r.get("error", "")), *reasons]))
     elif verdict == "unknown" or rec.get("finished") is False:
-        f = ET.SubElement(el, "failure", message=_clean("recovery did not finish: " + ("; ".join(reasons)
-                                                                                       or "no reason recorded")),
+        head = "recovery did not finish" if rec.get("finished") is False else "verdict unknown"
+        f = ET.SubElement(el, "failure", message=_clean(f"{head}: " + ("; ".join(reasons) or "no reason recorded")),
                           type="unknown")
         f.text = _clean("\n".join(reasons))
     elif rec:

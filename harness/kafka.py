@@ -217,29 +217,44 @@ def free_base_port(nodes: int = 3, start: int = 19090, step: int = 500, tries: i
     starts them and releases the lease in :meth:`KafkaCluster.down` (or :func:`release_base_port`). A
     lease whose owner and brokers are all dead is reclaimed.
 
+    When the lease directory cannot be written (a read-only cache), the ports are only tested, as
+    before leases, with a warning.
+
     Raises: ``ClusterError`` when no range is free.
     """
-    with _ports_lock() as d:
-        held: set[int] = set()
-        for base, lease in _leases(d).items():
-            if lease_alive(lease):
-                held.update(int(p) for p in lease.get("ports") or ())
-            else:
-                (d / f"{base}.json").unlink(missing_ok=True)
-        for i in range(tries):
-            base = start + i * step
-            ports = ClusterSpec(Path("."), nodes, base, proxied=proxied).ports()
-            if held.isdisjoint(ports) and all(port_free(p) for p in ports):
+    try:
+        with _ports_lock() as d:
+            return _reserve(d, nodes, start, step, tries, proxied)
+    except OSError as e:
+        log.warning("port leases unavailable (%s): testing ports without reserving them", e)
+        return _reserve(None, nodes, start, step, tries, proxied)
+
+
+def _reserve(d: Path | None, nodes: int, start: int, step: int, tries: int, proxied: bool) -> int:
+    held: set[int] = set()
+    for base, lease in (_leases(d) if d is not None else {}).items():
+        if lease_alive(lease):
+            held.update(int(p) for p in lease.get("ports") or ())
+        else:
+            (d / f"{base}.json").unlink(missing_ok=True)
+    for i in range(tries):
+        base = start + i * step
+        ports = ClusterSpec(Path("."), nodes, base, proxied=proxied).ports()
+        if held.isdisjoint(ports) and all(port_free(p) for p in ports):
+            if d is not None:
                 _write_lease(d, {"base": base, "ports": ports, "owner": _proc_id(os.getpid()), "brokers": [],
                                  "dir": None, "created": time.time()})
-                return base
+            return base
     raise ClusterError(f"no free port range from {start} (step {step}, {tries} tries): stop other clusters "
                        f"(`onceproof cluster down`) or remove dead leases in {ports_dir()}")
 
 
 def release_base_port(base: int, data_dir: Path | None = None) -> bool:
-    """Drop the lease of ``base`` if this process owns it or it belongs to the cluster in ``data_dir``.
-    Returns whether a lease was dropped."""
+    """Drop the lease of ``base`` if this process owns it, it belongs to the cluster in ``data_dir``, or it
+    is dead. Returns whether a lease was dropped.
+
+    Raises: ``OSError`` when the lease directory cannot be written.
+    """
     with _ports_lock() as d:
         lease = _leases(d).get(base)
         if lease is None:
