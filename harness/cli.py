@@ -302,7 +302,7 @@ def _require_run_dir(run_dir: Path) -> Path:
 
 @app.command()
 def check(
-    run_dir: Optional[Path] = typer.Argument(None, help="a stored run directory (e.g. results/latest)"),
+    run_dir: Optional[Path] = typer.Argument(None, metavar="RUN_DIR", help="a stored run directory (e.g. results/latest)"),
     bootstrap: str = typer.Option("", help="check live topics on this cluster (HOST:PORT,...) instead"),
     input_topic: str = typer.Option("input", help="(live) the pipeline's input topic"),
     output_topic: str = typer.Option("output", help="(live) the pipeline's output topic"),
@@ -410,7 +410,7 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
 
 
 @app.command()
-def report(run_dir: Path = typer.Argument(..., help="a run directory, e.g. results/latest")) -> None:
+def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run directory, e.g. results/latest")) -> None:
     """Rebuild a run's report.html and junit.xml from its files.
 
     Exit code: 0 written, 254 not a run directory, 255 crashed.
@@ -426,7 +426,7 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory, e.g. resul
 
 
 @app.command()
-def index(results: Path = typer.Argument(DEFAULT_ROOT, help="results root")) -> None:
+def index(results: Path = typer.Argument(DEFAULT_ROOT, metavar="RESULTS", help="results root")) -> None:
     """Write results/index.html: every run with its verdict and a link to its report."""
     from harness.report import build_index
 
@@ -438,7 +438,7 @@ def index(results: Path = typer.Argument(DEFAULT_ROOT, help="results root")) -> 
 
 @app.command()
 def prune(
-    results: Path = typer.Argument(DEFAULT_ROOT, help="results root"),
+    results: Path = typer.Argument(DEFAULT_ROOT, metavar="RESULTS", help="results root"),
     keep_last: int = typer.Option(..., "--keep-last", help="runs to keep per test, newest first (≥ 1)"),
     test: str = typer.Option("", help="prune only this test (a directory under RESULTS)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="only list what would be deleted"),
@@ -470,7 +470,7 @@ def prune(
 
 
 @app.command()
-def serve(results: Path = typer.Argument(DEFAULT_ROOT, help="results root"),
+def serve(results: Path = typer.Argument(DEFAULT_ROOT, metavar="RESULTS", help="results root"),
           port: int = typer.Option(8000, help="TCP port on 127.0.0.1")) -> None:
     """Browse the runs: builds results/index.html and serves the results directory on 127.0.0.1."""
     import functools
