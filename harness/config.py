@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.store import DEFAULT_ROOT
-from nemesis import catalog
+from nemesis import catalog, schedule
 
 
 class ConfigError(ValueError):
@@ -52,7 +52,7 @@ def _opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callabl
 
 
 def _fmt_nemesis(faults: list[str]) -> str:
-    if list(faults) == list(catalog.FAULTS):  # exactly "all", in its order (the order seeds the plan)
+    if list(faults) == catalog.all_specs():  # exactly "all", in its order (the order seeds the plan)
         return "all"
     return ",".join(faults) or "none"
 
@@ -160,7 +160,7 @@ class TestConfig:
     def name(self) -> str:
         if self.test_name:
             return self.test_name
-        if self.nemesis and sorted(self.nemesis) == sorted(catalog.FAULTS):
+        if catalog.is_all(self.nemesis):
             faults = "all"
         elif len(self.nemesis) > 3:
             faults = f"{len(self.nemesis)}-faults"
@@ -241,7 +241,22 @@ class TestConfig:
                 msg = md["check"](v)
                 if msg:
                     raise ConfigError(opt, msg)
+        try:
+            self.fault_plan()
+        except schedule.PlanDoesNotFit as e:
+            raise ConfigError("--time-limit", str(e)) from None
         return self
+
+    def fault_plan(self) -> list[tuple[float, str]]:
+        """The seeded fault schedule ``[(at_s, spec)]``, sized by the faults' expected durations
+        (``nemesis.catalog.expected_s``) so that one turn of every spec fits the run.
+
+        Raises: ``nemesis.schedule.PlanDoesNotFit`` naming the minimum ``--time-limit``.
+        """
+        return schedule.plan(self.nemesis, self.nemesis_interval, self.time_limit, self.seed,
+                             targets=catalog.target_choices(), max_run_factor=self.max_run_factor,
+                             durations=lambda s: catalog.expected_s(s, hold_s=self.fault_hold,
+                                                                    txn_timeout_ms=self.txn_timeout_ms))
 
     # ------------------------------------------------------------------ replay
     def option_text(self, f: dataclasses.Field) -> list[str]:

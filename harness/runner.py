@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from checkers.compose import ANOMALIES
-from harness import checkpoint, checking, jars, recovery, signals, topics
+from harness import checkpoint, checking, jars, recovery, signals, store, topics
 from harness.faultproxy import ProxyNetwork
 from harness.history import HistoryWriter
 from harness.live_reader import LiveReader
@@ -290,17 +290,6 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     return result
 
 
-def fault_plan(cfg: TestConfig) -> list[tuple[float, str]]:
-    """The seeded fault schedule of ``cfg``, sized by the faults' expected durations.
-
-    Raises: ``nemesis.schedule.PlanDoesNotFit`` (a ``ValueError``) naming the minimum ``--time-limit``.
-    """
-    return schedule.plan(cfg.nemesis, cfg.nemesis_interval, cfg.time_limit, cfg.seed,
-                         targets=catalog.target_choices(), max_run_factor=cfg.max_run_factor,
-                         durations=lambda s: catalog.expected_s(s, hold_s=cfg.fault_hold,
-                                                                txn_timeout_ms=cfg.txn_timeout_ms))
-
-
 def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     """Run one test: setup → run → heal → recover → check, then teardown on every path.
 
@@ -308,7 +297,8 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     SIGTERM give verdict ``crashed``, exit 255). Teardown is bounded by ``TEARDOWN_BOUND_S`` seconds.
     """
     console = console or Console()
-    plan = fault_plan(cfg)  # raises PlanDoesNotFit before anything exists
+    cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
+    plan = cfg.fault_plan()
     rd = RunDir(Path(cfg.results_root), cfg.name)
     os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
     t_start = time.monotonic()
@@ -323,7 +313,7 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     meta["schedule"] = plan
     rd.write_json("test.json", meta)
     console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
-    console.print(f"replay: [cyan]{cfg.replay_command()}[/]")
+    console.print(f"replay: [cyan]{cfg.replay_command()}[/]", soft_wrap=True)
 
     # librdkafka's own logs (connection refused while a broker is down, ...) go to a file, not the console
     client_log = logging.FileHandler(rd / "logs" / "clients.log")
@@ -386,6 +376,13 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     if td.errors:
         console.print(f"[red]teardown errors: {td.errors}[/]")
     rd.write_json("results.json", result)
+    if cfg.keep_last:
+        try:
+            gone = store.prune(Path(cfg.results_root), cfg.name, cfg.keep_last)
+            if gone:
+                console.print(f"pruned {len(gone)} older run(s) of {cfg.name} (--keep-last {cfg.keep_last})")
+        except OSError as e:
+            console.print(f"[yellow]pruning older runs failed: {e}[/]")
     try:
         write_junit(rd.path)
         report = build_report(rd.path)

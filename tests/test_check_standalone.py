@@ -44,13 +44,13 @@ def produce(bootstrap, topic, records, transactional_id=None, finish="commit"):
     return p  # an open transaction stays open while this producer lives
 
 
-def check(bootstrap, inp, out):
+def check(bootstrap, inp, out, results):
     p = run_cli(["check", "--bootstrap", bootstrap, "--input-topic", inp, "--output-topic", out,
-                 "--recovery-timeout", "5", "--json"], timeout=300)
+                 "--recovery-timeout", "5", "--settle", "2", "--results", str(results), "--json"], timeout=300)
     return p.returncode, json.loads(p.stdout[p.stdout.index("{"):])
 
 
-def test_planted_anomalies_exactly(cluster):
+def test_planted_anomalies_exactly(cluster, tmp_path):
     bs = cluster.bootstrap
     topics.create_topics(bs, {"in1": 1, "out1": 1})
     inputs = [rec(k, s) for s in range(5) for k in "abc"]
@@ -61,7 +61,7 @@ def test_planted_anomalies_exactly(cluster):
     produce(bs, "out1", a + b + c)
     produce(bs, "out1", [rec("a", 99), rec("b", 3)], transactional_id="aborter", finish="abort")
     open_p = produce(bs, "out1", [rec("c", 98)], transactional_id="hanger", finish="open")
-    code, r = check(bs, "in1", "out1")
+    code, r = check(bs, "in1", "out1", tmp_path / "results")
     counts = r["counts"]
     assert counts["duplicate"] == 1 and r["anomalies"]["duplicate"][0]["key"] == "a"
     assert counts["lost"] == 1 and (r["anomalies"]["lost"][0]["key"], r["anomalies"]["lost"][0]["seq"]) == ("b", 3)
@@ -73,16 +73,16 @@ def test_planted_anomalies_exactly(cluster):
     open_p.abort_transaction(30)
 
 
-def test_open_transaction_alone_gives_unknown_then_valid_once_it_ends(cluster):
+def test_open_transaction_alone_gives_unknown_then_valid_once_it_ends(cluster, tmp_path):
     bs = cluster.bootstrap
     topics.create_topics(bs, {"in2": 1, "out2": 1})
     recs = [rec(k, s) for s in range(3) for k in "xy"]
     produce(bs, "in2", recs)
     produce(bs, "out2", recs)
     open_p = produce(bs, "out2", [rec("x", 50)], transactional_id="hanger2", finish="open")
-    code, r = check(bs, "in2", "out2")
+    code, r = check(bs, "in2", "out2", tmp_path / "results")
     assert r["verdict"] == "unknown" and code == 2
     assert r["counts"]["stuck"] == 1 and any("stuck" in x or "LSO" in x for x in r["unknown_reasons"])
     open_p.abort_transaction(30)
-    code, r = check(bs, "in2", "out2")
+    code, r = check(bs, "in2", "out2", tmp_path / "results")
     assert r["verdict"] == "valid" and code == 0, r

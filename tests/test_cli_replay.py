@@ -76,7 +76,7 @@ def test_default_config_replays_to_itself_and_names_what_a_run_is():
 def test_floats_round_trip_exactly_and_fault_order_is_kept():
     cfg = TestConfig(time_limit=0.1 + 0.2, fault_hold=123.456789, nemesis_interval=7.0)
     assert parse_back(cfg) == cfg
-    every = list(catalog.FAULTS)
+    every = catalog.all_specs()
     assert "--nemesis all" in TestConfig(nemesis=every).replay_command()
     backwards = TestConfig(nemesis=every[::-1])
     assert "all" not in shlex.split(backwards.replay_command())
