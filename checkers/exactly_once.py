@@ -159,7 +159,7 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         h_mask = sends_mask & ((tcodes == ok_code) | (tcodes == fail_code))
     h_rows = None if h_mask.all() else np.flatnonzero(h_mask)  # history rows of the ok / fail sends
     del h_mask
-    h_fail = (tcodes == fail_code) if h_rows is None else (tcodes[h_rows] == fail_code)
+    h_fail = None if fail_code == -2 else (tcodes == fail_code) if h_rows is None else (tcodes[h_rows] == fail_code)
     del tcodes
     h_seq = history["seq"] if h_rows is None else history["seq"].iloc[h_rows]
     seq_h = h_seq.astype("int64").to_numpy() if len(h_seq) else np.zeros(0, np.int64)
@@ -314,7 +314,8 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         anomalies["nonmonotonic"] = []
 
     # ---- lost-write: acknowledged sends missing from the input log
-    lw_rows = np.flatnonzero((cnt_in[d_h] == 0) & ~h_fail)
+    in_h = cnt_in[d_h] > 0
+    lw_rows = np.flatnonzero(~in_h if h_fail is None else ~in_h & ~h_fail)
     counts["lost-write"] = int(len(lw_rows))
     lwx = lw_rows[:MAX_EXAMPLES]
     lw = history.iloc[lwx if h_rows is None else h_rows[lwx]]
@@ -323,7 +324,8 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
     anomalies["lost-write"] = _records(lw, [c for c in ("key", "seq", "partition", "offset") if c in lw.columns])
 
     # ---- failed-write-visible: sends that definitely failed, yet their (key, seq) is in the input log
-    fv_rows = np.flatnonzero((cnt_in[d_h] > 0) & h_fail)
+    fv_rows = np.zeros(0, np.int64) if h_fail is None else np.flatnonzero(in_h & h_fail)
+    del in_h
     counts["failed-write-visible"] = int(len(fv_rows))
     anomalies["failed-write-visible"] = _with_input_places(
         fv_rows[:MAX_EXAMPLES], d_h, k_h, seq_h, keys, d_in, inp,
@@ -400,7 +402,9 @@ def _input_refs(ref: pd.Series, in_part: pd.Series, in_off: pd.Series) -> np.nda
     ``in_part`` / ``in_off``, -1 when no input row has that (partition, offset), -2 when the value is
     missing or not two non-negative integers joined by ``:``."""
     ok, p, o = _parse_refs(ref)
-    out = np.full(len(ref), -2, np.int64)
+    if ok.all():
+        return _lookup(_as_int(in_part), _as_int(in_off), p, o)
+    out = np.full(len(ref), -2, np.int32 if len(in_part) < (1 << 31) else np.int64)
     if ok.any():
         out[ok] = _lookup(_as_int(in_part), _as_int(in_off), p[ok], o[ok])
     return out
@@ -429,29 +433,25 @@ def _parse_refs(s: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     parts = pc.split_pattern(arr, ":", max_splits=1)
-    two = pc.equal(pc.list_value_length(parts), 2)
-    two_np = pc.fill_null(two, False).to_numpy(zero_copy_only=False)
+    two = pc.fill_null(pc.equal(pc.list_value_length(parts), 2), False).to_numpy(zero_copy_only=False)
     ok = np.zeros(n, bool)
     p = np.zeros(n, np.int64)
     o = np.zeros(n, np.int64)
-    if not two_np.any():
+    if not two.any():
         return ok, p, o
-    if not two_np.all():
-        parts = pc.filter(parts, pa.array(two_np))
-    a, b = pc.list_element(parts, 0), pc.list_element(parts, 1)
-
-    def digits(x):  # non-empty, ASCII 0-9 only (Arrow's int cast also takes "0x.." hex), fits int64
-        return pc.and_(pc.ascii_is_decimal(x), pc.less_equal(pc.binary_length(x), 18))
-
-    good = pc.and_(digits(a), digits(b))
-    good_np = good.to_numpy(zero_copy_only=False)
-    if not good_np.all():
-        zero = pa.scalar("0")
-        a, b = pc.if_else(good, a, zero), pc.if_else(good, b, zero)
-    pa_, ob_ = pc.cast(a, pa.int64()).to_numpy(), pc.cast(b, pa.int64()).to_numpy()
-    rows = np.flatnonzero(two_np)
-    ok[rows] = good_np
-    p[rows], o[rows] = pa_, ob_
+    # the pieces of the rows split in two, interleaved: p0, o0, p1, o1, ...
+    flat = pc.list_flatten(parts if two.all() else pc.filter(parts, pa.array(two)))
+    # non-empty, ASCII 0-9 only (Arrow's int cast would also take "0x.." hex), short enough for int64
+    dec = pc.and_(pc.ascii_is_decimal(flat), pc.less_equal(pc.binary_length(flat), 18))
+    dec_np = dec.to_numpy(zero_copy_only=False)
+    if not dec_np.all():
+        flat = pc.if_else(dec, flat, pa.scalar("0"))
+    nums = pc.cast(flat, pa.int64()).to_numpy()
+    if two.all() and dec_np.all():  # the usual case: every row is a ref
+        return np.ones(n, bool), nums[0::2], nums[1::2]
+    rows = np.flatnonzero(two)
+    ok[rows] = dec_np[0::2] & dec_np[1::2]
+    p[rows], o[rows] = nums[0::2], nums[1::2]
     return ok, p, o
 
 
@@ -468,10 +468,12 @@ def _as_int(s: pd.Series) -> np.ndarray:
 def _lookup(in_p: np.ndarray, in_o: np.ndarray, q_p: np.ndarray, q_o: np.ndarray) -> np.ndarray:
     """Row of (``in_p``, ``in_o``) holding each (``q_p``, ``q_o``), -1 when none (the last row of a
     repeated place). A dense table per (partition, offset range) when the offsets are dense (a topic's
-    offsets are, up to transaction markers), else hashing."""
+    offsets are, up to transaction markers), else hashing. Few, reused temporaries: at 10M rows every
+    fresh array costs page faults."""
     n = len(in_p)
     if n == 0:
         return np.full(len(q_p), -1, np.int64)
+    row_t = np.int32 if n < (1 << 31) else np.int64
     valid = in_p >= 0
     pmin, pmax = int(in_p[valid].min(initial=0)), int(in_p[valid].max(initial=-1))
     if pmax >= pmin and pmax - pmin < (1 << 20) and valid.all():
@@ -485,17 +487,32 @@ def _lookup(in_p: np.ndarray, in_o: np.ndarray, q_p: np.ndarray, q_o: np.ndarray
         width = np.where(used, omax - omin + 1, 0)
         total = int(width.sum())
         if total <= 4 * n + 1024:
-            start = np.zeros(npart, np.int64)
-            start[1:] = np.cumsum(width[:-1])
-            table = np.full(total, -1, np.int64)
-            table[start[pc_] + (in_o - omin[pc_])] = np.arange(n)
-            qp = q_p - pmin
-            inr = (qp >= 0) & (qp < npart)
-            qc = np.where(inr, qp, 0)
-            rel = q_o - np.where(inr, omin[qc], 0)
-            inr &= (rel >= 0) & (rel < width[qc])
-            out = np.full(len(q_p), -1, np.int64)
-            out[inr] = table[start[qc[inr]] + rel[inr]]
+            base = np.zeros(npart, np.int64)  # table index of (p, o) = base[p] + o
+            base[1:] = np.cumsum(width[:-1])
+            base -= np.where(used, omin, 0)
+            table = np.full(total, -1, row_t)
+            idx = base[pc_]
+            idx += in_o
+            table[idx] = np.arange(n, dtype=row_t)
+            del idx, pc_
+            qc = q_p - pmin
+            inr = None
+            if len(qc) and not (qc.min() >= 0 and qc.max() < npart):
+                inr = (qc >= 0) & (qc < npart)
+                qc[~inr] = 0
+            ok = np.greater_equal(q_o, omin[qc])
+            ok &= np.less_equal(q_o, omax[qc])
+            if inr is not None:
+                ok &= inr
+            qi = base[qc]
+            del qc
+            qi += q_o
+            every = bool(ok.all())
+            if not every:
+                qi[~ok] = 0
+            out = table[qi]
+            if not every:
+                out[~ok] = -1
             return out
     # sparse offsets: hash the (partition, offset) pairs of both sides together
     pc_all, _ = pd.factorize(np.concatenate([in_p, q_p]))

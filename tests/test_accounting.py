@@ -126,6 +126,16 @@ def test_copy_naming_a_missing_or_different_input_record_is_unexpected_and_pays_
     assert why == ["op.input names input (no such input record)", "op.input names input holding (k, 2)"]
     assert {(x["key"], x["seq"]) for x in r["anomalies"]["lost"]} == {("k", 0), ("k", 1)}
     assert r["verdict"] == "invalid"
+    # partitions outside the input's, and offsets below a partition's first
+    inp2 = frame([("k", 0, 1, 5), ("k", 1, 1, 6)])
+    out = out_rows([("k", 0, 0, "7:5"), ("k", 1, 1, "1:4"), ("k", 1, 2, "1:6")])
+    r = check(pd.DataFrame(), inp2, out)
+    assert (r["counts"]["unexpected"], r["counts"]["lost"], r["counts"]["duplicate"]) == (2, 1, 0)
+    # sparse input offsets (the hashed look-up): same answers
+    inp3 = frame([("k", 0, 1, 5), ("k", 1, 1, 10**9)])
+    out = out_rows([("k", 0, 0, "1:5"), ("k", 1, 1, "1:1000000000"), ("k", 1, 2, "1:6")])
+    r = check(pd.DataFrame(), inp3, out)
+    assert (r["counts"]["unexpected"], r["counts"]["lost"], r["counts"]["duplicate"]) == (1, 0, 0)
 
 
 def test_failed_send_visible_in_the_input_log():
