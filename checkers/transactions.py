@@ -151,8 +151,11 @@ def attempt_outcomes(sink_log: pd.DataFrame | None, by_incarnation: bool = True)
     b = ev[flags["begin"].to_numpy()].groupby(KEYS)[["marker", "time"]].min()
     att = att.join(first).join(b.rename(columns={"marker": "begin_marker", "time": "begin_time"}))
     ends = ev[(flags["abort"] | flags["abandon"] | flags["uncertain"]).to_numpy()]
-    err = ends.groupby(KEYS)["error"].last() if len(ends) else pd.Series(dtype=object, name="error")
-    att = att.join(err.rename("error")).reset_index()
+    if len(ends):
+        att = att.join(ends.groupby(KEYS)["error"].last().rename("error"))
+    else:  # no attempt ended badly: an empty Series has no index names to join on
+        att = att.assign(error=pd.Series(pd.NA, index=att.index, dtype=object))
+    att = att.reset_index()
 
     outcome = np.select(
         [att["commit"], att["abort"] | att["abandon"], att["uncertain"], att["begin"], att["skip"]],

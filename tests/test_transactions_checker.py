@@ -189,3 +189,25 @@ def test_compose_verdicts():
     copied = pd.concat([live, live.iloc[[1]].assign(offset=6)], ignore_index=True)
     r = compose.combine(base, output=out, live=copied, lso={0: 3}, hw={0: 6})
     assert r["verdict"] == "invalid" and r["counts"]["live-duplicate"] == 1
+
+
+def test_a_clean_sink_log_with_no_error_event_has_no_aborted_read():
+    """Real runs without faults log only fence/begin/commit: found by a real run, missed by hand-made
+    logs that always held an error (the join on an empty error column crashed the check)."""
+    import pandas as pd
+
+    from checkers import transactions
+
+    log = pd.DataFrame([
+        {"event": "fence-on-start", "txn_id": "s-0", "partition": 0, "incarnation": "1", "time": 1.0},
+        {"event": "begin", "batch": 0, "partition": 0, "attempt": 0, "incarnation": "1", "txn_id": "s-0",
+         "marker": -1, "time": 2.0},
+        {"event": "commit", "batch": 0, "partition": 0, "attempt": 0, "incarnation": "1", "txn_id": "s-0",
+         "records": 3, "time": 3.0},
+    ])
+    out = pd.DataFrame({"key": ["k"] * 3, "seq": [0, 1, 2], "partition": [0] * 3, "offset": [0, 1, 2],
+                        "op.batch": ["0"] * 3, "op.sink_partition": ["0"] * 3, "op.attempt": ["0"] * 3,
+                        "op.incarnation": ["1"] * 3})
+    assert transactions.aborted_reads(out, log) == (0, [])
+    o = transactions.attempt_outcomes(log, True)
+    assert list(o["outcome"]) == ["committed"]
