@@ -66,7 +66,7 @@ def wait(bootstrap: str, input_topic: str, output_topic: str, ckpt: Path | None,
         try:
             st = status(bootstrap, input_topic, output_topic, ckpt)
         except Exception as e:  # noqa: BLE001 - brokers may still be electing leaders; keep waiting
-            st = RecoveryStatus(False, [f"cluster not answering: {e}"])
+            st = RecoveryStatus(False, [f"cluster not answering: {type(e).__name__}: {e}"])
         st.seconds = round(time.monotonic() - t0, 1)
         if st.finished or st.seconds >= timeout_s:
             return st
@@ -90,8 +90,11 @@ def group_offsets(bootstrap: str, group: str, topic: str, parts: list[int]) -> d
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])]
-    res = topics.admin(bootstrap).list_consumer_group_offsets(req, require_stable=True, request_timeout=15)
-    got = res[group].result(timeout=30)
+    # short per-call bounds: on a young cluster the group coordinator may still be loading
+    # (COORDINATOR_LOAD_IN_PROGRESS) and the caller's loop, not one long call, should do the waiting
+    a = topics.admin(bootstrap)  # keep a reference: a collected AdminClient never resolves its futures
+    res = a.list_consumer_group_offsets(req, require_stable=True, request_timeout=5)
+    got = res[group].result(timeout=8)
     return {tp.partition: tp.offset for tp in got.topic_partitions if tp.error is None and tp.offset >= 0}
 
 
@@ -138,7 +141,7 @@ def caught_up(bootstrap: str, input_topic: str, output_topic: str, *, group: str
             if not group and not settle_s:
                 reasons.append(NO_CRITERION)
         except Exception as e:  # noqa: BLE001 - brokers may still be electing leaders; keep waiting
-            st, reasons, now = RecoveryStatus(False), [f"cluster not answering: {e}"], clock()
+            st, reasons, now = RecoveryStatus(False), [f"cluster not answering: {type(e).__name__}: {e}"], clock()
         st.reasons, st.finished = reasons, not reasons
         st.seconds = round(now - t0, 1)
         if st.finished or st.seconds >= timeout_s or reasons == [NO_CRITERION]:
