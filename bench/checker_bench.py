@@ -212,6 +212,9 @@ def make_run(n: int, n_keys: int, n_parts: int, seed: int, key_dtype: str = "str
         **{c: ["x", "x", "x"] for c in PROV}})
     for i, p in enumerate(tail["partition"]):
         tail.loc[i, "offset"] = int(OO[OP == p].max(initial=-1)) + 1 + i
+    # the provenance our pipeline always writes: the checker pairs copies with input records through it
+    out["op.input"] = (pd.Series(P[src_all]).astype(str) + ":" + pd.Series(O[src_all]).astype(str)).to_numpy(dtype=object)
+    tail["op.input"] = ["0:-1"] * 3
     dtypes = {c: out[c].dtype for c in ("key",) + PROV}
     out = pd.concat([out.astype({c: object for c in dtypes}), tail], ignore_index=True)
     out = out.astype({c: ("category" if isinstance(t, pd.CategoricalDtype) else t) for c, t in dtypes.items()})
@@ -227,7 +230,8 @@ def make_run(n: int, n_keys: int, n_parts: int, seed: int, key_dtype: str = "str
 
     expect = {
         "counts": {"duplicate": 12, "duplicate-records": 13, "lost": 7, "unexpected": 3,
-                   "nonmonotonic": 1, "lost-write": 3},
+                   "nonmonotonic": 1, "lost-write": 3, "failed-write-visible": 0, "input-duplicate": 0,
+                   "input-duplicate-records": 0},
         "lost": {(keys[K[i]], int(seq[i])) for i in lost},
         "duplicate": {(keys[K[i]], int(seq[i])) for i in extra},
         "nonmonotonic": (keys[K[swap_a]], int(seq[swap_a]), int(seq[swap_b])),

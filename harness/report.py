@@ -852,11 +852,12 @@ def _sink_html(run: Run) -> str:
         return ""
     counts = s["event"].value_counts()
     parts = [_table([{"event": k, "count": int(v)} for k, v in counts.items()])]
-    ab = s[s["event"] == "abort"]
+    # everything that did not end in a plain commit/skip (pipeline/transactional_sink.py's events)
+    ab = s[s["event"].isin(["abort", "abandon", "commit-unknown", "abort-failed", "marker-error", "init-error"])]
     if len(ab):
         recs = ab.head(MAX_EXAMPLES).assign(time=((pd.to_numeric(ab["time"]) - run.t0).round(2)
                                                   if run.t0 is not None else ab["time"]))
-        parts.append("<h3>aborts</h3>" + _table([{k: v for k, v in x.items() if not _isna(v)}
+        parts.append("<h3>aborts, unknown commit outcomes and errors</h3>" + _table([{k: v for k, v in x.items() if not _isna(v)}
                                                   for x in recs.to_dict("records")]))
     return "<section><h2>sink events (sink.jsonl)</h2>" + "".join(parts) + "</section>"
 
