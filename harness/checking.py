@@ -18,6 +18,7 @@ from checkers import compose, nearby
 from checkers.exactly_once import Recovery, check
 from harness import history, topics
 from harness.recovery import RecoveryStatus
+from nemesis import coverage
 
 
 class CheckError(RuntimeError):
@@ -283,4 +284,9 @@ def check_saved(run_dir: Path) -> dict:
         gaps = history_gaps(run_dir / "history.jsonl", hist, inp)
         if gaps:
             _history_unknown(result, gaps)
+        # the same coverage judgement as the run itself: a re-check must not turn "a planned fault was
+        # never exercised" back into valid
+        nem = _read_history(run_dir / "nemesis.jsonl", [])
+        ops = nem.to_dict("records") if len(nem) else []
+        result = coverage.judge(result, [tuple(x) for x in test.get("schedule") or []], ops)
     return result

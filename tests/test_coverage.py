@@ -42,3 +42,27 @@ def test_no_traffic_is_unknown_even_without_faults():
 def test_invalid_stays_invalid_with_warnings():
     r = coverage.judge({**VALID, "verdict": "invalid", "valid": False}, PLAN, [])
     assert r["verdict"] == "invalid" and r["coverage_warnings"]
+
+
+def test_offline_recheck_applies_the_same_coverage_judgement(tmp_path):
+    """`onceproof check RUN_DIR` must not turn a run that never exercised a planned fault into valid."""
+    import json
+
+    from harness import checking
+    from tests.test_report import make_run
+
+    d = make_run(tmp_path / "run")
+    base = checking.check_saved(d)
+    ops = [{"process": "nemesis", "type": "info", "f": "kill-executor", "outcome": "effective",
+            "exercised": True, "target": "executor 1", "evidence": {}, "time": 1, "index": 0, "wall": 1.0},
+           {"process": "nemesis", "type": "info", "f": "kill-driver-in-commit-window", "outcome": "effective",
+            "exercised": False, "target": "driver", "evidence": {}, "time": 2, "index": 1, "wall": 2.0}]
+    (d / "nemesis.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
+    r = checking.check_saved(d)
+    if base["verdict"] == "valid":  # the synthetic run may carry planted anomalies: then it stays invalid
+        assert r["verdict"] == "unknown"
+        assert any(x.startswith("fault-not-exercised: kill-driver-in-commit-window") for x in r["unknown_reasons"])
+    else:
+        assert r["verdict"] == base["verdict"] and r["coverage_warnings"]
+    rows = {c["fault"]: c for c in r["coverage"]}
+    assert rows["kill-executor"]["exercised"] == 1 and rows["kill-driver-in-commit-window"]["exercised"] == 0
