@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit bench clean
+.PHONY: setup run test unit bench soak clean
 
 setup: $(VENV)/.installed
 
@@ -39,6 +39,10 @@ unit: setup $(CHROMIUM)
 
 bench: setup
 	$(BIN)/python bench/checker_bench.py
+
+# issue 7's acceptance: seeds 1-10 × {eos, at-least-once} under --nemesis all (about 7 min a run)
+soak: setup
+	$(BIN)/python soak/soak.py --seeds 1-10 --sinks eos,at-least-once --time-limit 120
 
 clean:
 	rm -rf $(VENV) results/*/ results/latest .cache

@@ -1,0 +1,84 @@
+"""The soak: seeded chaos runs of every fault and target, for both sinks, as a table.
+
+Issue 7's acceptance: ``--sink eos --nemesis all`` over seeds 1–10 must give 10 × ``valid`` (no false
+alarm, every fault family and target exercised) and ``--sink at-least-once`` over the same seeds 10 ×
+``invalid``. Each run is the real CLI on a fresh local cluster, one after the other (2 cores: never two
+clusters at once). Writes ``<results>/soak-<time>.md`` and ``.json`` and prints the table as it goes;
+exit code 0 only when every eos run is valid and every at-least-once run invalid.
+
+Usage: ``python soak/soak.py [--seeds 1-10] [--sinks eos,at-least-once] [--time-limit 120]``
+(about 7 min per run on 2 cores: ``make soak`` is about 2 h 20 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+EXPECT = {"eos": "valid", "at-least-once": "invalid", "eos-no-marker": "invalid"}
+
+
+def _seeds(spec: str) -> list[int]:
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1-10", help="e.g. 1-10 or 1,4,7")
+    ap.add_argument("--sinks", default="eos,at-least-once")
+    ap.add_argument("--nemesis", default="all")
+    ap.add_argument("--time-limit", default="120")
+    ap.add_argument("--results", type=Path, default=Path("results"))
+    a = ap.parse_args(argv)
+    rows, t0 = [], time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    out_md, out_json = a.results / f"soak-{stamp}.md", a.results / f"soak-{stamp}.json"
+    a.results.mkdir(parents=True, exist_ok=True)
+    for sink in a.sinks.split(","):
+        for seed in _seeds(a.seeds):
+            t = time.time()
+            p = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--sink", sink, "--nemesis", a.nemesis,
+                                "--time-limit", a.time_limit, "--seed", str(seed), "--results", str(a.results),
+                                "--test-name", f"soak-{sink}"], capture_output=True, text=True)
+            run_dir = (a.results / f"soak-{sink}" / "latest").resolve()
+            try:
+                r = json.loads((run_dir / "results.json").read_text())
+            except (OSError, ValueError):
+                r = {"verdict": "crashed", "error": p.stderr[-300:]}
+            cov = r.get("coverage") or []
+            row = {"sink": sink, "seed": seed, "verdict": r.get("verdict"), "exit": p.returncode,
+                   "expected": EXPECT.get(sink), "minutes": round((time.time() - t) / 60, 1),
+                   "exercised": f"{sum(1 for c in cov if c['exercised'])}/{len(cov)}",
+                   "anomalies": {k: v for k, v in (r.get("counts") or {}).items() if v},
+                   "why": (r.get("unknown_reasons") or [r.get("error")] or [""])[:2], "run_dir": str(run_dir)}
+            rows.append(row)
+            print(f"{sink:14} seed {seed:2}: {row['verdict']:8} exercised {row['exercised']:6} "
+                  f"{row['minutes']} min {row['anomalies'] or ''} {'' if row['verdict'] == row['expected'] else row['why']}",
+                  flush=True)
+            out_json.write_text(json.dumps(rows, indent=2))
+            _write_md(out_md, rows, a, time.time() - t0)
+    ok = all(r["verdict"] == r["expected"] for r in rows)
+    print(f"{'PASS' if ok else 'FAIL'}: {out_md}")
+    return 0 if ok else 1
+
+
+def _write_md(path: Path, rows: list[dict], a, elapsed: float) -> None:
+    lines = [f"# soak: --nemesis {a.nemesis} --time-limit {a.time_limit}, {elapsed / 60:.0f} min", "",
+             "| sink | seed | verdict | expected | exercised | anomalies | min |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        an = ", ".join(f"{k}={v}" for k, v in r["anomalies"].items())
+        lines.append(f"| {r['sink']} | {r['seed']} | {r['verdict']} | {r['expected']} | {r['exercised']} | {an} | "
+                     f"{r['minutes']} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
