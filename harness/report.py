@@ -853,7 +853,8 @@ def _sink_html(run: Run) -> str:
     counts = s["event"].value_counts()
     parts = [_table([{"event": k, "count": int(v)} for k, v in counts.items()])]
     # everything that did not end in a plain commit/skip (pipeline/transactional_sink.py's events)
-    ab = s[s["event"].isin(["abort", "abandon", "commit-unknown", "abort-failed", "marker-error", "init-error"])]
+    ab = s[s["event"].isin(["abort", "abandon", "commit-unknown", "abort-failed", "marker-error", "init-error",
+                            "incomplete-batch"])]
     if len(ab):
         recs = ab.head(MAX_EXAMPLES).assign(time=((pd.to_numeric(ab["time"]) - run.t0).round(2)
                                                   if run.t0 is not None else ab["time"]))

@@ -56,6 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--txn-timeout-ms", type=int, default=60000)
     ap.add_argument("--control-dir", default="", help="fault-hook control directory")
     ap.add_argument("--sink-log", default="", help="append sink transaction events here (JSON lines)")
+    ap.add_argument("--input-contiguous", action=argparse.BooleanOptionalAction, default=True,
+                    help="the input topic has no transactional writes, so each batch's planned offset range "
+                         "must arrive complete; the eos sink refuses an incomplete batch (see "
+                         "pipeline/completeness.py). Turn off for a transactional input topic")
     ap.add_argument("--pool-size", type=int, default=None,
                     help="lower bound on the transactional-id pool fenced at start; the pool is the input "
                          "topic's partition count read from Kafka (the larger of the two when given)")
@@ -179,9 +183,33 @@ def transform(src):
                          "in_partition", "in_offset")
 
 
-def eos_batch(cfg: SinkConfig, control: hooks.ControlDir, batch_df, batch_id: int) -> None:
-    """foreachBatch body of the exactly-once sink: one transaction per partition, then the hook."""
-    batch_df.rdd.foreachPartition(partial(write_partition, cfg, batch_id))
+def eos_batch(cfg: SinkConfig, control: hooks.ControlDir, guard: tuple[str, str] | None, batch_df,
+              batch_id: int) -> None:
+    """foreachBatch body of the exactly-once sink: one transaction per partition, then the hook.
+
+    ``guard`` = ``(checkpoint, input topic)`` turns on the completeness check
+    (``pipeline/completeness.py``): the batch is cached, counted per input partition against Spark's
+    offset log, and written from the same cached rows; an incomplete batch raises before any
+    transaction begins, so the query restarts and replays it.
+    """
+    from pyspark import StorageLevel
+
+    from pipeline import completeness
+    from pipeline.transactional_sink import log_event
+
+    if guard is None:
+        batch_df.rdd.foreachPartition(partial(write_partition, cfg, batch_id))
+    else:
+        batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            try:
+                completeness.verify(batch_df, Path(guard[0]), batch_id, guard[1])
+            except completeness.IncompleteBatch as e:
+                log_event(cfg, "incomplete-batch", batch=batch_id, error=str(e))
+                raise
+            batch_df.rdd.foreachPartition(partial(write_partition, cfg, batch_id))
+        finally:
+            batch_df.unpersist()
     control.after_sink_commit(batch_id)
 
 
@@ -229,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     df = transform(src)
     if args.sink in ("eos", "eos-no-marker"):
         abort_leftovers(cfg, pool)
-        body = partial(eos_batch, cfg, control)
+        guard = (args.checkpoint, args.input_topic) if args.input_contiguous else None
+        body = partial(eos_batch, cfg, control, guard)
     else:
         body = partial(alo_batch, args, control, incarnation)
     query = (df.writeStream.foreachBatch(body)

@@ -117,6 +117,11 @@ def _log(cfg: SinkConfig, event: str, **fields) -> None:
         os.close(fd)
 
 
+def log_event(cfg: SinkConfig, event: str, **fields) -> None:
+    """Append one driver-side event to ``sink.jsonl`` (same line format as the tasks' events)."""
+    _log(cfg, event, **fields)
+
+
 def transactional_id(sink_id: str, partition: int) -> str:
     """Stable transactional.id of sink partition ``partition``."""
     return f"{sink_id}-{partition}"
