@@ -24,6 +24,7 @@ from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome
 from pipeline import hooks
 
 VARIANTS = ("precommit", "notify", "txn-timeout")
+FAILED_ATTEMPT = ("abort", "abandon", "commit-unknown", "abort-failed")  # sink.jsonl events of a failed attempt
 
 
 def _sink_events(run_dir: Path, since: float) -> list[dict]:
@@ -104,12 +105,16 @@ class CommitDelay:
             held = held or next((e for e in events if e["event"] == "hold"), None)
             if held:
                 key = (held["batch"], held["partition"])
-                aborts = [e for e in events if e["event"] == "abort" and (e["batch"], e["partition"]) == key]
+                # the held transaction must fail: the sink logs "abort" (abort_transaction() returned),
+                # "abandon" (fenced before its commit: the broker aborted it), or "commit-unknown" /
+                # "abort-failed" (the commit call itself failed) — pipeline/transactional_sink.py
+                aborts = [e for e in events if e["event"] in FAILED_ATTEMPT and (e["batch"], e["partition"]) == key]
                 later = [e for e in events if e["event"] in ("commit", "skip")
                          and (e["batch"], e["partition"]) == key and e["time"] > held["time"]]
                 if aborts and later:
                     ev.update(held={k: held[k] for k in ("batch", "partition", "attempt", "txn_id")},
-                              abort={"error": aborts[0].get("error"), "kind": aborts[0].get("kind")},
+                              abort={"event": aborts[0]["event"], "error": aborts[0].get("error"),
+                                     "kind": aborts[0].get("kind")},
                               retried_by_attempt=later[0]["attempt"], retry_event=later[0]["event"])
                     return Outcome(EFFECTIVE, "txn-timeout", ev)
             time.sleep(0.5)

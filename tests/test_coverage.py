@@ -66,3 +66,27 @@ def test_offline_recheck_applies_the_same_coverage_judgement(tmp_path):
         assert r["verdict"] == base["verdict"] and r["coverage_warnings"]
     rows = {c["fault"]: c for c in r["coverage"]}
     assert rows["kill-executor"]["exercised"] == 1 and rows["kill-driver-in-commit-window"]["exercised"] == 0
+
+
+def test_txn_timeout_evidence_accepts_the_sinks_abandon_event(tmp_path):
+    """The sink logs a transaction fenced after transaction.timeout.ms as `abandon` (not `abort`): the
+    fault must still see its evidence (it was judged not-effective in every `all` run before)."""
+    import json
+    import random
+    import threading
+
+    from nemesis.commit_delay import CommitDelay
+    from nemesis.fault import NemesisContext
+
+    control = tmp_path / "control"
+    control.mkdir()
+    now = __import__("time").time()
+    events = [{"event": "hold", "batch": 27, "partition": 0, "attempt": 0, "txn_id": "s-0", "time": now + 1},
+              {"event": "abandon", "batch": 27, "partition": 0, "attempt": 0, "kind": "fatal",
+               "error": "_FENCED", "time": now + 2},
+              {"event": "commit", "batch": 27, "partition": 0, "attempt": 1, "time": now + 3}]
+    (tmp_path / "sink.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    ctx = NemesisContext(supervisor=None, control=control, checkpoint=tmp_path, stop=threading.Event())
+    out = CommitDelay("txn-timeout", txn_timeout_ms=100)._txn_timeout(ctx, tmp_path, now)
+    assert out.outcome == "effective", out.evidence
+    assert out.evidence["abort"]["event"] == "abandon" and out.evidence["retried_by_attempt"] == 1
