@@ -476,13 +476,37 @@ class KafkaCluster:
             try:
                 md = admin.list_topics(timeout=5)
                 if len(md.brokers) == self.spec.nodes and md.controller_id >= 0:
-                    return
-                last = f"{len(md.brokers)} broker(s) registered"
+                    # Registered is not enough: Kafka 4 binds its data-plane listeners *after* the broker
+                    # registers with the controller, so a broker whose client port was taken dies just
+                    # after looking healthy (seen in CI). Healthy = each broker process itself listens.
+                    deaf = self._not_listening()
+                    if not deaf:
+                        return
+                    last = f"broker(s) {deaf} registered but not yet listening on their ports"
+                else:
+                    last = f"{len(md.brokers)} broker(s) registered"
             except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException while nodes start
                 last = str(e)
             time.sleep(0.5)
         raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); "
                            f"see {self.spec.logs}/")
+
+    def _not_listening(self) -> list[int]:
+        """Nodes whose own process does not (yet) listen on its client and inter-broker ports."""
+        import psutil
+
+        out = []
+        for i, b in sorted(self.brokers.items()):
+            want = {b.spec.client_port, b.spec.internal_port}
+            try:
+                conns = psutil.Process(b.pid).net_connections(kind="tcp")
+            except (psutil.Error, TypeError):
+                out.append(i)
+                continue
+            have = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
+            if not want <= have:
+                out.append(i)
+        return out
 
     def owns(self, b: BrokerProcess) -> bool:
         """True when ``b.pid`` is alive and its command line proves it is this cluster's broker (``kafka.Kafka``

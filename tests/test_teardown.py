@@ -23,6 +23,14 @@ def _started_with_sigint_ignored():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _ops(run: Path) -> int:
+    try:
+        with (run / "history.jsonl").open() as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
 def _moment_reached(moment: str, run: Path | None, lines: list[str]) -> bool:
     if run is None:
         return False
@@ -31,7 +39,8 @@ def _moment_reached(moment: str, run: Path | None, lines: list[str]) -> bool:
         "proxy-start": lambda: (run / "logs" / "toxiproxy.log").exists(),
         "kafka-start": lambda: (run / "logs" / "broker-1.out").exists(),
         "spark-start": lambda: (run / "logs" / "driver-1.log").exists(),
-        "mid-run": lambda: (run / "control" / "driver.ready").exists() and "sends ok=" in out,
+        # the first progress line prints at 0 s: wait until the history holds real traffic
+        "mid-run": lambda: (run / "control" / "driver.ready").exists() and _ops(run) > 50,
         "heal": lambda: "stopping workload and healing faults" in out,
         "check": lambda: "recovery finished" in out or "recovery did not finish" in out,
     }[moment]()
