@@ -20,26 +20,11 @@ import random
 import time
 from pathlib import Path
 
-from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome, sink_events
 from pipeline import hooks
 
 VARIANTS = ("precommit", "notify", "txn-timeout")
 FAILED_ATTEMPT = ("abort", "abandon", "commit-unknown", "abort-failed")  # sink.jsonl events of a failed attempt
-
-
-def _sink_events(run_dir: Path, since: float) -> list[dict]:
-    p = run_dir / "sink.jsonl"
-    if not p.exists():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("time", 0) >= since:
-            out.append(e)
-    return out
 
 
 class CommitDelay:
@@ -59,7 +44,7 @@ class CommitDelay:
             (ctx.control / hooks.PRECOMMIT_DELAY).write_text(str(self.delay_ms))
 
             def seen():
-                return [e for e in _sink_events(run_dir, t0)
+                return [e for e in sink_events(run_dir, t0)
                         if e["event"] == "commit" and e.get("precommit_delay_ms", 0) > 0]
             held = self._hold_until(ctx, seen)
             (ctx.control / hooks.PRECOMMIT_DELAY).unlink(missing_ok=True)
@@ -101,7 +86,7 @@ class CommitDelay:
         ev: dict = {"hold_ms": hold_ms, "transaction_timeout_ms": self.txn_timeout_ms}
         held = None
         while time.monotonic() < deadline and not ctx.stop.is_set():
-            events = _sink_events(run_dir, t0)
+            events = sink_events(run_dir, t0)
             held = held or next((e for e in events if e["event"] == "hold"), None)
             if held:
                 key = (held["batch"], held["partition"])

@@ -69,6 +69,26 @@ class Fault(Protocol):
         """Undo anything still in effect; must be safe to call at any time, repeatedly."""
 
 
+def sink_events(run_dir: Path, since: float) -> list[dict]:
+    """Events of the run's ``sink.jsonl`` (``pipeline/transactional_sink.py``) with ``time`` ≥ ``since``
+    (epoch s); torn or partial lines are skipped, a missing file is no events."""
+    import json
+
+    try:
+        lines = (run_dir / "sink.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("time", 0) >= since:
+            out.append(e)
+    return out
+
+
 def hold(ctx: NemesisContext, seconds: float) -> float:
     """Sleep ``seconds`` unless the run is stopping; returns the seconds actually held."""
     import time

@@ -26,25 +26,8 @@ import time
 import psutil
 
 from harness.supervisor import EXECUTOR_MAIN, executor_id
-from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
 from pipeline import hooks
-
-
-def _sink_events(ctx: NemesisContext, since: float) -> list[dict]:
-    p = ctx.control.parent / "sink.jsonl"
-    out = []
-    try:
-        lines = p.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    for line in lines:
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("time", 0) >= since:
-            out.append(e)
-    return out
 
 
 def _executor_of(pid: int) -> psutil.Process | None:
@@ -101,7 +84,7 @@ class KillExecutor:
         held = None
         deadline = time.monotonic() + self.wait_for_task_s
         while held is None and time.monotonic() < deadline and not ctx.stop.is_set():
-            held = next((e for e in _sink_events(ctx, t0) if e["event"] == "hold" and e.get("partition") == part),
+            held = next((e for e in sink_events(ctx.control.parent, t0) if e["event"] == "hold" and e.get("partition") == part),
                         None)
             if held is None:
                 time.sleep(0.1)
@@ -129,7 +112,7 @@ class KillExecutor:
         deadline = time.monotonic() + self.retry_wait_s
         key = (held.get("batch"), held.get("partition"))
         while True:
-            for e in _sink_events(ctx, held["time"]):
+            for e in sink_events(ctx.control.parent, held["time"]):
                 if e["event"] in ("commit", "skip") and (e.get("batch"), e.get("partition")) == key \
                         and e.get("pid") != held.get("pid"):
                     return {k: e.get(k) for k in ("event", "attempt", "incarnation", "pid")}
