@@ -273,10 +273,10 @@ def check_saved(run_dir: Path) -> dict:
             raise CheckError(f"{run_dir / 'recovery.json'} is damaged ({type(e).__name__}: {e})") from e
     problems: list[str] = []
     hist = _read_history(run_dir / "history.jsonl", problems)
+    nem = _read_history(run_dir / "nemesis.jsonl", problems)
     result = run_checks(hist, inp, out, rec, sink_log=read_sink_log(run_dir),
                         uncommitted=_read_parquet(run_dir / "output_uncommitted.parquet", replay),
-                        live=_read_parquet(run_dir / "live.parquet", replay), lso=lso, hw=hw,
-                        nemesis=_read_history(run_dir / "nemesis.jsonl", problems))
+                        live=_read_parquet(run_dir / "live.parquet", replay), lso=lso, hw=hw, nemesis=nem)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     if problems:
         result.setdefault("warnings", []).extend(problems)
@@ -286,7 +286,6 @@ def check_saved(run_dir: Path) -> dict:
             _history_unknown(result, gaps)
         # the same coverage judgement as the run itself: a re-check must not turn "a planned fault was
         # never exercised" back into valid
-        nem = _read_history(run_dir / "nemesis.jsonl", [])
         ops = nem.to_dict("records") if len(nem) else []
         result = coverage.judge(result, [tuple(x) for x in test.get("schedule") or []], ops)
     return result
