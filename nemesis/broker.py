@@ -67,6 +67,12 @@ class KillBroker(_BrokerFault):
 
     name = "kill-broker"
 
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        # leader / coordinator: down until the move (KRaft: broker.session.timeout.ms, 9 s); then ~10 s to rejoin
+        return (max(hold_s, 10.0) if target in ("leader", "txn-coordinator", "") else hold_s) + 12.0
+
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         target, choice = self._choose(ctx, rng)
         if not choice.nodes:
@@ -132,6 +138,11 @@ class PauseBroker(_BrokerFault):
     """SIGSTOP the target broker(s), hold ``ctx.hold_s``, SIGCONT."""
 
     name = "pause-broker"
+
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        return hold_s + 2.0
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         target, choice = self._choose(ctx, rng)

@@ -52,27 +52,12 @@ def is_all(specs: list[str]) -> bool:
 
 def expected_s(spec: str, *, hold_s: float = 6.0, txn_timeout_ms: int = 30000) -> float:
     """How long one turn of ``spec`` takes, seconds, including what the pipeline needs to settle before
-    the next fault can be judged (a driver restart, a broker rejoining). Estimates measured on the local
-    backend (2 cores): Spark driver restart ~20 s, broker restart and rejoin ~10 s, leadership moves
-    after ``broker.session.timeout.ms`` (9 s)."""
+    the next fault can be judged (a driver restart, a broker rejoining): each fault class's own
+    ``expected_s(target, hold_s, txn_timeout_ms)``, estimates measured on the local backend (2 cores).
+    An unknown name is ``hold_s``."""
     name, _, target = spec.partition(":")
-    if name == "kill-executor":
-        return 15.0
-    if name in ("kill-driver", "kill-driver-in-commit-window"):
-        return 25.0
-    if name == "kill-broker":
-        return (max(hold_s, 10.0) if target in ("leader", "txn-coordinator", "") else hold_s) + 12.0
-    if name == "pause-broker":
-        return hold_s + 2.0
-    if name == "commit-delay":
-        if target in ("txn-timeout", ""):
-            return txn_timeout_ms / 1000 + 20.0
-        return max(hold_s, 6.0) + 2.0
-    if name == "partition":
-        return max(hold_s, 12.0) + 10.0
-    if name == "slow-network":
-        return hold_s + 10.0
-    return hold_s
+    cls = FAULTS.get(name)
+    return cls.expected_s(target, hold_s, txn_timeout_ms) if cls is not None else hold_s
 
 
 def parse(spec: str) -> list[str]:

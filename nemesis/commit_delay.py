@@ -31,6 +31,13 @@ class CommitDelay:
     name = "commit-delay"
     target_choices = VARIANTS
 
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        if target in ("txn-timeout", ""):  # past transaction.timeout.ms, then the abort and the retry
+            return txn_timeout_ms / 1000 + 20.0
+        return max(hold_s, 6.0) + 2.0
+
     def __init__(self, target: str | None = None, delay_ms: int = 2000, txn_timeout_ms: int = 30000):
         if target is not None and target not in VARIANTS:
             raise ValueError(f"unknown commit-delay variant {target!r}; choose from {', '.join(VARIANTS)}")

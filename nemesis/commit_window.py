@@ -21,6 +21,11 @@ from pipeline import hooks
 class KillDriverInCommitWindow:
     name = "kill-driver-in-commit-window"
 
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        return 25.0  # the next batch reaching the window, then a driver restart
+
     def __init__(self, window_timeout_s: float = 90.0):
         self.window_timeout_s = window_timeout_s
 

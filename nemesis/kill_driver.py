@@ -14,6 +14,11 @@ from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Out
 class KillDriver:
     name = "kill-driver"
 
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        return 25.0  # the supervisor's driver restart, ~20 s on 2 cores
+
     def __init__(self, wait_for_target_s: float = 60.0):
         self.wait_for_target_s = wait_for_target_s
 

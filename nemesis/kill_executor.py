@@ -69,6 +69,11 @@ def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
 class KillExecutor:
     name = "kill-executor"
 
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        return 15.0  # a held task, the kill, Spark's retry on a replacement executor
+
     def __init__(self, wait_for_task_s: float = 30.0, txn_timeout_ms: int = 30000, retry_wait_s: float = 60.0):
         self.wait_for_task_s = wait_for_task_s
         self.retry_wait_s = retry_wait_s

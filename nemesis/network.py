@@ -65,6 +65,11 @@ class Partition:
     name = "partition"
     target_choices = ("client", "isolate")
 
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        return max(hold_s, 12.0) + 10.0  # the minimum cut, and the probes' timeouts
+
     def __init__(self, target: str | None = None, min_hold_s: float = 12.0):
         self.target, self.min_hold_s = target, min_hold_s
 
@@ -105,6 +110,11 @@ class SlowNetwork:
 
     name = "slow-network"
     target_choices = tuple(_TOXICS)
+
+    @staticmethod
+    def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
+        """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
+        return hold_s + 10.0  # the toxic, and a probe through it (≤ 10 s)
 
     def __init__(self, target: str | None = None):
         self.target = target
