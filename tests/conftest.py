@@ -62,3 +62,16 @@ def load_run(results_root: Path) -> tuple[Path, dict, list[dict]]:
 @pytest.fixture
 def results_root(tmp_path):
     return tmp_path / "results"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A real 3-broker KRaft cluster shared by one test module (started once per module, always stopped)."""
+    from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
+
+    c = KafkaCluster(ClusterSpec(tmp_path_factory.mktemp("kafka"), base_port=free_base_port()))
+    try:
+        c.up()
+        yield c
+    finally:
+        c.down()

@@ -7,19 +7,9 @@ import pytest
 from confluent_kafka import Producer
 
 from harness import topics
-from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    d = tmp_path_factory.mktemp("kafka")
-    c = KafkaCluster(ClusterSpec(d, base_port=free_base_port()))
-    c.up()
-    yield c
-    c.down()
 
 
 def rec(key, seq):

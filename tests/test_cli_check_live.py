@@ -103,17 +103,6 @@ def test_unreachable_bootstrap_is_a_one_line_crash_and_stores_nothing(tmp_path):
 # ---------------------------------------------------------------------------------------- real cluster
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
-
-    d = tmp_path_factory.mktemp("kafka")
-    c = KafkaCluster(ClusterSpec(d, base_port=free_base_port()))
-    c.up()
-    yield c
-    c.down()
-
-
 def produce(bootstrap: str, topic: str, pairs: list[tuple[str, int]]) -> None:
     from confluent_kafka import Producer
 
