@@ -479,11 +479,7 @@ def _lookup(in_p: np.ndarray, in_o: np.ndarray, q_p: np.ndarray, q_o: np.ndarray
     if pmax >= pmin and pmax - pmin < (1 << 20) and valid.all():
         pc_ = in_p - pmin
         npart = pmax - pmin + 1
-        omin = np.full(npart, _I64_MAX)
-        omax = np.full(npart, _I64_MIN)
-        np.minimum.at(omin, pc_, in_o)
-        np.maximum.at(omax, pc_, in_o)
-        used = omax >= omin
+        omin, omax, used = _offset_span(pc_, in_o, npart)
         width = np.where(used, omax - omin + 1, 0)
         total = int(width.sum())
         if total <= 4 * n + 1024:
@@ -582,6 +578,15 @@ def _exact_int(s: pd.Series) -> np.ndarray | None:
     return None
 
 
+def _offset_span(pc: np.ndarray, off: np.ndarray, npart: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per partition code ``0..npart-1``: smallest and largest offset, and whether it has any row."""
+    omin = np.full(npart, _I64_MAX)
+    omax = np.full(npart, _I64_MIN)
+    np.minimum.at(omin, pc, off)
+    np.maximum.at(omax, pc, off)
+    return omin, omax, omax >= omin
+
+
 def _positions(part: pd.Series, off: pd.Series) -> np.ndarray:
     """Per row an int64 ``(place << b) | row`` whose order is the stable ``(partition, offset)`` sort:
     unique, and the row index is its low ``b`` bits (``b`` = bits of ``len - 1``)."""
@@ -598,11 +603,7 @@ def _positions(part: pd.Series, off: pd.Series) -> np.ndarray:
             pc = p - pmin
             del p
             npart = pmax - pmin + 1
-            omin = np.full(npart, _I64_MAX)
-            omax = np.full(npart, _I64_MIN)
-            np.minimum.at(omin, pc, o)
-            np.maximum.at(omax, pc, o)
-            used = omax >= omin
+            omin, omax, used = _offset_span(pc, o, npart)
             width = [int(hi) - int(lo) + 1 if u else 0 for lo, hi, u in zip(omin, omax, used)]
             if sum(width) < (1 << (62 - b)):  # place fits beside the row bits
                 start = np.zeros(npart, np.int64)
