@@ -33,7 +33,7 @@ from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.config import TestConfig
 from harness.store import RunDir
 from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
-from nemesis import catalog, coverage, schedule
+from nemesis import catalog, coverage
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
 from pipeline import job as pipeline_job

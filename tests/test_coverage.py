@@ -72,7 +72,6 @@ def test_txn_timeout_evidence_accepts_the_sinks_abandon_event(tmp_path):
     """The sink logs a transaction fenced after transaction.timeout.ms as `abandon` (not `abort`): the
     fault must still see its evidence (it was judged not-effective in every `all` run before)."""
     import json
-    import random
     import threading
 
     from nemesis.commit_delay import CommitDelay

@@ -2,8 +2,6 @@
 that it took effect and was exercised (issue 7 items 5, 6, 11), heals, leaves the cluster healthy, and
 the eos sink stays valid; a seed replays the same concrete targets (item 9)."""
 
-import json
-
 import pytest
 
 from tests.conftest import load_run, our_processes, run_cli
