@@ -136,8 +136,9 @@ class TestConfig:
                              always=True)
     fault_hold: float = _opt(6.0, "seconds a start/stop fault (pause, partition, delay) stays on", lo=0,
                              lo_open=True, always=True)
-    max_run_factor: float = _opt(3.0, "the run may go on up to this × --time-limit until every requested "
-                                      "fault has had its turn", lo=1)
+    max_run_factor: float = _opt(3.0, "the run may go on up to this × --time-limit (counted from the "
+                                      "first committed batch) until every requested fault has had its turn",
+                                 lo=1)
     partitions: int = _opt(6, "partitions of the input and output topics", lo=1, hi=1000)
     brokers: int = _opt(3, "Kafka brokers (KRaft, combined broker+controller)", lo=1, hi=9)
     master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,

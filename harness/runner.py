@@ -33,7 +33,7 @@ from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.config import TestConfig
 from harness.store import RunDir
 from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
-from nemesis import catalog, coverage
+from nemesis import catalog, coverage, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
 from pipeline import job as pipeline_job
@@ -228,10 +228,9 @@ def _run_phase(r: _Run) -> None:
     planned = {f for _, f in r.plan}
 
     def keep_running(el: float) -> bool:
-        if el < cfg.time_limit:
-            return True
-        done = {op["f"] for op in nem.ops}
-        return el < cfg.time_limit * cfg.max_run_factor and not planned <= done
+        started = nem.started_at
+        return schedule.keep_running(el, None if started is None else time.monotonic() - started,
+                                     cfg.time_limit, cfg.max_run_factor, planned <= {op["f"] for op in nem.ops})
 
     extended = False
     while keep_running(el := time.monotonic() - t0):

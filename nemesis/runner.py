@@ -30,6 +30,7 @@ class NemesisRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ops: list[dict] = []
+        self.started_at: float | None = None  # time.monotonic() when ready() first held: the plan's 0 s
         self._healed = False
 
     def start(self, ready: Callable[[], bool]) -> None:
@@ -41,7 +42,7 @@ class NemesisRunner:
         while not ready():
             if self._stop.wait(0.5):
                 return
-        t0 = time.monotonic()
+        t0 = self.started_at = time.monotonic()
         for i, (at_s, name) in enumerate(self.schedule):
             if self._stop.wait(max(0.0, t0 + at_s - time.monotonic())):
                 return

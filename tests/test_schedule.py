@@ -95,3 +95,20 @@ def test_a_plan_that_cannot_fit_is_refused_naming_the_minimum_time_limit():
 def test_nonfinite_interval_refused():
     with pytest.raises(ValueError, match="nemesis-interval"):
         plan(["a"], float("nan"), 10, 1)
+
+
+def test_the_run_budget_counts_from_the_nemesis_start_not_the_workload_start():
+    """A CI run on a loaded machine: the first batch came 75 s after the workload started, the run
+    stopped at 3 × 120 s from the workload's start, and three planned faults never ran (unknown)."""
+    from nemesis.schedule import keep_running
+    # within the time limit: always on
+    assert keep_running(100, None, 120, 3.0, all_invoked=True)
+    # past it with every fault invoked: stop
+    assert not keep_running(121, 46, 120, 3.0, all_invoked=True)
+    # past 3 × limit since the workload started, but the nemesis started 75 s late: go on
+    assert keep_running(361, 286, 120, 3.0, all_invoked=False)
+    # the nemesis's own budget is spent: stop
+    assert not keep_running(436, 361, 120, 3.0, all_invoked=False)
+    # the pipeline never committed (nemesis never started): the workload's clock bounds the run
+    assert keep_running(359, None, 120, 3.0, all_invoked=False)
+    assert not keep_running(360, None, 120, 3.0, all_invoked=False)
