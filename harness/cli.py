@@ -33,7 +33,7 @@ try:  # typer ≥ 0.22 vendors click
 except ImportError:  # pragma: no cover - older typer on click
     from click.exceptions import UsageError
 
-from harness import jars
+from backends.local import jars
 from harness.config import ConfigError, TestConfig
 from harness.store import DEFAULT_ROOT
 
@@ -119,7 +119,7 @@ def _usage_exit(e: UsageError) -> int:
 
 def _crash_exit(e: BaseException, args: list[str]) -> int:
     from harness.checking import CheckError
-    from harness.kafka import ClusterError
+    from backends.local.kafka import ClusterError
     from harness.topics import TopicError
 
     text = (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} onceproof {shlex.join(args)}\n"
@@ -524,7 +524,7 @@ def cluster_up(
     brokers: int = typer.Option(3, help="KRaft nodes (combined broker+controller), 1..9"),
 ) -> None:
     """Start a local KRaft cluster that stays up after this command; prints the bootstrap servers."""
-    from harness.kafka import ClusterError, ClusterSpec, KafkaCluster, free_base_port
+    from backends.local.kafka import ClusterError, ClusterSpec, KafkaCluster, free_base_port
 
     _on_crash("cluster up", None)
     if not 1 <= brokers <= 9:
@@ -552,8 +552,8 @@ def cluster_up(
 @cluster_app.command("status")
 def cluster_status(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP)) -> None:
     """Show each broker's pid and whether it is alive. Exit 0 when every broker is up, else 1."""
-    from harness import processes
-    from harness.kafka import ClusterError, KafkaCluster
+    from backends.local import processes
+    from backends.local.kafka import ClusterError, KafkaCluster
 
     _on_crash("cluster status", None)
     try:
@@ -576,7 +576,7 @@ def cluster_status(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP)
 def cluster_down(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP)) -> None:
     """Stop the cluster started by `cluster up`. Only processes whose command line shows they are this
     cluster's brokers are signalled; a stale pid in the state file is left alone."""
-    from harness.kafka import ClusterError, KafkaCluster
+    from backends.local.kafka import ClusterError, KafkaCluster
 
     _on_crash("cluster down", None)
     try:

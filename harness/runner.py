@@ -23,16 +23,17 @@ from rich.console import Console
 from rich.table import Table
 
 from checkers.compose import ANOMALIES
-from harness import checkpoint, checking, jars, recovery, signals, store, topics
-from harness.faultproxy import ProxyNetwork
+from backends.local import jars
+from harness import checkpoint, checking, recovery, signals, store, topics
+from backends.local.faultproxy import ProxyNetwork
 from harness.history import HistoryWriter
 from harness.live_reader import LiveReader
 from harness.junit import write_junit
 from harness.report import build_index, build_report
-from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
+from backends.local.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.config import TestConfig
 from harness.store import RunDir
-from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
+from backends.local.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
 from nemesis import catalog, coverage
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
@@ -401,7 +402,7 @@ def cluster_health(cluster: KafkaCluster, net: ProxyNetwork | None, timeout_s: f
     any broker process still stopped (SIGSTOP), and any proxy still cut."""
     import psutil
 
-    from harness import processes
+    from backends.local import processes
 
     want = sorted(cluster.brokers)
     deadline = time.monotonic() + timeout_s

@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-from harness import processes
+from backends.local import processes
 from nemesis import targets
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 

@@ -13,7 +13,8 @@ import json
 import random
 import time
 
-from harness import checkpoint, processes
+from backends.local import processes
+from harness import checkpoint
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 from pipeline import hooks
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 import time
 
-from harness import checkpoint, processes
+from backends.local import processes
+from harness import checkpoint
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 
 

@@ -25,7 +25,7 @@ import time
 
 import psutil
 
-from harness.supervisor import EXECUTOR_MAIN, executor_id
+from backends.local.supervisor import EXECUTOR_MAIN, executor_id
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
 from pipeline import hooks
 

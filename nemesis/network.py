@@ -20,7 +20,7 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from harness import processes
+from backends.local import processes
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 

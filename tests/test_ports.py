@@ -1,4 +1,4 @@
-"""Port leases (harness/kafka.py): clusters started together on one machine get disjoint ports; a lease
+"""Port leases (backends/local/kafka.py): clusters started together on one machine get disjoint ports; a lease
 whose owner and brokers are dead is reclaimed; `down` releases it; a broker's bind failure is read from
 its log. No broker is started here (see tests/test_ports_cluster.py for the real thing)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import kafka
-from harness.kafka import ClusterSpec, KafkaCluster, free_base_port, port_free, ports_dir
+from backends.local import kafka
+from backends.local.kafka import ClusterSpec, KafkaCluster, free_base_port, port_free, ports_dir
 
 START = 33090  # away from the default 19090 that real clusters on this machine use
 
@@ -38,7 +38,7 @@ def free_start() -> int:
 CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from harness.kafka import free_base_port
+    from backends.local.kafka import free_base_port
     go = Path(sys.argv[1])
     print("ready", flush=True)
     while not go.exists():

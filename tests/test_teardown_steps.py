@@ -5,7 +5,8 @@ import threading
 import time
 from contextlib import ExitStack
 
-from harness import runner, supervisor
+from backends.local import supervisor
+from harness import runner
 
 
 def test_a_failing_step_does_not_skip_the_others_and_is_recorded():

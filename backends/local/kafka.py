@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import jars, processes
+from backends.local import jars, processes
 
 log = logging.getLogger("onceproof.kafka")
 

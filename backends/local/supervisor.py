@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import jars, processes
+from backends.local import jars, processes
 
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 

@@ -7,7 +7,7 @@ Proxies (names):
 * ``ctrl-<i>-<j>`` – node ``i`` → node ``j``'s controller (the KRaft quorum and broker heartbeats), one
   per ordered pair because each node's ``controller.quorum.voters`` names its own proxies.
 
-Brokers advertise the ``client-`` and ``internal-`` proxy ports (``harness/kafka.py``), so Kafka
+Brokers advertise the ``client-`` and ``internal-`` proxy ports (``backends/local/kafka.py``), so Kafka
 clients, which connect to whatever the metadata advertises, always go through them.
 
 Limit: the inter-broker listener is advertised once for all peers, so ``internal-<i>`` carries every
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.kafka import ClusterSpec
-from harness.toxiproxy import ToxiproxyClient, ToxiproxyServer, build_server
+from backends.local.kafka import ClusterSpec
+from backends.local.toxiproxy import ToxiproxyClient, ToxiproxyServer, build_server
 
 
 @dataclass
@@ -36,7 +36,7 @@ class ProxyNetwork:
     def start(self, log_path: Path) -> "ProxyNetwork":
         """Build (cached) and start toxiproxy, then create every proxy.
 
-        Raises: ``harness.toxiproxy.ToxiproxyBuildError`` / ``ToxiproxyStartError`` with the fix.
+        Raises: ``backends.local.toxiproxy.ToxiproxyBuildError`` / ``ToxiproxyStartError`` with the fix.
         """
         build_server()
         self.server.start(log_path)
