@@ -45,6 +45,13 @@ def all_specs() -> list[str]:
     return [f"{n}:{t}" if t else n for n in FAULTS for t in (_targets(n) or ("",))]
 
 
+def expand(spec: str) -> list[str]:
+    """The concrete specs ``spec`` may run as: ``kill-broker`` (a target drawn at every turn) is every
+    ``kill-broker:<target>``; a spec with a target, or a fault without targets, is itself."""
+    name, _, target = spec.partition(":")
+    return [spec] if target or not _targets(name) else [f"{name}:{t}" for t in _targets(name)]
+
+
 def is_all(specs: list[str]) -> bool:
     """True when ``specs`` is what ``all`` expands to (in any order)."""
     return bool(specs) and sorted(specs) == sorted(all_specs())

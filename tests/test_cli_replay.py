@@ -43,7 +43,7 @@ def non_default(f) -> object:
 def parse_back(cfg: TestConfig) -> TestConfig:
     argv = shlex.split(cfg.replay_command())
     assert argv[:2] == ["onceproof", "run"], argv
-    return TestConfig.from_argv(argv[2:])
+    return cli.parse_run_args(argv[2:])
 
 
 def test_every_field_is_a_run_option_and_every_option_a_field():
@@ -88,7 +88,7 @@ def test_boolean_true_by_default_would_replay_as_no_flag():
     words = shlex.split(cfg.replay_command())
     assert "--proxy" in words and "--keep-data" in words
     assert parse_back(cfg) == cfg
-    assert TestConfig.from_argv(["--proxy", "--no-proxy"]).proxy is False
+    assert cli.parse_run_args(["--proxy", "--no-proxy"]).proxy is False
 
 
 def test_replay_command_is_accepted_by_the_real_cli_as_far_as_validation():

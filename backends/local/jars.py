@@ -15,6 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.cache import cache_dir
+
 REPO = Path(__file__).resolve().parents[2]
 DEPS = REPO / "deps"
 
@@ -34,11 +36,6 @@ class Classpath:
     def as_java(self) -> str:
         """The jars joined with ``:`` for ``java -cp``."""
         return ":".join(str(j) for j in self.jars)
-
-
-def cache_dir() -> Path:
-    """Root of the onceproof cache (jars, toxiproxy binary)."""
-    return Path(os.environ.get("ONCEPROOF_CACHE", Path.home() / ".cache" / "onceproof"))
 
 
 def _pom_property(pom: Path, prop: str) -> str:
