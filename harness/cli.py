@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - older typer on click
 
 from backends import registry
 from backends.base import FOREIGN, Backend, BackendError, Cluster, ClusterError, ClusterShape
-from harness.cache import cache_dir
+from backends.cache import cache_dir
 from harness.config import ConfigError, TestConfig
 from harness.store import DEFAULT_ROOT
 

@@ -11,10 +11,18 @@ from pathlib import Path
 import pytest
 import typer
 
+from backends import registry
 from harness import cli
 from harness.config import TestConfig
 from nemesis import catalog
 from tests.conftest import run_cli
+
+
+@pytest.fixture(autouse=True)
+def second_backend(monkeypatch):
+    """A second backend to choose (only ``local`` is real): the stand-in of ``tests/stand_in_backend.py``."""
+    monkeypatch.setitem(registry.BACKENDS, "stand-in", "tests.stand_in_backend:StandInBackend")
+    monkeypatch.setattr(registry, "_made", {})
 
 
 def run_options() -> dict[str, str]:
@@ -28,6 +36,8 @@ def non_default(f) -> object:
     if f.metadata.get("example") is not None:
         return f.metadata["example"]
     d = TestConfig.default_of(f)
+    if f.metadata.get("choices") is not None:
+        return next(c for c in f.metadata["choices"]() if c != d)
     if isinstance(d, bool):
         return not d
     if isinstance(d, int):

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cache import cache_dir
+from backends.cache import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 DEPS = REPO / "deps"

@@ -22,7 +22,7 @@ import psutil
 
 from backends.base import ClusterError
 from backends.local.layout import ClusterSpec
-from harness.cache import cache_dir
+from backends.cache import cache_dir
 
 log = logging.getLogger("onceproof.kafka")
 

@@ -4,7 +4,7 @@ Three pieces:
 
 * :func:`build_server` — ``go install github.com/Shopify/toxiproxy/v2/cmd/server@<TOXIPROXY_VERSION>``
   once into ``cache_dir()/toxiproxy-<version>/toxiproxy-server`` (``cache_dir()`` is
-  ``$ONCEPROOF_CACHE`` or ``~/.cache/onceproof``, see :mod:`harness.cache`), reused while its
+  ``$ONCEPROOF_CACHE`` or ``~/.cache/onceproof``, see :mod:`backends.cache`), reused while its
   ``.complete`` stamp exists. The Go module and build caches live in ``cache_dir()/go`` and
   ``cache_dir()/go-build``, never in the repo or the user's own ``GOPATH``.
 * :class:`ToxiproxyServer` — runs that binary on ``127.0.0.1`` through :func:`backends.local.processes.spawn`
@@ -63,7 +63,7 @@ from typing import Any
 import psutil
 
 from backends.local import processes
-from harness.cache import cache_dir
+from backends.cache import cache_dir
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2"
 TOXIPROXY_VERSION = "v2.12.0"
