@@ -213,7 +213,7 @@ def _run_error_log() -> Path | None:
 
 
 def run(**options: Any) -> None:
-    """Run one test on a fresh local cluster and print the verdict.
+    """Run one test on a fresh cluster (of --backend) and print the verdict.
 
     Every option is validated before anything starts.
 

@@ -42,7 +42,7 @@ def target_choices() -> dict[str, tuple[str, ...]]:
 def all_specs() -> list[str]:
     """What ``--nemesis all`` means: every fault family and every target, each its own spec
     (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``)."""
-    return [f"{n}:{t}" if t else n for n in FAULTS for t in (_targets(n) or ("",))]
+    return [s for n in FAULTS for s in expand(n)]
 
 
 def expand(spec: str) -> list[str]:
