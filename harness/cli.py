@@ -2,7 +2,8 @@
 
 Commands: ``run`` (a whole test), ``check`` (a stored run, or any pipeline's live topics), ``report``,
 ``index``, ``serve``, ``prune`` (delete old runs), ``faults``, ``cluster`` (``up`` / ``status`` / ``down``
-for ad hoc sessions), ``deps`` (resolve the jars ahead of time).
+for ad hoc sessions), ``deps`` (resolve the jars ahead of time). ``run`` and the ``cluster`` commands
+take ``--backend`` (``backends/registry.py``).
 
 Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 254 usage error (bad option or argument; one
 line on stderr, nothing started), 255 crashed (one line on stderr naming the cause; the traceback goes
@@ -33,13 +34,15 @@ try:  # typer ≥ 0.22 vendors click
 except ImportError:  # pragma: no cover - older typer on click
     from click.exceptions import UsageError
 
-from harness import jars
+from backends import registry
+from backends.base import FOREIGN, Backend, BackendError, Cluster, ClusterError, ClusterShape
+from backends.cache import cache_dir
 from harness.config import ConfigError, TestConfig
 from harness.store import DEFAULT_ROOT
 
 EXIT_USAGE, EXIT_CRASHED = 254, 255
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": EXIT_CRASHED}
-DEFAULT_CLUSTER_DIR = jars.cache_dir() / "cluster"
+DEFAULT_CLUSTER_DIR = cache_dir() / "cluster"
 
 
 class _App(typer.Typer):
@@ -119,13 +122,12 @@ def _usage_exit(e: UsageError) -> int:
 
 def _crash_exit(e: BaseException, args: list[str]) -> int:
     from harness.checking import CheckError
-    from harness.kafka import ClusterError
     from harness.topics import TopicError
 
     text = (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} onceproof {shlex.join(args)}\n"
             + "".join(traceback.format_exception(e)))
     where = _write_crash_log(text)
-    own = isinstance(e, (CheckError, ClusterError, TopicError, ConfigError))
+    own = isinstance(e, (CheckError, BackendError, TopicError, ConfigError))
     cause = str(e) if own and str(e) else f"{type(e).__name__}: {e}"
     print(f"{_crash['cmd']}: crashed: {_one_line(cause)} (traceback: {where})", file=sys.stderr)
     return EXIT_CRASHED
@@ -211,7 +213,7 @@ def _run_error_log() -> Path | None:
 
 
 def run(**options: Any) -> None:
-    """Run one test on a fresh local cluster and print the verdict.
+    """Run one test on a fresh cluster (of --backend) and print the verdict.
 
     Every option is validated before anything starts.
 
@@ -345,7 +347,7 @@ def check(
     if json_out:
         print(json.dumps(result, indent=2, default=str))
     else:
-        from harness.runner import summarize
+        from harness.summary import summarize
 
         summarize(result, console)
         for w in result.get("warnings", []):
@@ -502,14 +504,24 @@ def faults() -> None:
         console.print(f"[bold]{name}[/]  targets: {targets}\n  {doc.splitlines()[0] if doc else ''}")
 
 
+_BACKEND_HELP = "the backend that runs the cluster: " + ", ".join(registry.names())
+
+
+def _backend(name: str) -> Backend:
+    """The backend called ``name``; a usage error (254) naming the known ones otherwise."""
+    try:
+        return registry.get(name)
+    except BackendError as e:
+        raise _usage(str(e), "--backend") from None
+
+
 @app.command()
-def deps() -> None:
-    """Resolve and cache the Kafka broker and Spark connector jars (Maven Central)."""
+def deps(backend: str = typer.Option(registry.DEFAULT, help=_BACKEND_HELP)) -> None:
+    """Fetch what a backend's runs need ahead of time (local: the Kafka broker and Spark connector jars,
+    from Maven Central)."""
     _on_crash("deps", None)
-    k = jars.kafka_classpath()
-    s = jars.spark_kafka_classpath()
-    console.print(f"kafka {k.version}: {len(k.jars)} jars in {k.jars[0].parent}")
-    console.print(f"spark-sql-kafka {s.version}: {len(s.jars)} jars in {s.jars[0].parent if s.jars else '-'}")
+    for line in _backend(backend).prepare():
+        console.print(line)
 
 
 # ------------------------------------------------------------------------------------------------ cluster
@@ -518,71 +530,72 @@ _DIR_HELP = ("cluster data and state directory (default: $ONCEPROOF_CACHE/cluste
              "~/.cache/onceproof/cluster, whatever the working directory)")
 
 
+def _attach(b: Backend, dir: Path) -> Cluster | None:
+    """The detached cluster in ``dir``, or ``None`` (with the reason on the console) when there is none."""
+    try:
+        return b.attach(dir)
+    except ClusterError as e:
+        console.print(str(e), soft_wrap=True)
+        return None
+
+
 @cluster_app.command("up")
 def cluster_up(
     dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP),
     brokers: int = typer.Option(3, help="KRaft nodes (combined broker+controller), 1..9"),
+    backend: str = typer.Option(registry.DEFAULT, help=_BACKEND_HELP),
 ) -> None:
-    """Start a local KRaft cluster that stays up after this command; prints the bootstrap servers."""
-    from harness.kafka import ClusterError, ClusterSpec, KafkaCluster, free_base_port
-
+    """Start a KRaft cluster that stays up after this command; prints the bootstrap servers."""
     _on_crash("cluster up", None)
     if not 1 <= brokers <= 9:
         raise _usage(f"must be 1..9, got {brokers}", "--brokers")
+    b = _backend(backend)
     try:
-        existing = KafkaCluster.from_state(dir)
+        existing = b.attach(dir)
     except ClusterError:
         existing = None
-    if existing is not None and any(existing.owns(b) for b in existing.brokers.values()):
+    if existing is not None and any(existing.state(n).alive for n in existing.nodes):
         console.print(f"[yellow]a cluster is already running from {dir}; run `onceproof cluster down` first[/]")
         raise typer.Exit(1)
-    c = KafkaCluster(ClusterSpec(dir.resolve(), nodes=brokers, base_port=free_base_port(brokers)),
-                     tie_to_parent=False)
-    _on_crash("cluster up", c.spec.logs / "cluster-up-error.log")
+    c = b.cluster(ClusterShape(dir.resolve(), nodes=brokers, detached=True))
+    _on_crash("cluster up", c.log_dir / "cluster-up-error.log")
     with console.status("starting Kafka"):
         try:
             c.up()
         except BaseException:
             c.down()
             raise
-    console.print(f"Kafka {c.version} up: [bold]{c.bootstrap}[/]  (logs: {c.spec.logs})", soft_wrap=True)
+    console.print(f"Kafka {c.version} up: [bold]{c.bootstrap}[/]  (logs: {c.log_dir})", soft_wrap=True)
     print(c.bootstrap)
 
 
 @cluster_app.command("status")
-def cluster_status(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP)) -> None:
+def cluster_status(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP),
+                   backend: str = typer.Option(registry.DEFAULT, help=_BACKEND_HELP)) -> None:
     """Show each broker's pid and whether it is alive. Exit 0 when every broker is up, else 1."""
-    from harness import processes
-    from harness.kafka import ClusterError, KafkaCluster
-
     _on_crash("cluster status", None)
-    try:
-        c = KafkaCluster.from_state(dir)
-    except ClusterError as e:
-        console.print(str(e), soft_wrap=True)
+    c = _attach(_backend(backend), dir)
+    if c is None:
         raise typer.Exit(1)
     alive = 0
-    for i, b in sorted(c.brokers.items()):
-        up = c.owns(b)
-        alive += up
-        state = "up" if up else ("stale: that pid is not this cluster's broker"
-                                  if b.pid is not None and processes.alive(b.pid) else "down")
-        console.print(f"broker {i}: 127.0.0.1:{b.spec.client_port} pid={b.pid} {state}")
+    for i in c.nodes:
+        st = c.state(i)
+        alive += st.alive
+        state = "up" if st.alive else ("stale: that pid is not this cluster's broker" if st.status == FOREIGN
+                                       else "down")
+        console.print(f"broker {i}: {c.address(i)} pid={st.pid} {state}")
     console.print(f"bootstrap: {c.bootstrap}  (state: {c.state_file})", soft_wrap=True)
-    raise typer.Exit(0 if alive == len(c.brokers) else 1)
+    raise typer.Exit(0 if alive == len(c.nodes) else 1)
 
 
 @cluster_app.command("down")
-def cluster_down(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP)) -> None:
+def cluster_down(dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP),
+                 backend: str = typer.Option(registry.DEFAULT, help=_BACKEND_HELP)) -> None:
     """Stop the cluster started by `cluster up`. Only processes whose command line shows they are this
     cluster's brokers are signalled; a stale pid in the state file is left alone."""
-    from harness.kafka import ClusterError, KafkaCluster
-
     _on_crash("cluster down", None)
-    try:
-        c = KafkaCluster.from_state(dir)
-    except ClusterError as e:
-        console.print(str(e), soft_wrap=True)
+    c = _attach(_backend(backend), dir)
+    if c is None:
         raise typer.Exit(0)
     stale = c.down(graceful=True)
     for i, pid in stale:

@@ -5,7 +5,8 @@ validation, the replay command and ``test.json``'s ``config``. Times in seconds 
 Every dataclass field is a ``run`` option (``--<field-name>`` with ``_`` → ``-``, or the field's
 ``flag``); its help text, bounds and the conversion between the option's text and the field's value
 live in the field's metadata. So a new field is at once an option, validated, written to ``test.json``
-and carried by :meth:`TestConfig.replay_command` (whenever it differs from its default).
+and carried by :meth:`TestConfig.replay_command` (whenever it differs from its default). The CLI builds
+``run`` from these fields (``harness/cli.py``); this module knows nothing of the CLI.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from backends import registry
+from backends.base import can_perform
 from harness.store import DEFAULT_ROOT
 from nemesis import catalog, schedule
 
@@ -35,17 +38,19 @@ class ConfigError(ValueError):
 def _opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable | None = None,
          flag: str | None = None, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
          parse: Callable[[str], Any] | None = None, fmt: Callable[[Any], str] | None = None,
-         check: Callable[[Any], str | None] | None = None, example: Any = None, always: bool = False):
+         check: Callable[[Any], str | None] | None = None, example: Any = None, always: bool = False,
+         choices: Callable[[], list[str]] | None = None):
     """A field that is also a ``run`` option.
 
     ``lo``/``hi``: inclusive bounds (``lo_open``: ``lo`` itself is excluded); numbers must also be finite.
     ``parse``/``fmt``: option text → value and back, for fields whose type is not the option's (the
     option is then a string). ``check``: extra test returning an error message or ``None``.
     ``example``: a valid non-default value, for tests that walk every option. ``always``: the replay
-    command names this option even at its default (the options that say what a run is).
+    command names this option even at its default (the options that say what a run is). ``choices``:
+    the valid values, asked when needed (a registry that may grow).
     """
     md = {"help": help, "flag": flag, "lo": lo, "hi": hi, "lo_open": lo_open, "parse": parse, "fmt": fmt,
-          "check": check, "example": example, "always": always}
+          "check": check, "example": example, "always": always, "choices": choices}
     if factory is not None:
         return field(default_factory=factory, metadata=md)
     return field(default=default, metadata=md)
@@ -102,6 +107,11 @@ def _check_results(v: Path) -> str | None:
     return None
 
 
+def _check_backend(v: str) -> str | None:
+    names = registry.names()
+    return None if v in names else f"unknown backend {v!r}; choose one of {', '.join(names)}"
+
+
 def _check_master(v: str) -> str | None:
     return None if v.strip() else "must name a Spark master, e.g. local-cluster[2,1,1024] or local[2]"
 
@@ -143,6 +153,9 @@ class TestConfig:
     brokers: int = _opt(3, "Kafka brokers (KRaft, combined broker+controller)", lo=1, hi=9)
     master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,
                        example="local[2]")
+    backend: str = _opt(registry.DEFAULT, "where the cluster, the pipeline and the fault network run: "
+                                          + ", ".join(registry.names()), check=_check_backend,
+                        choices=registry.names)
     test_name: str = _opt("", "results/<test-name>/...; default <sink>-<faults>", check=_check_test_name,
                           example="my-test")
     results_root: Path = _opt(DEFAULT_ROOT, "results root directory", flag="--results", check=_check_results)
@@ -205,22 +218,12 @@ class TestConfig:
             kw[f.name] = v
         return cls(**kw)
 
-    @classmethod
-    def from_argv(cls, argv: list[str]) -> "TestConfig":
-        """Parse ``run``'s options (``argv`` without ``onceproof run``) with the CLI's own parser.
-
-        Raises: the CLI's usage error (a ``UsageError``) for an unknown option or a malformed value,
-        ``ConfigError`` for an unparseable fault list. Not validated (call :meth:`validate`).
-        """
-        from harness import cli
-
-        return cli.parse_run_args(argv)
-
     def validate(self) -> "TestConfig":
         """Check every option before anything starts; returns ``self``.
 
         Numbers must be finite and within the field's bounds; strings are checked by the field's
-        ``check`` (sink, faults, test name, results root, master).
+        ``check`` (sink, faults, test name, results root, master, backend); every fault must be one the
+        backend can perform; the faults' schedule must fit the time limit.
 
         Raises: ``ConfigError`` with the option's flag and a one-line reason, for the first bad option.
         """
@@ -242,11 +245,25 @@ class TestConfig:
                 msg = md["check"](v)
                 if msg:
                     raise ConfigError(opt, msg)
+        self._check_capabilities()
         try:
             self.fault_plan()
         except schedule.PlanDoesNotFit as e:
             raise ConfigError("--time-limit", str(e)) from None
         return self
+
+    def _check_capabilities(self) -> None:
+        """Every fault (every target of a fault given without one) must be in the backend's capabilities.
+
+        Raises: ``ConfigError`` for ``--nemesis`` naming the backend and the faults it cannot perform.
+        """
+        backend = registry.get(self.backend)
+        for spec in self.nemesis:
+            missing = [s for s in catalog.expand(spec) if not can_perform(backend.capabilities, s)]
+            if missing:
+                raise ConfigError("--nemesis", f"the {backend.name} backend cannot perform {spec}"
+                                  + (f" ({', '.join(missing)})" if missing != [spec] else "")
+                                  + f"; it can: {', '.join(sorted(backend.capabilities)) or 'no faults'}")
 
     def fault_plan(self) -> list[tuple[float, str]]:
         """The seeded fault schedule ``[(at_s, spec)]``, sized by the faults' expected durations
@@ -276,7 +293,7 @@ class TestConfig:
     def replay_command(self) -> str:
         """The command line that replays this run: ``onceproof run`` with every option whose value differs
         from its default, and the options marked ``always`` (sink, faults, seed, ...), shell-quoted.
-        Parsing it back (:meth:`from_argv`) gives this config."""
+        Parsing it back (``harness.cli.parse_run_args``) gives this config."""
         parts = ["onceproof", "run"]
         for f in self.options():
             if f.metadata.get("always") or getattr(self, f.name) != self.default_of(f):

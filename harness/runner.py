@@ -1,38 +1,41 @@
 """The test runner: setup → run → heal → recover → check → teardown (Jepsen's ``jepsen.core/run!``).
 
-Teardown runs on every exit path (normal, exception, Ctrl-C): faults are healed, the driver's process
-group and every broker are killed, so no JVM outlives the run.
+It only sequences phases. What runs where is the backend's (``backends/``, chosen by ``--backend``):
+the cluster, the supervised pipeline and the fault network are entered through the backends' protocols
+(``backends/base.py``), each with its teardown step on one ``ExitStack`` (``harness/teardown.py``).
+
+Teardown runs on every exit path (normal, exception, Ctrl-C): faults are healed, the driver with
+everything it started and every broker are killed, so no JVM outlives the run. It is bounded by
+``TEARDOWN_BOUND_S`` seconds.
 
 Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 255 crashed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
-import shutil
 import signal
 import time
-import threading
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from checkers.compose import ANOMALIES
-from harness import checkpoint, checking, jars, recovery, signals, store, topics
-from harness.faultproxy import ProxyNetwork
-from harness.history import HistoryWriter
-from harness.live_reader import LiveReader
-from harness.junit import write_junit
-from harness.report import build_index, build_report
-from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
+from backends import registry
+from backends.base import Backend, Cluster, ClusterShape, FaultNetwork, PipelineArgs, SparkApp
+from harness import checkpoint, checking, recovery, signals, store, topics
 from harness.config import TestConfig
+from harness.history import HistoryWriter
+from harness.junit import write_junit
+from harness.live_reader import LiveReader
+from harness.report import build_index, build_report
 from harness.store import RunDir
-from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
+from harness.summary import brief, fault_counts, summarize
+from harness.teardown import Teardown
 from nemesis import catalog, coverage, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
@@ -46,73 +49,18 @@ log = logging.getLogger("onceproof.runner")
 INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
 
 
-def versions() -> dict[str, str]:
+def versions(backend: Backend) -> dict[str, str]:
+    """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java) and the harness's
+    own Kafka client and Python."""
     import confluent_kafka
-    import pyspark
 
-    return {"kafka": jars.kafka_version(), "pyspark": pyspark.__version__,
-            "spark-sql-kafka": jars.spark_kafka_classpath().version,
-            "confluent-kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
-            "python": platform.python_version(), "java": shutil.which("java") or "?"}
-
-
-TEARDOWN_BOUND_S = 60.0  # README: teardown ends within this many seconds of its start, whatever hangs
-
-
-class _Teardown:
-    """The run's resources, torn down in reverse order of creation through an ``ExitStack``.
-
-    Every step is guarded on its own (an exception in ``workload.stop`` must not skip ``cluster.down``),
-    timed, and recorded in ``errors``. A watchdog SIGKILLs every process group still registered with
-    :meth:`track` once ``TEARDOWN_BOUND_S`` seconds have passed, which unblocks any step waiting on them.
-    """
-
-    def __init__(self, stack: ExitStack):
-        self.stack = stack
-        self.errors: list[str] = []
-        self.steps: dict[str, float] = {}
-        self.interrupted = False
-        self._kills: list = []
-        self._watchdog: threading.Timer | None = None
-
-    def push(self, name: str, fn) -> None:
-        """Run ``fn()`` at teardown (LIFO); its failure is recorded and the next step still runs."""
-        def step():
-            t = time.monotonic()
-            try:
-                fn()
-            except BaseException as e:  # noqa: BLE001 - one failed step must not skip the others
-                log.exception("teardown step %s failed", name)
-                self.errors.append(f"{name}: {e!r}")
-            self.steps[name] = round(time.monotonic() - t, 1)
-        self.stack.callback(step)
-
-    def track(self, kill) -> None:
-        """``kill()`` is the watchdog's last resort for one resource (SIGKILL its process group)."""
-        self._kills.append(kill)
-
-    def begin(self) -> None:
-        """Start the bounded-time watchdog (called once, when teardown starts)."""
-        def last_resort():
-            log.error("teardown still running after %.0fs: SIGKILL everything left", TEARDOWN_BOUND_S)
-            self.errors.append(f"watchdog: teardown exceeded {TEARDOWN_BOUND_S:.0f}s; killed what was left")
-            for k in self._kills:
-                try:
-                    k()
-                except Exception:  # noqa: BLE001 - last resort, keep going
-                    pass
-        self._watchdog = threading.Timer(TEARDOWN_BOUND_S, last_resort)
-        self._watchdog.daemon = True
-        self._watchdog.start()
-
-    def end(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+    return {**backend.versions(), "confluent-kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version()}
 
 
 @dataclass
 class _Run:
-    """One run's state, shared by the phase functions."""
+    """One run's state, shared by the phase functions. The backend's services are set as they are built."""
 
     cfg: TestConfig
     rd: RunDir
@@ -120,12 +68,12 @@ class _Run:
     meta: dict
     history: HistoryWriter
     nem_hist: HistoryWriter
-    spec: ClusterSpec
-    td: _Teardown
+    backend: Backend
+    cluster: Cluster
+    td: Teardown
     timings: dict = field(default_factory=dict)
-    cluster: KafkaCluster | None = None
-    net: ProxyNetwork | None = None
-    sup: DriverSupervisor | None = None
+    net: FaultNetwork | None = None
+    spark: SparkApp | None = None
     live: LiveReader | None = None
     workload: KeyedWorkload | None = None
     nem: NemesisRunner | None = None
@@ -148,20 +96,18 @@ def _timed(r: _Run, key: str):
 
 
 def _setup(r: _Run) -> None:
-    """Proxies (if any), Kafka and topics, the supervised Spark driver. Each resource's teardown is
+    """Fault network (if any), Kafka and topics, the supervised Spark driver. Each resource's teardown is
     registered *before* it starts, so an interrupt in the middle of a start still stops it."""
-    cfg, console, td = r.cfg, r.console, r.td
+    cfg, console, td, cluster = r.cfg, r.console, r.td, r.cluster
     if cfg.proxied:
-        r.net = ProxyNetwork(r.spec)
-        td.push("proxy network stop", r.net.stop)
-        td.track(r.net.server.kill)
-        with console.status("building/starting toxiproxy and the cluster's proxies"):
+        r.net = net = r.backend.network(cluster, r.rd / "logs")
+        td.push("proxy network stop", net.stop)
+        td.track(net.kill)
+        with console.status("building/starting the fault network (the cluster's proxies)"):
             done = _timed(r, "proxy_start_s")
-            r.net.start(r.rd / "logs" / "toxiproxy.log")
+            net.start()
             done()
-        console.print(f"toxiproxy up in {r.timings['proxy_start_s']}s: {len(r.net.names)} proxies at "
-                      f"{r.net.server.url}")
-    r.cluster = cluster = KafkaCluster(r.spec)
+        console.print(f"fault network up in {r.timings['proxy_start_s']}s: {net.describe()}")
     td.push("cluster down", cluster.down)
     td.track(cluster.down)
     with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
@@ -171,25 +117,19 @@ def _setup(r: _Run) -> None:
                              replication=min(3, cfg.brokers))
         done()
     console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
-    argv = driver_argv(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
-                       sink_log=r.rd / "sink.jsonl", input_topic=INPUT, output_topic=OUTPUT,
-                       progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
-                       max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
-                       pool_size=cfg.partitions, master=cfg.master)
-    r.sup = sup = DriverSupervisor(argv, r.rd / "logs", executor_dir=r.rd / "logs" / "executors")
-
-    def stop_driver():
-        try:
-            sup.stop()
-        finally:
-            collect_executor_logs(r.control, r.rd / "logs" / "executors")
-    td.push("driver stop", stop_driver)
-    td.track(sup.kill_now)
+    pipeline = PipelineArgs(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
+                            sink_log=r.rd / "sink.jsonl", input_topic=INPUT, output_topic=OUTPUT,
+                            progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
+                            max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
+                            pool_size=cfg.partitions, master=cfg.master)
+    r.spark = spark = r.backend.spark(pipeline, r.rd / "logs")
+    td.push("driver stop", spark.stop)
+    td.track(spark.kill_now)
     with console.status(f"starting the Spark driver ({cfg.master}, sink={cfg.sink})"):
         done = _timed(r, "spark_start_s")
-        sup.start()
+        spark.start()
         deadline = time.monotonic() + cfg.startup_timeout
-        while read_ready(r.control) is None:
+        while spark.ready() is None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
                                    f"see {r.rd / 'logs'}/driver-*.log")
@@ -208,14 +148,14 @@ def _run_phase(r: _Run) -> None:
     r.workload = workload = KeyedWorkload(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate, keys=cfg.keys,
                                           seed=cfg.seed)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
-    r.ctx = ctx = NemesisContext(supervisor=r.sup, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
+    r.ctx = ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
                                  output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
-                                 proxies=r.net)
+                                 network=r.net)
 
     def on_op(op):
         style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
         console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
-                      f"{_brief(op['evidence'])}")
+                      f"{brief(op['evidence'])}")
 
     specs = sorted({f for _, f in r.plan})
     r.nem = nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms), r.plan, ctx, r.nem_hist,
@@ -241,7 +181,7 @@ def _run_phase(r: _Run) -> None:
             s = workload.stats
             console.print(f"[{el:5.0f}s/{cfg.time_limit:.0f}s] sends ok={s.ok} info={s.info} fail={s.fail} "
                           f"| batch committed={checkpoint.latest_commit(r.ckpt)} | driver restarts="
-                          f"{r.sup.restarts()} | faults={len(nem.ops)}")
+                          f"{r.spark.restarts()} | faults={len(nem.ops)}")
             for e in workload.new_errors() + live.new_errors():
                 console.print(f"  [yellow]{e}[/]")
             next_report += 5
@@ -289,59 +229,24 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     return result
 
 
-def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
-    """Run one test: setup → run → heal → recover → check, then teardown on every path.
-
-    Returns ``(exit code, run directory)``; never raises for a failed or interrupted run (Ctrl-C and
-    SIGTERM give verdict ``crashed``, exit 255). Teardown is bounded by ``TEARDOWN_BOUND_S`` seconds.
-    """
-    console = console or Console()
-    cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
-    plan = cfg.fault_plan()
-    rd = RunDir(Path(cfg.results_root), cfg.name)
-    os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
-    t_start = time.monotonic()
-    sink_id = pipeline_job.default_sink_id(rd / "checkpoint", f"onceproof-{cfg.sink}")
-    meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
-            "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
-    try:
-        meta["versions"] = versions()
-    except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
-        meta["versions"] = {"error": repr(e)}
-    meta["schedule"] = plan
-    rd.write_json("test.json", meta)
-    console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
-    console.print(f"replay: [cyan]{cfg.replay_command()}[/]", soft_wrap=True)
-
-    # librdkafka's own logs (connection refused while a broker is down, ...) go to a file, not the console
-    client_log = logging.FileHandler(rd / "logs" / "clients.log")
-    client_log.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
-    lk = logging.getLogger("onceproof.librdkafka")
-    lk.addHandler(client_log)
-    lk.setLevel(logging.INFO)
-    lk.propagate = False
-    history = HistoryWriter(rd / "history.jsonl")
-    nem_hist = HistoryWriter(rd / "nemesis.jsonl", start_ns=history.start_ns)
-    spec = ClusterSpec(rd / "cluster", nodes=cfg.brokers, proxied=cfg.proxied,
-                       base_port=free_base_port(cfg.brokers, proxied=cfg.proxied), log_dir=rd / "logs")
+def _phases(r: _Run) -> dict:
+    """Setup → run → heal → recover → check inside the teardown's ``ExitStack``; returns the result (verdict
+    ``crashed`` on an exception or an interrupt). The teardown runs with SIGINT and SIGTERM ignored (a
+    second Ctrl-C must not cut it short) and is bounded by the watchdog instead."""
+    cfg, console, td = r.cfg, r.console, r.td
     result: dict = {}
     prev = None
     t_td = time.monotonic()
-    stack = ExitStack()
-    td = _Teardown(stack)
-    r = _Run(cfg, rd, console, meta, history, nem_hist, spec, td, plan=plan)
     try:
-        with stack:
-            td.push("close histories", lambda: (history.close(), nem_hist.close()))
+        with td.stack:
+            td.push("close histories", lambda: (r.history.close(), r.nem_hist.close()))
             if not cfg.keep_data:
-                td.push("remove broker data", lambda: [shutil.rmtree(spec.data_dir / f"node{n.node_id}" / "data",
-                                                                     ignore_errors=True) for n in spec.node_specs])
+                td.push("remove broker data", r.cluster.clean)
             try:
                 _setup(r)
                 _run_phase(r)
                 _heal(r)
-                result = coverage.judge(_check(r, _recover(r)), plan, r.nem.ops)
+                result = coverage.judge(_check(r, _recover(r)), r.plan, r.nem.ops)
             except KeyboardInterrupt as e:
                 td.interrupted = True
                 why = signals.reason(e)
@@ -352,7 +257,6 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
                 console.print(f"[red]run crashed: {e}[/]")
                 result = {"verdict": "crashed", "error": repr(e)}
             finally:
-                # a second Ctrl-C must not cut the teardown short; the watchdog bounds it instead
                 prev = (signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN))
                 td.begin()
                 t_td = time.monotonic()
@@ -362,13 +266,54 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         if prev is not None:
             signal.signal(signal.SIGINT, prev[0])
             signal.signal(signal.SIGTERM, prev[1])
-        lk.removeHandler(client_log)
-        client_log.close()
     r.timings["teardown_s"] = round(time.monotonic() - t_td, 1)
+    return result
+
+
+@contextlib.contextmanager
+def _client_log(rd: RunDir):
+    """librdkafka's own logs (connection refused while a broker is down, ...) go to ``logs/clients.log``,
+    not the console, while the run lasts."""
+    handler = logging.FileHandler(rd / "logs" / "clients.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    lk = logging.getLogger("onceproof.librdkafka")
+    lk.addHandler(handler)
+    lk.setLevel(logging.INFO)
+    lk.propagate = False
+    try:
+        yield
+    finally:
+        lk.removeHandler(handler)
+        handler.close()
+
+
+def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> tuple[RunDir, dict]:
+    """The run directory and ``test.json`` (config, replay command, versions, schedule), announced."""
+    rd = RunDir(Path(cfg.results_root), cfg.name)
+    os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
+    sink_id = pipeline_job.default_sink_id(rd / "checkpoint", f"onceproof-{cfg.sink}")
+    meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
+            "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
+    try:
+        meta["versions"] = versions(backend)
+    except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
+        meta["versions"] = {"error": repr(e)}
+    meta["schedule"] = plan
+    rd.write_json("test.json", meta)
+    console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
+    console.print(f"replay: [cyan]{cfg.replay_command()}[/]", soft_wrap=True)
+    return rd, meta
+
+
+def _finish(r: _Run, result: dict, t_start: float) -> int:
+    """``results.json``, older runs pruned, ``junit.xml`` and the report, the verdict on the console;
+    returns the exit code."""
+    cfg, rd, console, td = r.cfg, r.rd, r.console, r.td
     r.timings["total_s"] = round(time.monotonic() - t_start, 1)
-    faults = _fault_summary(r.nem.ops if r.nem else [])
     result.update({"test": cfg.name, "run_dir": str(rd.path), "seed": cfg.seed, "replay": cfg.replay_command(),
-                   "faults": faults, "driver_restarts": r.sup.restarts() if r.sup else 0, "timings": r.timings,
+                   "faults": fault_counts(r.nem.ops if r.nem else []),
+                   "driver_restarts": r.spark.restarts() if r.spark else 0, "timings": r.timings,
                    "health_after_heal": r.health, "teardown": {"steps_s": td.steps, "errors": td.errors},
                    "client_errors": {"workload": r.workload.errors[:50] if r.workload else [],
                                      "live_reader": r.live.errors[:50] if r.live else []}})
@@ -392,17 +337,38 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         result_report = f"report failed: {e!r} (rebuild with `onceproof report {rd.path}`)"
     summarize(result, console)
     console.print(result_report)
-    return EXIT.get(result["verdict"], 255), rd.path
+    return EXIT.get(result["verdict"], 255)
 
 
-def cluster_health(cluster: KafkaCluster, net: ProxyNetwork | None, timeout_s: float = 90.0) -> dict:
-    """After heal: wait (≤ ``timeout_s``) until every broker is registered; report what is registered,
-    any broker process still stopped (SIGSTOP), and any proxy still cut."""
-    import psutil
+def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
+    """Run one test: setup → run → heal → recover → check, then teardown on every path.
 
-    from harness import processes
+    Returns ``(exit code, run directory)``; never raises for a failed or interrupted run (Ctrl-C and
+    SIGTERM give verdict ``crashed``, exit 255). Teardown is bounded by ``TEARDOWN_BOUND_S`` seconds.
+    Raises ``ConfigError`` (nothing started) for an invalid config, and ``ClusterError`` when the
+    backend cannot reserve the cluster's resources (ports) before the run starts.
+    """
+    console = console or Console()
+    cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
+    plan = cfg.fault_plan()
+    backend = registry.get(cfg.backend)
+    t_start = time.monotonic()
+    rd, meta = _begin(cfg, backend, console, plan)
+    with _client_log(rd):
+        history = HistoryWriter(rd / "history.jsonl")
+        nem_hist = HistoryWriter(rd / "nemesis.jsonl", start_ns=history.start_ns)
+        cluster = backend.cluster(ClusterShape(rd / "cluster", nodes=cfg.brokers, log_dir=rd / "logs",
+                                               proxied=cfg.proxied))
+        r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
+        result = _phases(r)
+    return _finish(r, result, t_start), rd.path
 
-    want = sorted(cluster.brokers)
+
+def cluster_health(cluster: Cluster, net: FaultNetwork | None, timeout_s: float = 90.0) -> dict:
+    """After heal: wait (≤ ``timeout_s``) until every broker is registered (Kafka's metadata at the
+    cluster's bootstrap); report what is registered, any broker whose process is gone or still paused,
+    and any network path still cut."""
+    want = list(cluster.nodes)
     deadline = time.monotonic() + timeout_s
     seen: list[int] = []
     while time.monotonic() < deadline:
@@ -413,78 +379,7 @@ def cluster_health(cluster: KafkaCluster, net: ProxyNetwork | None, timeout_s: f
         if seen == want:
             break
         time.sleep(1)
-    stopped = []
-    for i, b in cluster.brokers.items():
-        try:
-            if b.pid is None or not processes.alive(b.pid) or psutil.Process(b.pid).status() == psutil.STATUS_STOPPED:
-                stopped.append(i)
-        except psutil.Error:
-            stopped.append(i)
+    stopped = [n for n in want if not (st := cluster.state(n)).alive or st.paused]
+    cut = net.cut_paths() if net is not None else []
     return {"brokers_registered": seen, "brokers_expected": want, "brokers_stopped": stopped,
-            "proxies_cut": net.disabled() if net is not None else [], "healthy": seen == want and not stopped
-            and not (net.disabled() if net is not None else [])}
-
-
-def _brief(ev: dict) -> str:
-    keys = ("batch", "pid", "executor_id", "offsets_logged", "commit_logged_after_kill", "reason")
-    return " ".join(f"{k}={ev[k]}" for k in keys if k in ev)
-
-
-def _fault_summary(ops: list[dict]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for op in ops:
-        d = out.setdefault(op["f"], {})
-        d[op["outcome"]] = d.get(op["outcome"], 0) + 1
-    return out
-
-
-def summarize(result: dict, console: Console) -> None:
-    """Print the verdict, anomaly counts and faults as tables."""
-    v = result.get("verdict", "crashed")
-    color = {"valid": "green", "invalid": "red", "unknown": "yellow"}.get(v, "magenta")
-    t = Table(title=f"{result.get('test', '')}: [{color} bold]{v.upper()}[/]")
-    t.add_column("anomaly")
-    t.add_column("count", justify="right")
-    t.add_column("first example")
-    counts = result.get("counts", {})
-    for a in ANOMALIES:
-        ex = (result.get("anomalies", {}).get(a) or [None])[0]
-        t.add_row(a, str(counts.get(a, "-")), _short(ex))
-    console.print(t)
-    if result.get("coverage"):
-        ct = Table(title="fault coverage (turns)")
-        for c in ("fault", "target", "planned", "effective", "exercised", "other"):
-            ct.add_column(c, justify="left" if c in ("fault", "target", "other") else "right")
-        for row in result["coverage"]:
-            style = "" if row["exercised"] else "yellow"
-            ct.add_row(row["fault"], row["target"], str(row["planned"]), str(row["effective"]),
-                       f"[{style}]{row['exercised']}[/]" if style else str(row["exercised"]),
-                       ", ".join(f"{k}={n}" for k, n in row["other"].items()))
-        console.print(ct)
-    elif result.get("faults"):
-        ft = Table(title="faults")
-        ft.add_column("fault")
-        ft.add_column("effective", justify="right")
-        ft.add_column("other")
-        for f, d in result["faults"].items():
-            ft.add_row(f, str(d.get("effective", 0)), ", ".join(f"{k}={n}" for k, n in d.items() if k != "effective"))
-        console.print(ft)
-    for r in result.get("unknown_reasons", []):
-        console.print(f"[yellow]unknown because: {r}[/]")
-    if result.get("error"):
-        console.print(f"[magenta]error: {result['error']}[/]")
-    st = result.get("stats", {})
-    if st:
-        console.print(f"input {st.get('input_records')} records, output {st.get('output_records')} records, "
-                      f"{st.get('keys')} keys; sends ok={st.get('sends_ok')} info={st.get('sends_info')} "
-                      f"fail={st.get('sends_fail')}; driver restarts={result.get('driver_restarts')}")
-    console.print(f"results: {result.get('run_dir')}")
-
-
-def _short(ex) -> str:
-    if ex is None:
-        return ""
-    if "copies" in ex:
-        batches = sorted({c.get("batch", "?") for c in ex["copies"]})
-        return f"key={ex['key']} seq={ex['seq']} ×{len(ex['copies'])} batch={','.join(batches)}"
-    return " ".join(f"{k}={v}" for k, v in list(ex.items())[:6])
+            "proxies_cut": cut, "healthy": seen == want and not stopped and not cut}

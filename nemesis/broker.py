@@ -5,7 +5,8 @@ partition) or ``txn-coordinator`` (of one of the sink's transactional ids).
 Both are start/stop faults run inside one op, so a fault is always undone by the time its op completes;
 ``heal`` restarts or resumes anything an interrupted op left behind. Evidence: pids, process state
 before/after (``T`` = stopped), the coordinator before and during the fault, and how long the restarted
-broker took to rejoin the cluster's metadata.
+broker took to rejoin the cluster's metadata. The brokers are reached only through the backend's
+:class:`backends.base.Cluster` (kill, start, pause, resume, state).
 """
 
 from __future__ import annotations
@@ -13,22 +14,13 @@ from __future__ import annotations
 import random
 import time
 
-import psutil
-
-from harness import processes
+from backends.base import STOPPED
 from nemesis import targets
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 
 def _live(ctx: NemesisContext) -> list[int]:
-    return [i for i, b in ctx.cluster.brokers.items() if b.pid is not None and processes.alive(b.pid)]
-
-
-def _status(pid: int | None) -> str:
-    try:
-        return psutil.Process(pid).status() if pid else "gone"
-    except psutil.Error:
-        return "gone"
+    return [n for n in ctx.cluster.nodes if ctx.cluster.state(n).alive]
 
 
 def _registered(bootstrap: str, node: int) -> bool:
@@ -53,7 +45,7 @@ class _BrokerFault:
         # never take down more than a minority: min.insync.replicas=2 of RF 3 must stay writable
         choice = targets.choose(target, ctx.cluster.bootstrap, live, rng, output_topic=ctx.output_topic,
                                 sink_ids=ctx.sink_ids)
-        if len(live) - len(choice.nodes) < (len(ctx.cluster.brokers) // 2 + 1):
+        if len(live) - len(choice.nodes) < (len(ctx.cluster.nodes) // 2 + 1):
             return target, targets.Choice([], {"reason": "would leave no majority", "live": live})
         return target, choice
 
@@ -79,10 +71,8 @@ class KillBroker(_BrokerFault):
             return Outcome(SKIPPED, target, choice.why)
         ev = {"target": target, **choice.why, "nodes": choice.nodes, "killed": {}}
         for n in choice.nodes:
-            pid = ctx.cluster.brokers[n].pid
-            processes.kill_group(pid)
-            ctx.cluster.brokers[n].pid = None
-            ev["killed"][n] = {"pid": pid, "status_after": _status(pid)}
+            killed = ctx.cluster.kill(n)
+            ev["killed"][n] = {"pid": killed.pid, "status_after": killed.status}
         t_kill = time.monotonic()
         moved = self._wait_moved(ctx, choice, ev) if target in ("leader", "txn-coordinator") else None
         ev["held_s"] = round(time.monotonic() - t_kill + hold(ctx, max(0.0, ctx.hold_s - (time.monotonic() - t_kill))), 2)
@@ -116,7 +106,7 @@ class KillBroker(_BrokerFault):
     def _restart(self, ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> dict:
         t0 = time.monotonic()
         for n in nodes:
-            ctx.cluster.start_node(n)
+            ctx.cluster.start(n)
         out = {}
         for n in nodes:
             while not _registered(ctx.cluster.bootstrap, n) and time.monotonic() - t0 < timeout_s:
@@ -129,7 +119,7 @@ class KillBroker(_BrokerFault):
         """Restart every broker that is not running, unless an interrupted run is tearing the cluster down."""
         if ctx.teardown.is_set():
             return
-        dead = [i for i, b in ctx.cluster.brokers.items() if b.pid is None or not processes.alive(b.pid)]
+        dead = [n for n in ctx.cluster.nodes if not ctx.cluster.state(n).alive]
         if dead:
             self._restart(ctx, dead)
 
@@ -150,21 +140,19 @@ class PauseBroker(_BrokerFault):
             return Outcome(SKIPPED, target, choice.why)
         ev = {"target": target, **choice.why, "nodes": choice.nodes, "paused": {}}
         for n in choice.nodes:
-            pid = ctx.cluster.brokers[n].pid
-            processes.signal_group(pid, "SIGSTOP")
+            ctx.cluster.pause(n)
             time.sleep(0.2)
-            ev["paused"][n] = {"pid": pid, "status_paused": _status(pid)}
+            st = ctx.cluster.state(n)
+            ev["paused"][n] = {"pid": st.pid, "status_paused": st.status}
         ev["held_s"] = hold(ctx, ctx.hold_s)
         for n in choice.nodes:
-            pid = ctx.cluster.brokers[n].pid
-            processes.signal_group(pid, "SIGCONT")
+            ctx.cluster.resume(n)
             time.sleep(0.2)
-            ev["paused"][n]["status_resumed"] = _status(pid)
-        ok = all(p["status_paused"] == psutil.STATUS_STOPPED for p in ev["paused"].values())
+            ev["paused"][n]["status_resumed"] = ctx.cluster.state(n).status
+        ok = all(p["status_paused"] == STOPPED for p in ev["paused"].values())
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev)
 
     def heal(self, ctx: NemesisContext) -> None:
         """SIGCONT every broker."""
-        for b in ctx.cluster.brokers.values():
-            if b.pid is not None:
-                processes.signal_group(b.pid, "SIGCONT")
+        for n in ctx.cluster.nodes:
+            ctx.cluster.resume(n)

@@ -42,7 +42,14 @@ def target_choices() -> dict[str, tuple[str, ...]]:
 def all_specs() -> list[str]:
     """What ``--nemesis all`` means: every fault family and every target, each its own spec
     (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``)."""
-    return [f"{n}:{t}" if t else n for n in FAULTS for t in (_targets(n) or ("",))]
+    return [s for n in FAULTS for s in expand(n)]
+
+
+def expand(spec: str) -> list[str]:
+    """The concrete specs ``spec`` may run as: ``kill-broker`` (a target drawn at every turn) is every
+    ``kill-broker:<target>``; a spec with a target, or a fault without targets, is itself."""
+    name, _, target = spec.partition(":")
+    return [spec] if target or not _targets(name) else [f"{name}:{t}" for t in _targets(name)]
 
 
 def is_all(specs: list[str]) -> bool:

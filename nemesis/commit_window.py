@@ -13,7 +13,7 @@ import json
 import random
 import time
 
-from harness import checkpoint, processes
+from harness import checkpoint
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 from pipeline import hooks
 
@@ -51,8 +51,7 @@ class KillDriverInCommitWindow:
         ev = {"batch": batch, "pid": pid,
               "offsets_logged": checkpoint.has_offsets(ctx.checkpoint, batch),
               "commit_logged_at_kill": checkpoint.has_commit(ctx.checkpoint, batch)}
-        processes.kill_group(pid)
-        ev["driver_gone"] = not processes.alive(pid)
+        ev["driver_gone"] = ctx.spark.kill_driver(pid)
         ev["commit_logged_after_kill"] = checkpoint.has_commit(ctx.checkpoint, batch)
         (ctx.control / hooks.OPEN).unlink(missing_ok=True)
         ok = ev["offsets_logged"] and not ev["commit_logged_after_kill"] and ev["driver_gone"]

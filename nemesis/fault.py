@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from backends.base import Cluster, FaultNetwork, SparkApp
+
 EFFECTIVE, NOT_EFFECTIVE, SKIPPED = "effective", "not-effective", "skipped"
 
 
@@ -41,17 +43,18 @@ class Outcome:
 
 @dataclass
 class NemesisContext:
-    """Handles a fault may use: the driver supervisor, the run's control dir and checkpoint, the cluster,
-    the fault proxies."""
+    """What a fault may use: the backend's services (``backends/base.py``: the supervised pipeline, the
+    cluster, the fault network when the cluster runs behind one) and the run's control dir (the pipeline's
+    hooks, ``pipeline/hooks.py``) and checkpoint. Faults reach the backend only through these protocols."""
 
-    supervisor: Any
+    spark: SparkApp | None
     control: Path
     checkpoint: Path
-    cluster: Any = None
+    cluster: Cluster | None = None
     output_topic: str = "output"
     sink_ids: list[str] = field(default_factory=list)  # the sink's transactional.ids
     hold_s: float = 6.0  # how long a start/stop fault stays in effect, seconds
-    proxies: Any = None  # harness.faultproxy.ProxyNetwork when the cluster runs behind toxiproxy
+    network: FaultNetwork | None = None  # None: the cluster is not behind a fault network
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
     # set when an interrupted run tears down: heal only what teardown will not undo (no broker restarts)
     teardown: threading.Event = field(default_factory=threading.Event)

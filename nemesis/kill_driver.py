@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import time
 
-from harness import checkpoint, processes
+from harness import checkpoint
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 
 
@@ -24,17 +24,17 @@ class KillDriver:
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         deadline = time.monotonic() + self.wait_for_target_s
-        pid = ctx.supervisor.pid
+        pid = ctx.spark.driver_pid
         while pid is None and time.monotonic() < deadline and not ctx.stop.is_set():
             time.sleep(0.5)
-            pid = ctx.supervisor.pid
+            pid = ctx.spark.driver_pid
         if pid is None:
             return Outcome(SKIPPED, "driver", {"reason": "no driver running"})
         off, com = checkpoint.latest_offset_batch(ctx.checkpoint), checkpoint.latest_commit(ctx.checkpoint)
-        processes.kill_group(pid)
+        gone = ctx.spark.kill_driver(pid)
         ev = {"pid": pid, "latest_offsets": off, "latest_commit": com,
               "in_flight_batch": off if off is not None and off != com else None,
-              "driver_gone": not processes.alive(pid)}
+              "driver_gone": gone}
         return Outcome(EFFECTIVE if ev["driver_gone"] else NOT_EFFECTIVE, "driver", ev)
 
     def heal(self, ctx: NemesisContext) -> None:

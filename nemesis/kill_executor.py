@@ -4,7 +4,8 @@ Deterministic, not hopeful (as ``kill-driver-in-commit-window``): a random execu
 micro-batches hits no task at all and tests nothing. So the nemesis asks the sink's pre-commit hook
 (``pipeline/hooks.py``) to park the next task of one seeded sink partition after ``flush()`` and before
 ``commit_transaction()``, waits for that task to announce itself in ``sink.jsonl`` (``hold`` with its
-Python worker's pid), finds the executor JVM above that pid, and SIGKILLs it. The task's open Kafka
+Python worker's pid), asks the backend (:class:`backends.base.SparkApp`) for the executor running that
+task, and SIGKILLs it. The task's open Kafka
 transaction must then be fenced by the retry's ``init_transactions()`` and the (batch, partition)
 committed once by another attempt.
 
@@ -20,47 +21,20 @@ from __future__ import annotations
 import json
 import random
 import re
-import signal
 import time
 
-import psutil
-
-from harness.supervisor import EXECUTOR_MAIN, executor_id
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
 from pipeline import hooks
-
-
-def _executor_of(pid: int) -> psutil.Process | None:
-    """The executor JVM above a Python worker ``pid`` (worker ← pyspark daemon ← executor)."""
-    try:
-        for a in psutil.Process(pid).parents():
-            if EXECUTOR_MAIN in " ".join(a.cmdline()):
-                return a
-    except psutil.Error:
-        return None
-    return None
-
-
-def _kill(victim: psutil.Process) -> str | None:
-    """SIGKILL and wait; returns why it failed, or None."""
-    try:
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
-    except psutil.NoSuchProcess:
-        return None
-    except psutil.TimeoutExpired:
-        return "still alive 10 s after SIGKILL"
-    return None
 
 
 def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
     """Spark's driver log reports a task lost on executor ``eid`` (``TaskSetManager: Lost task ...
     (... executor <eid>)``) within ``wait_s`` seconds."""
     pat = re.compile(rf"Lost task .*executor {re.escape(eid)}\)")
-    logs = sorted((ctx.control.parent / "logs").glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
+    log = ctx.spark.driver_log()
     deadline = time.monotonic() + wait_s
     while True:
-        if logs and pat.search(logs[-1].read_text(errors="replace")[-2_000_000:]):
+        if log is not None and pat.search(log.read_text(errors="replace")[-2_000_000:]):
             return True
         if time.monotonic() >= deadline or ctx.stop.wait(1.0):
             return False
@@ -98,13 +72,13 @@ class KillExecutor:
             if ctx.stop.is_set():
                 return Outcome(SKIPPED, f"sink partition {part}", {"reason": "the run ended first"})
             return self._random_victim(ctx, rng, part)
-        victim = _executor_of(int(held["pid"]))
+        victim = ctx.spark.executor_of(int(held["pid"]))
         ev = {"aim": "executor holding a sink task", "sink_partition": part,
               "held": {k: held.get(k) for k in ("batch", "partition", "attempt", "incarnation", "txn_id", "pid")}}
         if victim is None:
             return Outcome(NOT_EFFECTIVE, f"sink partition {part}", {**ev, "reason": "no executor above the task"})
-        eid = executor_id(victim)
-        why = _kill(victim)
+        eid = victim.id
+        why = ctx.spark.kill_executor(victim)
         ev.update(executor_id=eid, pid=victim.pid, gone_after=why is None)
         if why:
             return Outcome(NOT_EFFECTIVE, f"executor {eid}", {**ev, "reason": why})
@@ -125,13 +99,13 @@ class KillExecutor:
                 return None
 
     def _random_victim(self, ctx: NemesisContext, rng: random.Random, part: int) -> Outcome:
-        execs = ctx.supervisor.executors()
+        execs = ctx.spark.executors()
         if not execs:
             return Outcome(SKIPPED, evidence={"reason": "no sink task held and no live executor"})
-        execs.sort(key=lambda p: (executor_id(p), p.pid))
+        execs.sort(key=lambda e: (e.id, e.pid))
         victim = execs[rng.randrange(len(execs))]
-        eid, pid = executor_id(victim), victim.pid
-        why = _kill(victim)
+        eid, pid = victim.id, victim.pid
+        why = ctx.spark.kill_executor(victim)
         ev = {"aim": "random executor (no sink task announced itself: a sink without the hook?)",
               "sink_partition_asked": part, "executor_id": eid, "pid": pid, "gone_after": why is None,
               "executors_before": len(execs)}

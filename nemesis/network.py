@@ -1,4 +1,5 @@
-"""Network faults through toxiproxy (``harness/faultproxy.py``): ``partition`` and ``slow-network``.
+"""Network faults through the backend's :class:`backends.base.FaultNetwork` (toxiproxy on the local
+backend, ``backends/local/faultproxy.py``): ``partition`` and ``slow-network``.
 
 ``partition`` targets: ``client`` (cut clients → one broker; brokers still talk to each other) and
 ``isolate`` (cut every path into one broker and all its quorum links: it loses the controller and is
@@ -6,10 +7,10 @@ fenced). With 3 nodes the minority side of a split is one node, so ``isolate`` i
 minority/majority split. ``slow-network`` targets: ``latency`` (300 ms ± 100 ms), ``bandwidth``
 (64 KB/s) and ``slicer`` (64-byte slices, 1 ms apart) on one broker's client and inter-broker paths.
 
-Evidence: a probe — a fresh client whose only bootstrap server is the target broker's client proxy
-asks for metadata — before, during and after the fault (error or round-trip ms), the proxies cut or
-the toxics the proxy server reports active, and, for ``isolate``, the brokers the *other* nodes still
-list as registered.
+Evidence: a probe — a fresh client whose only bootstrap server is the target broker's address through
+the fault network asks for metadata — before, during and after the fault (error or round-trip ms), the
+paths cut or the slowdowns the network reports active, and, for ``isolate``, the brokers the *other*
+nodes still list as registered.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from harness import processes
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 
-def probe(port: int, timeout_s: float = 3.0) -> dict:
-    """Metadata round trip through ``127.0.0.1:port``: ``{"ok": bool, "ms": float, "error"?}``."""
-    a = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "socket.timeout.ms": int(timeout_s * 1000),
+def probe(address: str, timeout_s: float = 3.0) -> dict:
+    """Metadata round trip through ``address`` (``host:port``): ``{"ok": bool, "ms": float, "error"?}``."""
+    a = AdminClient({"bootstrap.servers": address, "socket.timeout.ms": int(timeout_s * 1000),
                      "logger": logging.getLogger("onceproof.librdkafka.probe")})
     t = time.monotonic()
     try:
@@ -37,8 +37,8 @@ def probe(port: int, timeout_s: float = 3.0) -> dict:
 
 
 def _registered_via_others(ctx: NemesisContext, node: int) -> list[int] | None:
-    others = [m for m in ctx.cluster.spec.node_specs if m.node_id != node]
-    a = AdminClient({"bootstrap.servers": ",".join(f"127.0.0.1:{m.client_proxy}" for m in others),
+    others = [m for m in ctx.cluster.nodes if m != node]
+    a = AdminClient({"bootstrap.servers": ",".join(ctx.network.client_address(m) for m in others),
                      "logger": logging.getLogger("onceproof.librdkafka.probe")})
     try:
         return sorted(a.list_topics(timeout=5).brokers)
@@ -47,16 +47,17 @@ def _registered_via_others(ctx: NemesisContext, node: int) -> list[int] | None:
 
 
 def _aim(ctx: NemesisContext, rng: random.Random, target: str | None, choices: tuple[str, ...]
-         ) -> tuple[str, int, int] | Outcome:
-    """``(variant, node, node's client proxy port)`` for a network fault, or a ``skipped`` Outcome."""
-    if ctx.proxies is None:
+         ) -> tuple[str, int, str] | Outcome:
+    """``(variant, node, node's client address through the fault network)`` for a network fault, or a
+    ``skipped`` Outcome."""
+    if ctx.network is None:
         return Outcome(SKIPPED, evidence={"reason": "the cluster is not behind toxiproxy"})
     variant = target or rng.choice(list(choices))
-    live = sorted(i for i, b in ctx.cluster.brokers.items() if b.pid is not None and processes.alive(b.pid))
+    live = [n for n in ctx.cluster.nodes if ctx.cluster.state(n).alive]
     if not live:
         return Outcome(SKIPPED, variant, {"reason": "no live broker"})
     node = rng.choice(live)
-    return variant, node, ctx.cluster.spec.node(node).client_proxy
+    return variant, node, ctx.network.client_address(node)
 
 
 class Partition:
@@ -77,25 +78,26 @@ class Partition:
         aim = _aim(ctx, rng, self.target, self.target_choices)
         if isinstance(aim, Outcome):
             return aim
-        variant, node, port = aim
-        paths = ctx.proxies.client_paths(node) if variant == "client" else ctx.proxies.isolation_paths(node)
-        ev = {"variant": variant, "node": node, "paths": paths, "probe_before": probe(port)}
-        ctx.proxies.cut(paths)
+        variant, node, address = aim
+        net = ctx.network
+        paths = net.client_paths(node) if variant == "client" else net.isolation_paths(node)
+        ev = {"variant": variant, "node": node, "paths": paths, "probe_before": probe(address)}
+        net.cut(paths)
         try:
-            ev["disabled"] = ctx.proxies.disabled()
-            ev["probe_during"] = probe(port)
+            ev["disabled"] = net.cut_paths()
+            ev["probe_during"] = probe(address)
             ev["held_s"] = hold(ctx, max(ctx.hold_s, self.min_hold_s))
             if variant == "isolate":
                 ev["registered_seen_by_others"] = _registered_via_others(ctx, node)
         finally:
-            ctx.proxies.restore(paths)
-        ev["probe_after"] = probe(port, timeout_s=10)
+            net.restore(paths)
+        ev["probe_after"] = probe(address, timeout_s=10)
         ok = not ev["probe_during"]["ok"] and set(paths) <= set(ev["disabled"])
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{variant}: broker {node}", ev)
 
     def heal(self, ctx: NemesisContext) -> None:
-        if ctx.proxies is not None:
-            ctx.proxies.heal()
+        if ctx.network is not None:
+            ctx.network.heal()
 
 
 _TOXICS = {
@@ -123,23 +125,23 @@ class SlowNetwork:
         aim = _aim(ctx, rng, self.target, self.target_choices)
         if isinstance(aim, Outcome):
             return aim
-        variant, node, port = aim
+        variant, node, address = aim
         typ, attrs = _TOXICS[variant]
-        paths = ctx.proxies.broker_paths(node)
+        net = ctx.network
+        paths = net.broker_paths(node)
         ev = {"variant": variant, "node": node, "paths": paths, "toxic": {"type": typ, **attrs},
-              "probe_before": probe(port)}
-        c = ctx.proxies.client
+              "probe_before": probe(address)}
         names = []
         try:
             for p in paths:
-                names.append((p, c.add_toxic(p, typ, attrs, stream="downstream", name=f"nemesis-{variant}")["name"]))
-            ev["active"] = {p: [t["name"] for t in c.toxics(p)] for p in paths}
-            ev["probe_during"] = probe(port, timeout_s=10)
+                names.append((p, net.slow(p, typ, attrs, name=f"nemesis-{variant}", direction="downstream")))
+            ev["active"] = {p: net.slowdowns(p) for p in paths}
+            ev["probe_during"] = probe(address, timeout_s=10)
             ev["held_s"] = hold(ctx, ctx.hold_s)
         finally:
             for p, n in names:
-                c.remove_toxic(p, n)
-        ev["probe_after"] = probe(port)
+                net.unslow(p, n)
+        ev["probe_after"] = probe(address)
         active = all(f"nemesis-{variant}" in v for v in ev["active"].values())
         # a metadata probe is several round trips: with the toxic on it cannot take less than latency − jitter
         # (an absolute test: probe_before may itself have failed, e.g. right after a broker restart)
@@ -148,5 +150,5 @@ class SlowNetwork:
         return Outcome(EFFECTIVE if active and slower else NOT_EFFECTIVE, f"{variant}: broker {node}", ev)
 
     def heal(self, ctx: NemesisContext) -> None:
-        if ctx.proxies is not None:
-            ctx.proxies.heal()
+        if ctx.network is not None:
+            ctx.network.heal()

@@ -67,7 +67,9 @@ def results_root(tmp_path):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A real 3-broker KRaft cluster shared by one test module (started once per module, always stopped)."""
-    from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
+    from backends.local.kafka import KafkaCluster
+    from backends.local.layout import ClusterSpec
+    from backends.local.ports import free_base_port
 
     c = KafkaCluster(ClusterSpec(tmp_path_factory.mktemp("kafka"), base_port=free_base_port()))
     try:

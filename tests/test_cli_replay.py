@@ -11,10 +11,18 @@ from pathlib import Path
 import pytest
 import typer
 
+from backends import registry
 from harness import cli
 from harness.config import TestConfig
 from nemesis import catalog
 from tests.conftest import run_cli
+
+
+@pytest.fixture(autouse=True)
+def second_backend(monkeypatch):
+    """A second backend to choose (only ``local`` is real): the stand-in of ``tests/stand_in_backend.py``."""
+    monkeypatch.setitem(registry.BACKENDS, "stand-in", "tests.stand_in_backend:StandInBackend")
+    monkeypatch.setattr(registry, "_made", {})
 
 
 def run_options() -> dict[str, str]:
@@ -28,6 +36,8 @@ def non_default(f) -> object:
     if f.metadata.get("example") is not None:
         return f.metadata["example"]
     d = TestConfig.default_of(f)
+    if f.metadata.get("choices") is not None:
+        return next(c for c in f.metadata["choices"]() if c != d)
     if isinstance(d, bool):
         return not d
     if isinstance(d, int):
@@ -43,7 +53,7 @@ def non_default(f) -> object:
 def parse_back(cfg: TestConfig) -> TestConfig:
     argv = shlex.split(cfg.replay_command())
     assert argv[:2] == ["onceproof", "run"], argv
-    return TestConfig.from_argv(argv[2:])
+    return cli.parse_run_args(argv[2:])
 
 
 def test_every_field_is_a_run_option_and_every_option_a_field():
@@ -88,7 +98,7 @@ def test_boolean_true_by_default_would_replay_as_no_flag():
     words = shlex.split(cfg.replay_command())
     assert "--proxy" in words and "--keep-data" in words
     assert parse_back(cfg) == cfg
-    assert TestConfig.from_argv(["--proxy", "--no-proxy"]).proxy is False
+    assert cli.parse_run_args(["--proxy", "--no-proxy"]).proxy is False
 
 
 def test_replay_command_is_accepted_by_the_real_cli_as_far_as_validation():

@@ -85,7 +85,7 @@ def test_txn_timeout_evidence_accepts_the_sinks_abandon_event(tmp_path):
                "error": "_FENCED", "time": now + 2},
               {"event": "commit", "batch": 27, "partition": 0, "attempt": 1, "time": now + 3}]
     (tmp_path / "sink.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    ctx = NemesisContext(supervisor=None, control=control, checkpoint=tmp_path, stop=threading.Event())
+    ctx = NemesisContext(spark=None, control=control, checkpoint=tmp_path, stop=threading.Event())
     out = CommitDelay("txn-timeout", txn_timeout_ms=100)._txn_timeout(ctx, tmp_path, now)
     assert out.outcome == "effective", out.evidence
     assert out.evidence["abort"]["event"] == "abandon" and out.evidence["retried_by_attempt"] == 1

@@ -1,4 +1,4 @@
-"""Port leases (harness/kafka.py): clusters started together on one machine get disjoint ports; a lease
+"""Port leases (backends/local/ports.py): clusters started together on one machine get disjoint ports; a lease
 whose owner and brokers are dead is reclaimed; `down` releases it; a broker's bind failure is read from
 its log. No broker is started here (see tests/test_ports_cluster.py for the real thing)."""
 
@@ -15,8 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import kafka
-from harness.kafka import ClusterSpec, KafkaCluster, free_base_port, port_free, ports_dir
+from backends.base import ClusterError
+from backends.local.kafka import KafkaCluster
+from backends.local.layout import ClusterSpec
+from backends.local.ports import free_base_port, port_free, ports_dir
 
 START = 33090  # away from the default 19090 that real clusters on this machine use
 
@@ -38,7 +40,7 @@ def free_start() -> int:
 CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from harness.kafka import free_base_port
+    from backends.local.ports import free_base_port
     go = Path(sys.argv[1])
     print("ready", flush=True)
     while not go.exists():
@@ -147,6 +149,6 @@ def test_bind_failure_is_read_from_the_logs_written_since_the_mark(tmp_path):
 def test_no_range_left_is_a_one_line_error():
     start = free_start()
     write_lease(start, {"pid": os.getpid(), "start": psutil.Process().create_time()})
-    with pytest.raises(kafka.ClusterError) as e:
+    with pytest.raises(ClusterError) as e:
         free_base_port(3, start=start, tries=1)
     assert "\n" not in str(e.value) and "ports" in str(e.value)

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from harness.kafka import ClusterSpec, KafkaCluster, free_base_port, ports_dir
+from backends.local.kafka import KafkaCluster
+from backends.local.layout import ClusterSpec
+from backends.local.ports import free_base_port, ports_dir
 from tests.conftest import REPO, our_jvms
 
 pytestmark = pytest.mark.cluster

@@ -61,7 +61,7 @@ MOMENTS = {  # moment -> (extra run options, signal)
 def test_interrupt_leaves_nothing_and_keeps_the_history(results_root, moment):
     """Interrupt a run at each phase: the harness exits 255 within the stated bound, results.json says
     why, and no process of the run (broker, toxiproxy, driver, executor, PySpark worker) is left."""
-    from harness.runner import TEARDOWN_BOUND_S
+    from harness.teardown import TEARDOWN_BOUND_S
 
     extra, sig = MOMENTS[moment]
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")

@@ -5,13 +5,14 @@ import threading
 import time
 from contextlib import ExitStack
 
-from harness import runner, supervisor
+from backends.local import supervisor
+from harness import teardown
 
 
 def test_a_failing_step_does_not_skip_the_others_and_is_recorded():
     ran = []
     stack = ExitStack()
-    td = runner._Teardown(stack)
+    td = teardown.Teardown(stack)
     with stack:  # LIFO: pushed last, runs first
         td.push("proxy stop", lambda: ran.append("proxy"))
         td.push("cluster down", lambda: ran.append("cluster"))
@@ -23,10 +24,10 @@ def test_a_failing_step_does_not_skip_the_others_and_is_recorded():
 
 
 def test_the_watchdog_kills_what_a_hung_step_waits_for(monkeypatch):
-    monkeypatch.setattr(runner, "TEARDOWN_BOUND_S", 0.3)
+    monkeypatch.setattr(teardown, "TEARDOWN_BOUND_S", 0.3)
     gone = threading.Event()
     stack = ExitStack()
-    td = runner._Teardown(stack)
+    td = teardown.Teardown(stack)
     td.track(gone.set)  # the "process group" the hung step waits on
     t = time.monotonic()
     with stack:

@@ -1,4 +1,4 @@
-"""harness.toxiproxy against a real toxiproxy server (built from its Go module) and a plain TCP echo server.
+"""backends.local.toxiproxy against a real toxiproxy server (built from its Go module) and a plain TCP echo server.
 
 No mocks: every fault is measured on real sockets through the proxy. The first run builds toxiproxy
 (about half a minute, then cached under ``cache_dir()``); each test then takes at most a few seconds.
@@ -17,8 +17,8 @@ import time
 import psutil
 import pytest
 
-from harness import processes
-from harness.toxiproxy import (TOXIPROXY_VERSION, ToxiproxyBuildError, ToxiproxyClient, ToxiproxyError,
+from backends.local import processes
+from backends.local.toxiproxy import (TOXIPROXY_VERSION, ToxiproxyBuildError, ToxiproxyClient, ToxiproxyError,
                                ToxiproxyServer, ToxiproxyStartError, build_server, free_port, server_dir)
 
 pytestmark = pytest.mark.timeout(600)  # the first, uncached Go build is in the fixtures' setup

@@ -174,6 +174,15 @@ def kill_group(pgid: int) -> None:
     psutil.wait_procs(group_members(pgid), timeout=5)
 
 
+def status(pid: int | None) -> str:
+    """psutil's status of ``pid`` (``"running"``, ``"sleeping"``, ``"stopped"``, ``"zombie"``, ...), or
+    ``"gone"`` when there is no such process (or ``pid`` is ``None``)."""
+    try:
+        return psutil.Process(pid).status() if pid else "gone"
+    except psutil.Error:
+        return "gone"
+
+
 def alive(pid: int) -> bool:
     """True when ``pid`` exists and is not a zombie."""
     try:

@@ -1,8 +1,9 @@
 """A real Apache Kafka cluster (KRaft, combined broker+controller nodes) as local JVM processes.
 
-Each node listens on 127.0.0.1 on three ports: ``CLIENT`` (producers, consumers, admin), ``INTERNAL``
-(replication between brokers) and ``CONTROLLER`` (the KRaft quorum). The advertised addresses are kept
-separate from the bound ones so that a fault proxy can later sit in front of any path.
+:class:`KafkaCluster` is the local backend's :class:`backends.base.Cluster`. Ports and directories:
+``backends/local/layout.py``; the advertised addresses are kept separate from the bound ones so that a
+fault proxy can sit in front of any path. Ports are leased (``backends/local/ports.py``) so that two
+clusters on one machine never collide.
 
 Configuration facts follow the Kafka 4.x broker docs (https://kafka.apache.org/documentation/#brokerconfigs):
 ``min.insync.replicas=2`` with RF 3 lets one broker fail without losing acknowledged (``acks=all``) writes;
@@ -12,14 +13,11 @@ Configuration facts follow the Kafka 4.x broker docs (https://kafka.apache.org/d
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -28,91 +26,15 @@ from pathlib import Path
 
 import psutil
 
-from harness import jars, processes
+from backends.base import FOREIGN, GONE, ClusterError, NodeState
+from backends.local import jars, processes
+from backends.local.layout import ClusterSpec, NodeSpec
+from backends.local.ports import claim_base_port, free_base_port, release_base_port
 
 log = logging.getLogger("onceproof.kafka")
 
 
-class ClusterError(RuntimeError):
-    """The cluster could not be formatted, started, or did not become healthy in time."""
-
-
-# Kafka's SocketServer: "Socket server failed to bind to 127.0.0.1:19091: Address already in use."
 _BIND_FAILED = re.compile(r"failed to bind to [^\s:]*:(\d+)|(?:Address already in use|BindException)()")
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """Ports of one KRaft node (``node_id`` 1..n). Ports are TCP ports on 127.0.0.1.
-
-    ``*_port`` are the ports the node binds. When the cluster is proxied, ``client_proxy`` and
-    ``internal_proxy`` are the toxiproxy ports it advertises instead, and ``controller_proxy[j]`` is
-    the port through which *this* node reaches node ``j``'s controller (one proxy per ordered pair,
-    so a single node's quorum links can be cut).
-    """
-
-    node_id: int
-    client_port: int
-    internal_port: int
-    controller_port: int
-    client_proxy: int = 0
-    internal_proxy: int = 0
-    controller_proxy: tuple[tuple[int, int], ...] = ()
-
-    def controller_via(self, j: int) -> int:
-        """Port this node uses to reach node ``j``'s controller (the proxy when there is one)."""
-        return dict(self.controller_proxy).get(j, 0)
-
-
-@dataclass
-class ClusterSpec:
-    """Shape of the local cluster.
-
-    Attributes:
-        nodes: number of combined broker+controller nodes (3 by default; RF 3 / min ISR 2 need 3).
-        base_port: node ``i`` (1-based) uses ``base_port+i`` (client), ``base_port+100+i`` (internal),
-            ``base_port+200+i`` (controller).
-        heap_mb: broker JVM heap (``-Xmx``), MiB.
-        data_dir: where configs, data and the state file live.
-        log_dir: broker logs (default ``data_dir/logs``).
-    """
-
-    data_dir: Path
-    nodes: int = 3
-    base_port: int = 19090
-    heap_mb: int = 512
-    log_dir: Path | None = None
-    proxied: bool = False
-
-    @property
-    def logs(self) -> Path:
-        return self.log_dir or self.data_dir / "logs"
-
-    def ports(self) -> list[int]:
-        """Every TCP port the cluster (and its proxies, when proxied) binds."""
-        out = []
-        for n in self.node_specs:
-            out += [n.client_port, n.internal_port, n.controller_port]
-            if self.proxied:
-                out += [n.client_proxy, n.internal_proxy] + [p for _, p in n.controller_proxy]
-        return out
-
-    def node(self, i: int) -> NodeSpec:
-        b = self.base_port
-        if not self.proxied:
-            return NodeSpec(i, b + i, b + 100 + i, b + 200 + i)
-        pairs = tuple((j, b + 300 + i * self.nodes + j) for j in range(1, self.nodes + 1) if j != i)
-        return NodeSpec(i, b + i, b + 100 + i, b + 200 + i, b + 50 + i, b + 150 + i, pairs)
-
-    @property
-    def node_specs(self) -> list[NodeSpec]:
-        return [self.node(i) for i in range(1, self.nodes + 1)]
-
-    @property
-    def bootstrap(self) -> str:
-        """``host:port,...`` of every node's client listener (its proxy when proxied)."""
-        return ",".join(f"127.0.0.1:{n.client_proxy if self.proxied else n.client_port}"
-                        for n in self.node_specs)
 
 
 _LOG4J2 = """\
@@ -131,156 +53,6 @@ logger.state.level = WARN
 logger.controller.name = org.apache.kafka.controller
 logger.controller.level = INFO
 """
-
-
-def port_free(port: int) -> bool:
-    """True when nothing listens on 127.0.0.1:``port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-# ------------------------------------------------------------------------------------------ port leases
-#
-# Two clusters on one machine (two runs, or a run beside `cluster up`) must not pick the same ports: a
-# free-port test happens ~10 s before the brokers bind. So a base port is *leased* under a lock: one file
-# per base in ``<cache>/ports/`` naming the ports, the owner process and (once started) the brokers and
-# the cluster directory. A lease is held while its owner or one of its brokers is alive (pid and start
-# time match); otherwise it is reclaimed. ``KafkaCluster.down`` releases it.
-
-
-def ports_dir() -> Path:
-    """Directory of the port leases: ``$ONCEPROOF_CACHE/ports`` (default ``~/.cache/onceproof/ports``)."""
-    return jars.cache_dir() / "ports"
-
-
-@contextlib.contextmanager
-def _ports_lock():
-    d = ports_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / "lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield d
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _proc_id(pid: int) -> dict | None:
-    try:
-        return {"pid": pid, "start": psutil.Process(pid).create_time()}
-    except psutil.Error:
-        return None
-
-
-def _proc_alive(p: dict) -> bool:
-    try:
-        proc = psutil.Process(int(p["pid"]))
-        return abs(proc.create_time() - float(p["start"])) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return False
-
-
-def lease_alive(lease: dict) -> bool:
-    """True while the lease's owner process or one of its brokers is alive (same pid and start time)."""
-    return any(_proc_alive(p) for p in [lease.get("owner") or {}, *(lease.get("brokers") or [])])
-
-
-def _leases(d: Path) -> dict[int, dict]:
-    out = {}
-    for f in d.glob("*.json"):
-        try:
-            lease = json.loads(f.read_text())
-            out[int(lease["base"])] = lease
-        except (OSError, ValueError, KeyError, TypeError):
-            f.unlink(missing_ok=True)  # a torn lease (writer killed mid-write) protects nothing
-    return out
-
-
-def _write_lease(d: Path, lease: dict) -> None:
-    p = d / f"{lease['base']}.json"
-    tmp = p.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(lease, indent=2))
-    os.replace(tmp, p)
-
-
-def free_base_port(nodes: int = 3, start: int = 19090, step: int = 500, tries: int = 20,
-                   proxied: bool = False) -> int:
-    """Reserve and return the first base port from ``start`` (in steps of ``step``) whose every cluster
-    port (see :meth:`ClusterSpec.ports`) is free on 127.0.0.1 and not leased to another live cluster.
-
-    The lease names this process as owner; :class:`KafkaCluster` adds its brokers and directory when it
-    starts them and releases the lease in :meth:`KafkaCluster.down` (or :func:`release_base_port`). A
-    lease whose owner and brokers are all dead is reclaimed.
-
-    When the lease directory cannot be written (a read-only cache), the ports are only tested, as
-    before leases, with a warning.
-
-    Raises: ``ClusterError`` when no range is free.
-    """
-    try:
-        with _ports_lock() as d:
-            return _reserve(d, nodes, start, step, tries, proxied)
-    except OSError as e:
-        log.warning("port leases unavailable (%s): testing ports without reserving them", e)
-        return _reserve(None, nodes, start, step, tries, proxied)
-
-
-def _reserve(d: Path | None, nodes: int, start: int, step: int, tries: int, proxied: bool) -> int:
-    held: set[int] = set()
-    for base, lease in (_leases(d) if d is not None else {}).items():
-        if lease_alive(lease):
-            held.update(int(p) for p in lease.get("ports") or ())
-        else:
-            (d / f"{base}.json").unlink(missing_ok=True)
-    for i in range(tries):
-        base = start + i * step
-        ports = ClusterSpec(Path("."), nodes, base, proxied=proxied).ports()
-        if held.isdisjoint(ports) and all(port_free(p) for p in ports):
-            if d is not None:
-                _write_lease(d, {"base": base, "ports": ports, "owner": _proc_id(os.getpid()), "brokers": [],
-                                 "dir": None, "created": time.time()})
-            return base
-    raise ClusterError(f"no free port range from {start} (step {step}, {tries} tries): stop other clusters "
-                       f"(`onceproof cluster down`) or remove dead leases in {ports_dir()}")
-
-
-def release_base_port(base: int, data_dir: Path | None = None) -> bool:
-    """Drop the lease of ``base`` if this process owns it, it belongs to the cluster in ``data_dir``, or it
-    is dead. Returns whether a lease was dropped.
-
-    Raises: ``OSError`` when the lease directory cannot be written.
-    """
-    with _ports_lock() as d:
-        lease = _leases(d).get(base)
-        if lease is None:
-            return False
-        mine = (lease.get("owner") or {}).get("pid") == os.getpid()
-        same_dir = data_dir is not None and lease.get("dir") == str(Path(data_dir).resolve())
-        if mine or same_dir or not lease_alive(lease):
-            (d / f"{base}.json").unlink(missing_ok=True)
-            return True
-        return False
-
-
-def _claim_base_port(spec: "ClusterSpec", broker_pids: list[int]) -> None:
-    """Record the cluster's directory and broker pids in its lease (creating the lease when the cluster
-    was given a base port by hand), so the lease outlives the process that reserved it."""
-    with _ports_lock() as d:
-        lease = _leases(d).get(spec.base_port)
-        ours = lease is not None and ((lease.get("owner") or {}).get("pid") == os.getpid()
-                                      or lease.get("dir") == str(spec.data_dir.resolve()))
-        if lease is not None and lease_alive(lease) and not ours:
-            log.warning("ports from %d are leased to %s; not taking over its lease", spec.base_port, lease.get("dir"))
-            return
-        lease = lease or {"base": spec.base_port, "owner": _proc_id(os.getpid()), "created": time.time()}
-        lease.update(ports=spec.ports(), dir=str(spec.data_dir.resolve()),
-                     brokers=[p for p in (_proc_id(pid) for pid in broker_pids) if p])
-        _write_lease(d, lease)
 
 
 def _server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
@@ -351,8 +123,17 @@ class KafkaCluster:
     version: str = ""
 
     @property
+    def nodes(self) -> list[int]:
+        """Node ids 1..n, ascending."""
+        return [n.node_id for n in self.spec.node_specs]
+
+    @property
     def bootstrap(self) -> str:
         return self.spec.bootstrap
+
+    @property
+    def log_dir(self) -> Path:
+        return self.spec.logs
 
     @property
     def state_file(self) -> Path:
@@ -424,7 +205,7 @@ class KafkaCluster:
             for n in self.spec.node_specs:
                 self.start_node(n.node_id)
             try:
-                self.wait_healthy(timeout_s)
+                self.healthy(timeout_s)
                 return
             except ClusterError as e:
                 port = self._bind_failure(marks)
@@ -461,8 +242,9 @@ class KafkaCluster:
                 return int(m.group(1)) if m.group(1) else "?"
         return None
 
-    def wait_healthy(self, timeout_s: float = 120.0) -> None:
-        """Block until the metadata lists every node as a broker. Raises ``ClusterError`` on timeout."""
+    def healthy(self, timeout_s: float = 120.0) -> None:
+        """Block until the metadata lists every node as a broker and each broker process listens on its
+        ports. Raises ``ClusterError`` on timeout or when a broker exits."""
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout_s
@@ -533,6 +315,70 @@ class KafkaCluster:
             b.pid = None
             self.save_state()
 
+    # ------------------------------------------------------------------ backends.base.Cluster, per node
+
+    def start(self, node: int) -> None:
+        """Start (or restart) ``node`` on its data."""
+        self.start_node(node)
+
+    def stop(self, node: int, clean: bool = True) -> None:
+        """``clean``: SIGTERM, SIGKILL after 15 s (:meth:`stop_node`); else :meth:`kill`."""
+        if clean:
+            self.stop_node(node)
+        else:
+            self.kill(node)
+
+    def kill(self, node: int) -> NodeState:
+        """SIGKILL ``node``'s process group and wait for it (≤ 5 s); returns the killed pid and its status
+        afterwards (``gone`` once reaped). The node is then recorded as stopped."""
+        b = self.brokers[node]
+        pid = b.pid
+        if pid is not None:
+            processes.kill_group(pid)
+        b.pid = None
+        return NodeState(pid, processes.status(pid))
+
+    def pause(self, node: int) -> None:
+        """SIGSTOP ``node``'s process group (no-op without a process)."""
+        self._signal(node, "SIGSTOP")
+
+    def resume(self, node: int) -> None:
+        """SIGCONT ``node``'s process group (no-op without a process)."""
+        self._signal(node, "SIGCONT")
+
+    def _signal(self, node: int, sig: str) -> None:
+        b = self.brokers.get(node)
+        if b is not None and b.pid is not None:
+            processes.signal_group(b.pid, sig)
+
+    def state(self, node: int) -> NodeState:
+        """``node``'s process: its pid and psutil status; ``foreign`` when the recorded pid is alive but not
+        this node's broker (:meth:`owns`), ``gone`` when there is none."""
+        b = self.brokers.get(node)
+        if b is None or b.pid is None:
+            return NodeState(None, GONE)
+        if self.owns(b):
+            return NodeState(b.pid, processes.status(b.pid))
+        return NodeState(b.pid, FOREIGN if processes.alive(b.pid) else GONE)
+
+    def address(self, node: int) -> str:
+        """``127.0.0.1:<client port>`` of ``node`` (the port it binds, not its proxy)."""
+        return f"127.0.0.1:{self.spec.node(node).client_port}"
+
+    def log_files(self) -> list[Path]:
+        """Each node's ``broker-<i>.log`` (log4j), ``broker-<i>.out`` (stdout/stderr) and ``format-<i>.log``,
+        where written."""
+        names = [f"{kind}-{i}.{ext}" for i in self.nodes for kind, ext in (("broker", "log"), ("broker", "out"),
+                                                                            ("format", "log"))]
+        return [p for p in (self.spec.logs / n for n in names) if p.exists()]
+
+    def clean(self) -> None:
+        """Delete every node's data directory (``data_dir/node<i>/data``); configs and logs stay."""
+        for n in self.spec.node_specs:
+            shutil.rmtree(self.spec.data_dir / f"node{n.node_id}" / "data", ignore_errors=True)
+
+    # ------------------------------------------------------------------ whole cluster
+
     def down(self, graceful: bool = False) -> list[tuple[int, int]]:
         """Stop every node at once and release the cluster's port lease; safe to call twice and after a
         partial start.
@@ -579,7 +425,7 @@ class KafkaCluster:
         live = [b.pid for b in self.brokers.values() if b.pid is not None]
         if live:
             try:
-                _claim_base_port(self.spec, live)
+                claim_base_port(self.spec, live)
             except OSError as e:  # an unwritable cache must not stop a cluster
                 log.warning("could not record the port lease of %d: %s", self.spec.base_port, e)
 

@@ -4,10 +4,10 @@ Three pieces:
 
 * :func:`build_server` — ``go install github.com/Shopify/toxiproxy/v2/cmd/server@<TOXIPROXY_VERSION>``
   once into ``cache_dir()/toxiproxy-<version>/toxiproxy-server`` (``cache_dir()`` is
-  ``$ONCEPROOF_CACHE`` or ``~/.cache/onceproof``, see :mod:`harness.jars`), reused while its
+  ``$ONCEPROOF_CACHE`` or ``~/.cache/onceproof``, see :mod:`backends.cache`), reused while its
   ``.complete`` stamp exists. The Go module and build caches live in ``cache_dir()/go`` and
   ``cache_dir()/go-build``, never in the repo or the user's own ``GOPATH``.
-* :class:`ToxiproxyServer` — runs that binary on ``127.0.0.1`` through :func:`harness.processes.spawn`
+* :class:`ToxiproxyServer` — runs that binary on ``127.0.0.1`` through :func:`backends.local.processes.spawn`
   (own process group, SIGKILLed with the harness).
 * :class:`ToxiproxyClient` — a small client for toxiproxy's HTTP API.
 
@@ -62,8 +62,8 @@ from typing import Any
 
 import psutil
 
-from harness import processes
-from harness.jars import cache_dir
+from backends.local import processes
+from backends.cache import cache_dir
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2"
 TOXIPROXY_VERSION = "v2.12.0"
@@ -232,9 +232,9 @@ class ToxiproxyServer:
         with ToxiproxyServer().start(run_dir / "toxiproxy.log") as srv:
             srv.client.create_proxy("broker1", "127.0.0.1:19092", "127.0.0.1:9092")
 
-    The process is started by :func:`harness.processes.spawn` with ``tie_to_parent=True``: it is in its
+    The process is started by :func:`backends.local.processes.spawn` with ``tie_to_parent=True``: it is in its
     own process group and is SIGKILLed when the harness dies (``PR_SET_PDEATHSIG``; that signal follows
-    the *thread* that forked, see :mod:`harness.processes` for which thread that is).
+    the *thread* that forked, see :mod:`backends.local.processes` for which thread that is).
 
     Args:
         binary: the server binary; ``None`` builds (or reuses) the pinned one with :func:`build_server`.

@@ -15,7 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from backends.cache import cache_dir
+
+REPO = Path(__file__).resolve().parents[2]
 DEPS = REPO / "deps"
 
 
@@ -34,11 +36,6 @@ class Classpath:
     def as_java(self) -> str:
         """The jars joined with ``:`` for ``java -cp``."""
         return ":".join(str(j) for j in self.jars)
-
-
-def cache_dir() -> Path:
-    """Root of the onceproof cache (jars, toxiproxy binary)."""
-    return Path(os.environ.get("ONCEPROOF_CACHE", Path.home() / ".cache" / "onceproof"))
 
 
 def _pom_property(pom: Path, prop: str) -> str:

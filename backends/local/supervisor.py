@@ -18,7 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from harness import jars, processes
+from backends.base import PipelineArgs
+from backends.local import jars, processes
 
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -149,19 +150,11 @@ def executor_id(proc: psutil.Process) -> str:
         return "?"
 
 
-def driver_argv(*, bootstrap: str, sink: str, checkpoint: Path, control: Path, sink_log: Path,
-                input_topic: str, output_topic: str, progress_topic: str, sink_id: str,
-                trigger_ms: int, max_offsets: int, txn_timeout_ms: int, pool_size: int,
-                master: str) -> list[str]:
-    """Arguments for ``python -m pipeline.job`` (see ``pipeline/job.py --help``)."""
+def driver_argv(pipeline: PipelineArgs) -> list[str]:
+    """Arguments for ``python -m pipeline.job`` (see ``pipeline/job.py --help``): the pipeline's options
+    and the Spark Kafka connector's jars (resolved on first use, :mod:`backends.local.jars`)."""
     cp = jars.spark_kafka_classpath()
-    return ["--bootstrap", bootstrap, "--sink", sink, "--checkpoint", str(checkpoint),
-            "--control-dir", str(control), "--sink-log", str(sink_log),
-            "--input-topic", input_topic, "--output-topic", output_topic,
-            "--progress-topic", progress_topic, "--sink-id", sink_id,
-            "--trigger-ms", str(trigger_ms), "--max-offsets", str(max_offsets),
-            "--txn-timeout-ms", str(txn_timeout_ms), "--pool-size", str(pool_size),
-            "--master", master, "--jars", ",".join(str(j) for j in cp.jars)]
+    return pipeline.argv() + ["--jars", ",".join(str(j) for j in cp.jars)]
 
 
 def collect_executor_logs(control: Path, dest: Path) -> int:

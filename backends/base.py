@@ -1,0 +1,332 @@
+"""The seams a backend fills: where the Kafka cluster, the Spark pipeline and the fault network run.
+
+A backend (``local`` processes today, Docker later) builds three services, each a small protocol in
+the manner of Jepsen's ``DB`` (``setup!``/``teardown!`` plus ``Kill``, ``Pause``, ``LogFiles``) and of
+ducktape's ``Service`` (``start_node``, ``stop_node(clean_shutdown)``, ``signal_node``, ``pids``, and
+the log files it names):
+
+* :class:`Cluster` – the Kafka nodes: up/down, start, stop (clean or not), kill, pause, resume, and
+  what their processes look like (:class:`NodeState`), for the nemeses' evidence;
+* :class:`SparkApp` – the pipeline's driver under supervision, its executors, its checkpoint;
+* :class:`FaultNetwork` – the network paths between clients and nodes, cut or slowed one at a time.
+
+The runner and ``nemesis/`` use nothing else of a backend: no pid set by hand, no port read from a
+backend's own layout, no process table walked. Facts a fault records as evidence (a pid, a process
+status) come back from these methods.
+
+A backend declares the faults it can perform (:attr:`Backend.capabilities`, ``fault:target`` specs);
+``TestConfig.validate`` refuses any other fault before anything starts (:func:`can_perform`).
+
+Units: node ids are Kafka's ``node.id`` (1..n); times are seconds unless named ``_ms``; addresses are
+``host:port``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+# Process statuses: psutil's names (psutil.STATUS_*), plus two of ours. A backend without OS processes
+# maps its states onto these (a paused container is STOPPED).
+GONE = "gone"  # no process: never started, killed, stopped
+STOPPED = "stopped"  # paused (SIGSTOP); psutil.STATUS_STOPPED
+ZOMBIE = "zombie"  # dead, not yet reaped; psutil.STATUS_ZOMBIE
+FOREIGN = "foreign"  # the recorded pid is alive but is not this node's process (a stale state file)
+
+
+class BackendError(RuntimeError):
+    """A backend could not do what was asked (its message says what to do next)."""
+
+
+class ClusterError(BackendError):
+    """The cluster could not be formatted, started, or did not become healthy in time."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node's process as the backend sees it.
+
+    ``pid``: the process (group) id on the local backend, ``None`` when none is recorded. ``status``:
+    psutil's status names (``"running"``, ``"sleeping"``, ``"disk-sleep"``, ``"stopped"`` = paused,
+    ``"zombie"``) or :data:`GONE` / :data:`FOREIGN`.
+    """
+
+    pid: int | None
+    status: str
+
+    @property
+    def alive(self) -> bool:
+        """The node's process exists (running or paused)."""
+        return self.status not in (GONE, ZOMBIE, FOREIGN)
+
+    @property
+    def paused(self) -> bool:
+        return self.status == STOPPED
+
+
+@dataclass(frozen=True)
+class Executor:
+    """One Spark executor: Spark's executor id (``"0"``, ``"1"``, ...; ``"?"`` when unreadable), its
+    process id, and the process's start time (epoch s; 0 = unknown) so that a reused pid is never
+    signalled."""
+
+    id: str
+    pid: int
+    started: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """What cluster to build: ``nodes`` combined KRaft broker+controller nodes, their data and state in
+    ``data_dir``, logs in ``log_dir`` (default ``data_dir/logs``), behind a fault network when
+    ``proxied``. ``detached`` nodes outlive the process that started them (``onceproof cluster up``);
+    otherwise they die with it."""
+
+    data_dir: Path
+    nodes: int = 3
+    log_dir: Path | None = None
+    proxied: bool = False
+    detached: bool = False
+
+
+@dataclass(frozen=True)
+class PipelineArgs:
+    """The pipeline's own options (``python -m pipeline.job --help``), whatever runs it. Paths are the
+    run's: a backend that runs the driver elsewhere makes them visible there under the same names.
+
+    ``trigger_ms``: micro-batch interval, ms; ``max_offsets``: records per batch; ``txn_timeout_ms``:
+    the sink's ``transaction.timeout.ms``; ``pool_size``: transactional ids to clean up on start.
+    """
+
+    bootstrap: str
+    sink: str
+    checkpoint: Path
+    control: Path
+    sink_log: Path
+    input_topic: str
+    output_topic: str
+    progress_topic: str
+    sink_id: str
+    trigger_ms: int
+    max_offsets: int
+    txn_timeout_ms: int
+    pool_size: int
+    master: str
+
+    def argv(self) -> list[str]:
+        """The options as ``pipeline.job`` arguments (a backend adds where the connector jars are)."""
+        return ["--bootstrap", self.bootstrap, "--sink", self.sink, "--checkpoint", str(self.checkpoint),
+                "--control-dir", str(self.control), "--sink-log", str(self.sink_log),
+                "--input-topic", self.input_topic, "--output-topic", self.output_topic,
+                "--progress-topic", self.progress_topic, "--sink-id", self.sink_id,
+                "--trigger-ms", str(self.trigger_ms), "--max-offsets", str(self.max_offsets),
+                "--txn-timeout-ms", str(self.txn_timeout_ms), "--pool-size", str(self.pool_size),
+                "--master", self.master]
+
+
+class Cluster(Protocol):
+    """The Kafka nodes (Jepsen ``DB`` with ``Kill``/``Pause``/``LogFiles``; ducktape ``KafkaService``).
+
+    Which broker leads a partition or coordinates a transaction is Kafka's to say: ask the admin API at
+    :attr:`bootstrap` (``nemesis/targets.py``).
+    """
+
+    @property
+    def nodes(self) -> list[int]:
+        """Node ids, ascending."""
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port,...`` clients connect to (through the fault network when there is one)."""
+
+    @property
+    def version(self) -> str:
+        """The Kafka version the nodes run ("" before :meth:`up`)."""
+
+    @property
+    def log_dir(self) -> Path:
+        """Where the nodes' logs go."""
+
+    @property
+    def state_file(self) -> Path:
+        """Where a detached cluster keeps what :meth:`Backend.attach` needs."""
+
+    def up(self, timeout_s: float = 120.0) -> None:
+        """Create and start every node and wait until :meth:`healthy`. Raises ``ClusterError``."""
+
+    def down(self, graceful: bool = False) -> list[tuple[int, int]]:
+        """Stop every node at once (SIGKILL unless ``graceful``) and release what the cluster holds;
+        safe to call twice and after a partial start. Returns ``(node, pid)`` of recorded processes left
+        alone because they are not this cluster's (:data:`FOREIGN`)."""
+
+    def clean(self) -> None:
+        """Delete the nodes' data (after :meth:`down`); ducktape's ``clean_node``."""
+
+    def healthy(self, timeout_s: float = 120.0) -> None:
+        """Block until every node is registered in the metadata and serving. Raises ``ClusterError`` on
+        timeout or when a node's process exits."""
+
+    def start(self, node: int) -> None:
+        """Start (or restart) ``node`` on its data."""
+
+    def stop(self, node: int, clean: bool = True) -> None:
+        """Stop ``node``: ``clean`` = SIGTERM, then SIGKILL after a grace period; else as :meth:`kill`."""
+
+    def kill(self, node: int) -> NodeState:
+        """SIGKILL ``node`` and everything it started. Returns the killed process: its pid and its status
+        once the kill returned (:data:`GONE` when it is gone)."""
+
+    def pause(self, node: int) -> None:
+        """SIGSTOP ``node`` (no-op when it has no process)."""
+
+    def resume(self, node: int) -> None:
+        """SIGCONT ``node`` (no-op when it has no process)."""
+
+    def state(self, node: int) -> NodeState:
+        """``node``'s process now."""
+
+    def address(self, node: int) -> str:
+        """``host:port`` of ``node``'s own client listener (not through the fault network)."""
+
+    def log_files(self) -> list[Path]:
+        """The log files the nodes have written so far."""
+
+
+class SparkApp(Protocol):
+    """The pipeline's driver under supervision: restarted from :attr:`checkpoint` when it dies, as a
+    cluster manager's supervise mode would (ducktape service; Jepsen ``DB`` for the system under test)."""
+
+    @property
+    def checkpoint(self) -> Path:
+        """Spark's checkpoint directory (offset and commit logs, ``harness/checkpoint.py``)."""
+
+    @property
+    def driver_pid(self) -> int | None:
+        """The current driver's pid, ``None`` between incarnations."""
+
+    def start(self) -> None:
+        """Start supervising (the first driver starts at once); returns without waiting for the query."""
+
+    def ready(self) -> dict | None:
+        """The current driver's ``driver.ready`` announcement (pid, query id), ``None`` before the query
+        runs."""
+
+    def stop(self) -> None:
+        """Stop supervising and stop the driver with everything it started; keep the executors' logs."""
+
+    def kill_now(self) -> None:
+        """SIGKILL the driver and everything it started without waiting (a teardown's last resort)."""
+
+    def kill_driver(self, pid: int) -> bool:
+        """SIGKILL the driver ``pid`` (as :attr:`driver_pid` or the pipeline's own announcement gave it)
+        with everything it started; True when it is gone. The supervisor restarts it."""
+
+    def restarts(self) -> int:
+        """How many times the driver died and was restarted."""
+
+    def executors(self) -> list[Executor]:
+        """The current driver's live executors."""
+
+    def executor_of(self, task_pid: int) -> Executor | None:
+        """The executor running the Python task process ``task_pid`` (a sink task announces its pid)."""
+
+    def kill_executor(self, executor: Executor) -> str | None:
+        """SIGKILL ``executor`` and wait (≤ 10 s). Returns why it failed, ``None`` when it is gone."""
+
+    def driver_log(self) -> Path | None:
+        """The newest driver incarnation's log (Spark's driver log lines), ``None`` before the first."""
+
+    def log_files(self) -> list[Path]:
+        """Every driver and executor log written so far."""
+
+
+class FaultNetwork(Protocol):
+    """The cluster's network, one path at a time (Jepsen ``net``): every path into a node can be cut or
+    slowed. Path names are the backend's (``client-1``, ``internal-1``, ``ctrl-1-2`` on toxiproxy) and
+    go into the evidence as they are. Started before the cluster, whose nodes advertise its paths."""
+
+    def start(self) -> None:
+        """Create every path. Raises ``BackendError`` (or the network tool's own error) with the fix."""
+
+    def stop(self) -> None:
+        """Remove the network (every path heals with it)."""
+
+    def kill(self) -> None:
+        """Stop it at once (a teardown's last resort)."""
+
+    def describe(self) -> str:
+        """One line for the console: what runs the network and where."""
+
+    def client_paths(self, node: int) -> list[str]:
+        """Clients → ``node``."""
+
+    def isolation_paths(self, node: int) -> list[str]:
+        """Every path into ``node`` and every quorum link out of it."""
+
+    def broker_paths(self, node: int) -> list[str]:
+        """The data paths into ``node`` (client and inter-broker): the ones a slow network slows."""
+
+    def client_address(self, node: int) -> str:
+        """``host:port`` a client reaches ``node`` through, over :meth:`client_paths` (a probe's way)."""
+
+    def cut(self, paths: list[str]) -> None:
+        """Cut ``paths``: open connections close, new ones are refused."""
+
+    def restore(self, paths: list[str]) -> None:
+        """Undo :meth:`cut` for ``paths``."""
+
+    def cut_paths(self) -> list[str]:
+        """The paths cut now, sorted."""
+
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
+        """Slow ``path`` with a toxic ``kind`` (``latency``: ``latency`` ± ``jitter`` ms; ``bandwidth``:
+        ``rate`` KB/s; ``slicer``: ``average_size`` ± ``size_variation`` bytes, ``delay`` µs apart) in
+        ``direction`` (``downstream`` = towards the client, ``upstream`` = towards the node). Returns the
+        slowdown's name."""
+
+    def slowdowns(self, path: str) -> list[str]:
+        """Names of the slowdowns on ``path`` now."""
+
+    def unslow(self, path: str, name: str) -> None:
+        """Remove slowdown ``name`` from ``path``."""
+
+    def heal(self) -> None:
+        """Restore every path and remove every slowdown."""
+
+
+class Backend(Protocol):
+    """Where a test runs: a name, the faults it can perform, and the factory of its three services."""
+
+    name: str
+    capabilities: frozenset[str]
+    """``fault:target`` specs (``kill-broker:leader``), ``fault:*`` for every target of a fault, or a
+    bare name for a fault without targets (``kill-driver``)."""
+
+    def cluster(self, shape: ClusterShape) -> Cluster:
+        """A cluster of ``shape``, not started (it may reserve ports). Raises ``ClusterError``."""
+
+    def attach(self, data_dir: Path) -> Cluster:
+        """The detached cluster started earlier in ``data_dir``. Raises ``ClusterError`` when there is
+        none."""
+
+    def network(self, cluster: Cluster, log_dir: Path) -> FaultNetwork:
+        """The fault network of ``cluster`` (built by this backend, with ``shape.proxied``), not started;
+        its logs go to ``log_dir``."""
+
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> SparkApp:
+        """The supervised pipeline, not started; driver and executor logs go to ``log_dir``."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of what this backend runs (Kafka, PySpark, the connector, Java), for ``test.json``."""
+
+    def prepare(self) -> list[str]:
+        """Fetch and cache what runs need (jars, images) ahead of time; lines saying what is ready."""
+
+
+def can_perform(capabilities: frozenset[str] | set[str], spec: str) -> bool:
+    """True when ``spec`` (``fault`` or ``fault:target``) is in ``capabilities``, directly or through
+    ``fault:*``. A spec without a target stands for every target of its fault: callers expand it first
+    (``nemesis.catalog.expand``)."""
+    name, _, _target = spec.partition(":")
+    return spec in capabilities or f"{name}:*" in capabilities

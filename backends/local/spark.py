@@ -1,0 +1,111 @@
+"""The pipeline on this machine: the local backend's :class:`backends.base.SparkApp`.
+
+The driver (``python -m pipeline.job``) runs under :class:`DriverSupervisor` in its own process group
+with the ``local-cluster`` master, workers and executor JVMs it starts. Executors are found in that
+group by their main class; a sink task's Python worker is found under its executor through the process
+tree (worker ← pyspark daemon ← executor JVM).
+
+Logs: ``driver-<n>.log`` per driver incarnation in ``log_dir``; each executor's ``stdout``/``stderr`` in
+``log_dir/executors/<app-id>/<executor-id>/``, collected when the app stops.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import psutil
+
+from backends.base import Executor, PipelineArgs
+from backends.local import processes
+from backends.local.supervisor import (EXECUTOR_MAIN, DriverSupervisor, collect_executor_logs, driver_argv,
+                                       executor_id, read_ready)
+
+
+class LocalSpark:
+    """The supervised pipeline ``pipeline``, logging to ``log_dir``. Not started until :meth:`start`."""
+
+    def __init__(self, pipeline: PipelineArgs, log_dir: Path):
+        self.pipeline = pipeline
+        self.log_dir = log_dir
+        self.executor_dir = log_dir / "executors"
+        self.sup = DriverSupervisor(driver_argv(pipeline), log_dir, executor_dir=self.executor_dir)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.pipeline.checkpoint
+
+    @property
+    def driver_pid(self) -> int | None:
+        """Pid (and process-group id) of the current driver, ``None`` between incarnations."""
+        return self.sup.pid
+
+    def start(self) -> None:
+        self.sup.start()
+
+    def ready(self) -> dict | None:
+        return read_ready(self.pipeline.control)
+
+    def stop(self) -> None:
+        """Stop the driver's process group (≤ 15 s for the supervision thread, then SIGKILL), then keep
+        each executor's logs and drop its work directory."""
+        try:
+            self.sup.stop()
+        finally:
+            collect_executor_logs(self.pipeline.control, self.executor_dir)
+
+    def kill_now(self) -> None:
+        self.sup.kill_now()
+
+    def kill_driver(self, pid: int) -> bool:
+        """SIGKILL process group ``pid`` and wait (≤ 5 s); True when ``pid`` is gone."""
+        processes.kill_group(pid)
+        return not processes.alive(pid)
+
+    def restarts(self) -> int:
+        return self.sup.restarts()
+
+    def executors(self) -> list[Executor]:
+        """Live executor JVMs of the current driver."""
+        return [_executor(p) for p in self.sup.executors()]
+
+    def executor_of(self, task_pid: int) -> Executor | None:
+        """The executor JVM above the Python worker ``task_pid`` (worker ← pyspark daemon ← executor)."""
+        try:
+            for a in psutil.Process(task_pid).parents():
+                if EXECUTOR_MAIN in " ".join(a.cmdline()):
+                    return _executor(a)
+        except psutil.Error:
+            return None
+        return None
+
+    def kill_executor(self, executor: Executor) -> str | None:
+        """SIGKILL the executor JVM (only that process: Spark's worker notices and reports it lost) and
+        wait ≤ 10 s; returns why it failed, or ``None``. A pid now held by another process counts as gone."""
+        try:
+            victim = psutil.Process(executor.pid)
+            if executor.started and abs(victim.create_time() - executor.started) > 1e-3:
+                return None
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+        except psutil.NoSuchProcess:
+            return None
+        except psutil.TimeoutExpired:
+            return "still alive 10 s after SIGKILL"
+        return None
+
+    def driver_log(self) -> Path | None:
+        """The most recently written ``driver-<n>.log``."""
+        logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
+        return logs[-1] if logs else None
+
+    def log_files(self) -> list[Path]:
+        return sorted(self.log_dir.glob("driver-*.log")) + sorted(self.executor_dir.glob("*/*/std*"))
+
+
+def _executor(p: psutil.Process) -> Executor:
+    try:
+        started = p.create_time()
+    except psutil.Error:
+        started = 0.0
+    return Executor(executor_id(p), p.pid, started)

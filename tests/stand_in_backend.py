@@ -1,0 +1,240 @@
+"""A stand-in backend for unit tests: the protocols of ``backends/base.py`` over synthetic state.
+
+No process, socket, broker or Spark exists here: a node is a row in a table (pid, status), a network path
+a name in a set. It lets a test drive a fault and read its evidence as pure logic, and it proves that a
+fault reaches the backend only through the protocols: every other attribute access fails loudly. It
+says nothing about Kafka or Spark themselves.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from backends.base import GONE, STOPPED, ClusterShape, Executor, NodeState, PipelineArgs
+
+
+class _OnlyTheProtocol:
+    """Any attribute the class does not define is a fault reaching past the protocol: fail, naming it.
+    (``__slots__`` everywhere: nothing can be set on an instance either, e.g. a pid by hand.)"""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str):
+        raise AssertionError(f"{type(self).__name__}.{name} is not part of the backend protocol")
+
+
+class StandInCluster(_OnlyTheProtocol):
+    __slots__ = ("calls", "_procs", "_pids", "_dir")
+
+    def __init__(self, nodes: int = 3, data_dir: Path = Path("stand-in")):
+        self.calls: list[tuple] = []
+        self._pids = itertools.count(1000)
+        self._procs = {n: NodeState(next(self._pids), "sleeping") for n in range(1, nodes + 1)}
+        self._dir = data_dir
+
+    nodes = property(lambda self: sorted(self._procs))
+    bootstrap = property(lambda self: ",".join(self.address(n) for n in self.nodes))
+    version = property(lambda self: "0.0-stand-in")
+    log_dir = property(lambda self: self._dir / "logs")
+    state_file = property(lambda self: self._dir / "cluster.json")
+
+    def up(self, timeout_s: float = 120.0) -> None:
+        self.calls.append(("up",))
+
+    def down(self, graceful: bool = False) -> list[tuple[int, int]]:
+        self.calls.append(("down", graceful))
+        self._procs = {n: NodeState(None, GONE) for n in self._procs}
+        return []
+
+    def clean(self) -> None:
+        self.calls.append(("clean",))
+
+    def healthy(self, timeout_s: float = 120.0) -> None:
+        self.calls.append(("healthy",))
+
+    def start(self, node: int) -> None:
+        self.calls.append(("start", node))
+        self._procs[node] = NodeState(next(self._pids), "sleeping")
+
+    def stop(self, node: int, clean: bool = True) -> None:
+        self.calls.append(("stop", node, clean))
+        self._procs[node] = NodeState(None, GONE)
+
+    def kill(self, node: int) -> NodeState:
+        self.calls.append(("kill", node))
+        pid = self._procs[node].pid
+        self._procs[node] = NodeState(None, GONE)
+        return NodeState(pid, GONE)
+
+    def pause(self, node: int) -> None:
+        self.calls.append(("pause", node))
+        if self._procs[node].alive:
+            self._procs[node] = NodeState(self._procs[node].pid, STOPPED)
+
+    def resume(self, node: int) -> None:
+        self.calls.append(("resume", node))
+        if self._procs[node].alive:
+            self._procs[node] = NodeState(self._procs[node].pid, "sleeping")
+
+    def state(self, node: int) -> NodeState:
+        return self._procs[node]
+
+    def address(self, node: int) -> str:
+        return f"stand-in-{node}:9092"
+
+    def log_files(self) -> list[Path]:
+        return []
+
+
+class StandInNetwork(_OnlyTheProtocol):
+    __slots__ = ("calls", "_cut", "_slow", "_nodes")
+
+    def __init__(self, nodes: list[int]):
+        self.calls: list[tuple] = []
+        self._cut: set[str] = set()
+        self._slow: dict[str, list[str]] = {}
+        self._nodes = nodes
+
+    def start(self) -> None:
+        self.calls.append(("start",))
+
+    def stop(self) -> None:
+        self.calls.append(("stop",))
+
+    def kill(self) -> None:
+        self.calls.append(("kill",))
+
+    def describe(self) -> str:
+        return "stand-in network"
+
+    def client_paths(self, node: int) -> list[str]:
+        return [f"client-{node}"]
+
+    def isolation_paths(self, node: int) -> list[str]:
+        return [f"client-{node}", f"internal-{node}"] + [f"ctrl-{node}-{j}" for j in self._nodes if j != node]
+
+    def broker_paths(self, node: int) -> list[str]:
+        return [f"client-{node}", f"internal-{node}"]
+
+    def client_address(self, node: int) -> str:
+        return f"stand-in-proxy-{node}:9092"
+
+    def cut(self, paths: list[str]) -> None:
+        self.calls.append(("cut", tuple(paths)))
+        self._cut.update(paths)
+
+    def restore(self, paths: list[str]) -> None:
+        self.calls.append(("restore", tuple(paths)))
+        self._cut.difference_update(paths)
+
+    def cut_paths(self) -> list[str]:
+        return sorted(self._cut)
+
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
+        self.calls.append(("slow", path, kind, direction))
+        self._slow.setdefault(path, []).append(name)
+        return name
+
+    def slowdowns(self, path: str) -> list[str]:
+        return list(self._slow.get(path, []))
+
+    def unslow(self, path: str, name: str) -> None:
+        self.calls.append(("unslow", path, name))
+        self._slow[path].remove(name)
+
+    def heal(self) -> None:
+        self.calls.append(("heal",))
+        self._cut.clear()
+        self._slow.clear()
+
+
+class StandInSpark(_OnlyTheProtocol):
+    __slots__ = ("calls", "_driver", "_checkpoint", "_executors")
+
+    def __init__(self, checkpoint: Path, driver: int | None = 4242):
+        self.calls: list[tuple] = []
+        self._driver = driver
+        self._checkpoint = checkpoint
+        self._executors = [Executor("0", 5000), Executor("1", 5001)]
+
+    checkpoint = property(lambda self: self._checkpoint)
+    driver_pid = property(lambda self: self._driver)
+
+    def start(self) -> None:
+        self.calls.append(("start",))
+
+    def ready(self) -> dict | None:
+        return {"pid": self._driver}
+
+    def stop(self) -> None:
+        self.calls.append(("stop",))
+
+    def kill_now(self) -> None:
+        self.calls.append(("kill_now",))
+
+    def kill_driver(self, pid: int) -> bool:
+        self.calls.append(("kill_driver", pid))
+        self._driver = None
+        return True
+
+    def restarts(self) -> int:
+        return 0
+
+    def executors(self) -> list[Executor]:
+        return list(self._executors)
+
+    def executor_of(self, task_pid: int) -> Executor | None:
+        return self._executors[0]
+
+    def kill_executor(self, executor: Executor) -> str | None:
+        self.calls.append(("kill_executor", executor.id))
+        self._executors.remove(executor)
+        return None
+
+    def driver_log(self) -> Path | None:
+        return None
+
+    def log_files(self) -> list[Path]:
+        return []
+
+
+class StandInBackend:
+    """Every fault the local backend performs; records what it was asked to build."""
+
+    name = "stand-in"
+    capabilities = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
+                              "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*"})
+
+    def __init__(self):
+        self.built: list[str] = []
+
+    def cluster(self, shape: ClusterShape) -> StandInCluster:
+        self.built.append("cluster")
+        return StandInCluster(shape.nodes, shape.data_dir)
+
+    def attach(self, data_dir: Path) -> StandInCluster:
+        self.built.append("attach")
+        return StandInCluster(3, data_dir)
+
+    def network(self, cluster: StandInCluster, log_dir: Path) -> StandInNetwork:
+        self.built.append("network")
+        return StandInNetwork(cluster.nodes)
+
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> StandInSpark:
+        self.built.append("spark")
+        return StandInSpark(pipeline.checkpoint)
+
+    def versions(self) -> dict[str, str]:
+        return {"kafka": "0.0-stand-in"}
+
+    def prepare(self) -> list[str]:
+        return ["nothing to fetch"]
+
+
+class NoNetworkStandIn(StandInBackend):
+    """A backend that can signal processes but has no fault network, and kills brokers only by count."""
+
+    name = "no-network"
+    capabilities = frozenset({"kill-executor", "kill-driver", "kill-broker:one", "kill-broker:minority",
+                              "pause-broker:*"})

@@ -1,0 +1,278 @@
+"""The backend seams (issue 8): a fault the chosen backend cannot perform is refused before anything
+starts, and the nemeses reach a backend only through its protocols (``backends/base.py``).
+
+Pure logic: the faults run against a stand-in backend (``tests/stand_in_backend.py``, synthetic process
+states, no process, no socket). Kafka's own answers (is a broker registered, does a probe get metadata)
+are stood in for by reading that synthetic state. Nothing here says anything about Kafka or Spark.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from backends import base, registry
+from backends.base import GONE, STOPPED, can_perform
+from harness import cli
+from harness.config import ConfigError, TestConfig
+from nemesis import broker, catalog, network
+from nemesis.broker import KillBroker, PauseBroker
+from nemesis.fault import EFFECTIVE, SKIPPED, NemesisContext
+from nemesis.kill_driver import KillDriver
+from nemesis.network import Partition, SlowNetwork
+from tests.conftest import REPO
+from tests.stand_in_backend import StandInCluster, StandInNetwork, StandInSpark
+
+
+@pytest.fixture(autouse=True)
+def stand_ins(monkeypatch):
+    """Registers ``stand-in`` (every fault) and ``no-network`` (no fault network, broker kills by count)."""
+    monkeypatch.setitem(registry.BACKENDS, "stand-in", "tests.stand_in_backend:StandInBackend")
+    monkeypatch.setitem(registry.BACKENDS, "no-network", "tests.stand_in_backend:NoNetworkStandIn")
+    monkeypatch.setattr(registry, "_made", {})
+
+
+# ------------------------------------------------------------------------------------ capabilities
+
+
+@pytest.mark.parametrize("spec,missing", [
+    ("partition:client", ["partition:client"]),
+    ("slow-network", ["slow-network:latency"]),
+    ("kill-broker", ["kill-broker:leader", "kill-broker:txn-coordinator"]),
+    ("kill-driver-in-commit-window", ["kill-driver-in-commit-window"]),
+])
+def test_a_fault_the_backend_cannot_perform_is_refused_before_anything_starts(spec, missing, tmp_path, capsys):
+    results = tmp_path / "results"
+    code = cli.main(["run", "--backend", "no-network", "--nemesis", f"kill-driver,{spec}", "--results",
+                     str(results)])
+    err = capsys.readouterr().err.strip()
+    assert code == 254, err
+    assert "\n" not in err and "--nemesis" in err and "no-network backend" in err and spec in err, err
+    for m in missing:
+        assert m in err, err
+    assert not results.exists(), "a run directory was created for a refused run"
+    assert registry.get("no-network").built == [], "the backend built something for a refused run"
+
+
+def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target():
+    TestConfig(backend="no-network", nemesis=["kill-broker:one", "kill-broker:minority", "pause-broker",
+                                              "kill-executor"], time_limit=300).validate()
+    with pytest.raises(ConfigError) as e:
+        TestConfig(backend="no-network", nemesis=["kill-broker"], time_limit=300).validate()
+    assert e.value.option == "--nemesis" and "kill-broker:leader" in e.value.message
+    assert "kill-broker:one" not in e.value.message.split(";")[0]
+
+
+def test_the_local_backend_performs_every_fault_and_target():
+    local = registry.get("local")
+    assert [s for s in catalog.all_specs() if not can_perform(local.capabilities, s)] == []
+
+
+def test_an_unknown_backend_is_a_usage_error(tmp_path, capsys):
+    assert cli.main(["run", "--backend", "nope", "--results", str(tmp_path / "r")]) == 254
+    assert "--backend" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    assert cli.main(["cluster", "up", "--backend", "nope", "--dir", str(tmp_path / "c")]) == 254
+    err = capsys.readouterr().err
+    assert "--backend" in err and "local" in err and not (tmp_path / "c").exists()
+
+
+# --------------------------------------------------------------------------- protocol conformance
+
+
+def _members(proto: type) -> set[str]:
+    return {n for n in vars(proto) if not n.startswith("_")} | set(getattr(proto, "__annotations__", {}))
+
+
+@pytest.mark.parametrize("proto,impl", [
+    ("Cluster", "backends.local.kafka:KafkaCluster"),
+    ("SparkApp", "backends.local.spark:LocalSpark"),
+    ("FaultNetwork", "backends.local.faultproxy:ProxyNetwork"),
+    ("Backend", "backends.local.backend:LocalBackend"),
+    ("Cluster", "tests.stand_in_backend:StandInCluster"),
+    ("SparkApp", "tests.stand_in_backend:StandInSpark"),
+    ("FaultNetwork", "tests.stand_in_backend:StandInNetwork"),
+    ("Backend", "tests.stand_in_backend:StandInBackend"),
+])
+def test_each_implementation_has_every_protocol_member(proto, impl):
+    import importlib
+
+    module, _, name = impl.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    missing = [m for m in _members(getattr(base, proto)) if not hasattr(cls, m) and m not in fields]
+    assert not missing, f"{impl} lacks {missing} of {proto}"
+
+
+def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
+    from pipeline import job
+
+    p = base.PipelineArgs(bootstrap="h:1", sink="eos", checkpoint=tmp_path / "ck", control=tmp_path / "ctl",
+                          sink_log=tmp_path / "sink.jsonl", input_topic="in", output_topic="out",
+                          progress_topic="prog", sink_id="s", trigger_ms=250, max_offsets=77,
+                          txn_timeout_ms=12000, pool_size=6, master="local[2]")
+    ns = vars(job.parse_args(p.argv()))
+    want = {**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}, "control_dir": str(p.control)}
+    want.pop("control")
+    for k, v in want.items():
+        assert ns[k] == (str(v) if isinstance(v, Path) else v), k
+
+
+# ---------------------------------------------------------------- nemeses speak only the protocols
+
+
+def _ctx(tmp_path, cluster=None, network_=None, spark=None, hold_s=0.01) -> NemesisContext:
+    return NemesisContext(spark=spark, control=tmp_path, checkpoint=tmp_path, cluster=cluster, hold_s=hold_s,
+                          network=network_)
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """Kafka's metadata stood in for: a node is registered while its synthetic process is alive."""
+    def use(cluster: StandInCluster):
+        monkeypatch.setattr(broker, "_registered", lambda bootstrap, node: cluster.state(node).alive)
+    return use
+
+
+def test_kill_broker_kills_through_the_cluster_and_restarts_it(tmp_path, registered):
+    c = StandInCluster(3)
+    registered(c)
+    before = {n: c.state(n).pid for n in c.nodes}
+    out = KillBroker("one").invoke(_ctx(tmp_path, c), random.Random(5))
+    assert out.outcome == EFFECTIVE, out.evidence
+    (n,) = out.evidence["nodes"]
+    assert out.evidence["killed"] == {n: {"pid": before[n], "status_after": GONE}}
+    assert out.evidence["rejoined_after_s"][n] is not None
+    assert c.calls == [("kill", n), ("start", n)]
+    assert c.state(n).alive and c.state(n).pid != before[n]
+
+
+def test_kill_broker_never_takes_the_majority(tmp_path, registered):
+    c = StandInCluster(3)
+    registered(c)
+    c.kill(1)
+    c.calls.clear()
+    out = KillBroker("one").invoke(_ctx(tmp_path, c), random.Random(5))
+    assert out.outcome == SKIPPED and out.evidence["reason"] == "would leave no majority"
+    assert out.evidence["live"] == [2, 3] and c.calls == []
+
+
+def test_kill_broker_heal_restarts_the_dead_unless_the_run_is_tearing_down(tmp_path, registered):
+    c = StandInCluster(3)
+    registered(c)
+    c.kill(2)
+    ctx = _ctx(tmp_path, c)
+    ctx.teardown.set()
+    KillBroker().heal(ctx)
+    assert not c.state(2).alive
+    ctx.teardown.clear()
+    KillBroker().heal(ctx)
+    assert c.state(2).alive and c.calls[-1] == ("start", 2)
+
+
+def test_pause_broker_pauses_and_resumes_through_the_cluster(tmp_path):
+    c = StandInCluster(3)
+    out = PauseBroker("one").invoke(_ctx(tmp_path, c), random.Random(2))
+    assert out.outcome == EFFECTIVE, out.evidence
+    (n,) = out.evidence["nodes"]
+    assert out.evidence["paused"][n] == {"pid": c.state(n).pid, "status_paused": STOPPED,
+                                         "status_resumed": "sleeping"}
+    assert c.calls == [("pause", n), ("resume", n)]
+    c.pause(1)
+    PauseBroker().heal(_ctx(tmp_path, c))
+    assert not any(c.state(m).paused for m in c.nodes)
+
+
+def test_a_pause_that_does_not_take_is_not_effective(tmp_path, monkeypatch):
+    c = StandInCluster(3)
+    monkeypatch.setattr(StandInCluster, "pause", lambda self, node: None)  # the backend ignores the signal
+    out = PauseBroker("one").invoke(_ctx(tmp_path, c), random.Random(2))
+    assert out.outcome != EFFECTIVE
+
+
+@pytest.fixture
+def probe_through(monkeypatch):
+    """A probe succeeds unless the client path of its node is cut (stands in for a metadata request)."""
+    def use(net: StandInNetwork):
+        def probe(address: str, timeout_s: float = 3.0) -> dict:
+            node = int(address.split("-")[-1].split(":")[0])
+            return {"ok": f"client-{node}" not in net.cut_paths(), "ms": 1.0}
+        monkeypatch.setattr(network, "probe", probe)
+    return use
+
+
+def test_partition_cuts_and_restores_paths_through_the_network(tmp_path, probe_through):
+    c, net = StandInCluster(3), StandInNetwork([1, 2, 3])
+    probe_through(net)
+    out = Partition("client", min_hold_s=0.01).invoke(_ctx(tmp_path, c, net), random.Random(3))
+    assert out.outcome == EFFECTIVE, out.evidence
+    n = out.evidence["node"]
+    assert out.evidence["paths"] == out.evidence["disabled"] == [f"client-{n}"]
+    assert not out.evidence["probe_during"]["ok"] and out.evidence["probe_after"]["ok"]
+    assert net.calls == [("cut", (f"client-{n}",)), ("restore", (f"client-{n}",))] and net.cut_paths() == []
+
+
+def test_slow_network_slows_and_unslows_through_the_network(tmp_path, probe_through):
+    c, net = StandInCluster(3), StandInNetwork([1, 2, 3])
+    probe_through(net)
+    out = SlowNetwork("bandwidth").invoke(_ctx(tmp_path, c, net), random.Random(3))
+    assert out.outcome == EFFECTIVE, out.evidence
+    assert all(v == ["nemesis-bandwidth"] for v in out.evidence["active"].values())
+    assert [k[0] for k in net.calls] == ["slow", "slow", "unslow", "unslow"]
+    assert all(k[3] == "downstream" for k in net.calls if k[0] == "slow")
+
+
+def test_network_faults_skip_without_a_fault_network(tmp_path):
+    out = Partition("client").invoke(_ctx(tmp_path, StandInCluster(3)), random.Random(3))
+    assert out.outcome == SKIPPED
+
+
+def test_kill_driver_kills_through_the_app_and_names_the_in_flight_batch(tmp_path):
+    for d, n in (("offsets", 3), ("commits", 2)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / str(n)).write_text("v1\n")
+    spark = StandInSpark(tmp_path, driver=4242)
+    out = KillDriver().invoke(_ctx(tmp_path, spark=spark), random.Random(0))
+    assert out.outcome == EFFECTIVE
+    assert out.evidence == {"pid": 4242, "latest_offsets": 3, "latest_commit": 2, "in_flight_batch": 3,
+                            "driver_gone": True}
+    assert spark.calls == [("kill_driver", 4242)]
+
+
+def test_the_stand_in_refuses_what_is_not_protocol(tmp_path):
+    c = StandInCluster(3)
+    with pytest.raises(AssertionError, match="brokers"):
+        c.brokers  # noqa: B018 - the access is the test
+    with pytest.raises(AttributeError):
+        c.spec = None
+
+
+FORBIDDEN = ("psutil", "signal", "subprocess", "backends.local")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "nemesis").glob("*.py")), ids=lambda p: p.name)
+def test_no_nemesis_reaches_past_the_protocols(path):
+    """No process table, no signals, no local-backend module, no pid set by hand in ``nemesis/``, and of
+    the context's services only their protocols' members."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            bad = [n for n in names if any(n == f or n.startswith(f + ".") for f in FORBIDDEN)]
+            assert not bad, f"{path.name}:{node.lineno} imports {bad}"
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                assert not (isinstance(t, ast.Attribute) and t.attr == "pid"), f"{path.name}:{node.lineno} sets a pid"
+        # ctx.cluster.<x>, ctx.spark.<x>, ctx.network.<x>: <x> must be a member of that protocol
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in SERVICES:
+            proto = SERVICES[node.value.attr]
+            assert node.attr in _members(proto), \
+                f"{path.name}:{node.lineno} uses .{node.value.attr}.{node.attr}, not a member of {proto.__name__}"
+
+
+SERVICES = {"cluster": base.Cluster, "spark": base.SparkApp, "network": base.FaultNetwork}
