@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.store import DEFAULT_ROOT
 from nemesis import catalog, schedule
+from store.runs import DEFAULT_ROOT
 
 
 class ConfigError(ValueError):

@@ -23,20 +23,23 @@ from rich.console import Console
 from rich.table import Table
 
 from checkers.compose import ANOMALIES
-from harness import checkpoint, checking, jars, recovery, signals, store, topics
+from harness import checkpoint, checking, jars, recovery, signals, topics
 from harness.faultproxy import ProxyNetwork
 from harness.history import HistoryWriter
 from harness.live_reader import LiveReader
-from harness.junit import write_junit
-from harness.report import build_index, build_report
 from harness.kafka import ClusterSpec, KafkaCluster, free_base_port
 from harness.config import TestConfig
-from harness.store import RunDir
 from harness.supervisor import DriverSupervisor, collect_executor_logs, driver_argv, read_ready
 from nemesis import catalog, coverage
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
 from pipeline import job as pipeline_job
+from report.html import build_report
+from report.index import build_index
+from report.junit import write_junit
+from store import retention
+from store.runfiles import RESULTS, TEST
+from store.runs import RunDir
 from workloads.keyed import KeyedWorkload
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
@@ -135,11 +138,11 @@ class _Run:
 
     @property
     def ckpt(self) -> Path:
-        return self.rd / "checkpoint"
+        return self.rd.checkpoint
 
     @property
     def control(self) -> Path:
-        return self.rd / "control"
+        return self.rd.control
 
 
 def _timed(r: _Run, key: str):
@@ -157,7 +160,7 @@ def _setup(r: _Run) -> None:
         td.track(r.net.server.kill)
         with console.status("building/starting toxiproxy and the cluster's proxies"):
             done = _timed(r, "proxy_start_s")
-            r.net.start(r.rd / "logs" / "toxiproxy.log")
+            r.net.start(r.rd.logs / "toxiproxy.log")
             done()
         console.print(f"toxiproxy up in {r.timings['proxy_start_s']}s: {len(r.net.names)} proxies at "
                       f"{r.net.server.url}")
@@ -172,17 +175,17 @@ def _setup(r: _Run) -> None:
         done()
     console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
     argv = driver_argv(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
-                       sink_log=r.rd / "sink.jsonl", input_topic=INPUT, output_topic=OUTPUT,
+                       sink_log=r.rd.sink, input_topic=INPUT, output_topic=OUTPUT,
                        progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
                        max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
                        pool_size=cfg.partitions, master=cfg.master)
-    r.sup = sup = DriverSupervisor(argv, r.rd / "logs", executor_dir=r.rd / "logs" / "executors")
+    r.sup = sup = DriverSupervisor(argv, r.rd.logs, executor_dir=r.rd.executor_logs)
 
     def stop_driver():
         try:
             sup.stop()
         finally:
-            collect_executor_logs(r.control, r.rd / "logs" / "executors")
+            collect_executor_logs(r.control, r.rd.executor_logs)
     td.push("driver stop", stop_driver)
     td.track(sup.kill_now)
     with console.status(f"starting the Spark driver ({cfg.master}, sink={cfg.sink})"):
@@ -192,7 +195,7 @@ def _setup(r: _Run) -> None:
         while read_ready(r.control) is None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
-                                   f"see {r.rd / 'logs'}/driver-*.log")
+                                   f"see {r.rd.logs}/driver-*.log")
             time.sleep(0.5)
         done()
     console.print(f"spark query up in {r.timings['spark_start_s']}s")
@@ -302,7 +305,7 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     rd = RunDir(Path(cfg.results_root), cfg.name)
     os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
     t_start = time.monotonic()
-    sink_id = pipeline_job.default_sink_id(rd / "checkpoint", f"onceproof-{cfg.sink}")
+    sink_id = pipeline_job.default_sink_id(rd.checkpoint, f"onceproof-{cfg.sink}")
     meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
             "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
@@ -311,21 +314,21 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
     meta["schedule"] = plan
-    rd.write_json("test.json", meta)
+    rd.write_json(TEST, meta)
     console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
     console.print(f"replay: [cyan]{cfg.replay_command()}[/]", soft_wrap=True)
 
     # librdkafka's own logs (connection refused while a broker is down, ...) go to a file, not the console
-    client_log = logging.FileHandler(rd / "logs" / "clients.log")
+    client_log = logging.FileHandler(rd.clients_log)
     client_log.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     lk = logging.getLogger("onceproof.librdkafka")
     lk.addHandler(client_log)
     lk.setLevel(logging.INFO)
     lk.propagate = False
-    history = HistoryWriter(rd / "history.jsonl")
-    nem_hist = HistoryWriter(rd / "nemesis.jsonl", start_ns=history.start_ns)
-    spec = ClusterSpec(rd / "cluster", nodes=cfg.brokers, proxied=cfg.proxied,
-                       base_port=free_base_port(cfg.brokers, proxied=cfg.proxied), log_dir=rd / "logs")
+    history = HistoryWriter(rd.history)
+    nem_hist = HistoryWriter(rd.nemesis, start_ns=history.start_ns)
+    spec = ClusterSpec(rd.cluster, nodes=cfg.brokers, proxied=cfg.proxied,
+                       base_port=free_base_port(cfg.brokers, proxied=cfg.proxied), log_dir=rd.logs)
     result: dict = {}
     prev = None
     t_td = time.monotonic()
@@ -375,10 +378,10 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
                                      "live_reader": r.live.errors[:50] if r.live else []}})
     if td.errors:
         console.print(f"[red]teardown errors: {td.errors}[/]")
-    rd.write_json("results.json", result)
+    rd.write_json(RESULTS, result)
     if cfg.keep_last:
         try:
-            gone = store.prune(Path(cfg.results_root), cfg.name, cfg.keep_last)
+            gone = retention.prune(Path(cfg.results_root), cfg.name, cfg.keep_last)
             if gone:
                 console.print(f"pruned {len(gone)} older run(s) of {cfg.name} (--keep-last {cfg.keep_last})")
         except OSError as e:
