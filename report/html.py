@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from checkers.examples import isna
 from report.analysis import anomaly_names, bad_keys, fault_windows, heal_times, key_sequences, timeline_panels
 from report.figures import (MIN_BAND_S, NOT_EFFECTIVE_COLOR, fault_colors, fig_html, keys_figure, plotly_js,
                             timeline_figure)
@@ -232,16 +233,9 @@ def _sink_html(run: Run) -> str:
     if len(ab):
         recs = ab.head(MAX_EXAMPLES).assign(time=((pd.to_numeric(ab["time"]) - run.t0).round(2)
                                                   if run.t0 is not None else ab["time"]))
-        parts.append("<h3>aborts, unknown commit outcomes and errors</h3>" + _table([{k: v for k, v in x.items() if not _isna(v)}
+        parts.append("<h3>aborts, unknown commit outcomes and errors</h3>" + _table([{k: v for k, v in x.items() if not isna(v)}
                                                   for x in recs.to_dict("records")]))
     return f"<section><h2>sink events ({SINK})</h2>" + "".join(parts) + "</section>"
-
-
-def _isna(v) -> bool:
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
 
 
 def _files_html(run: Run) -> str:
