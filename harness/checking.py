@@ -16,9 +16,11 @@ import pandas as pd
 
 from checkers import compose, nearby
 from checkers.exactly_once import Recovery, check
-from harness import history, topics
+from harness import topics
 from harness.recovery import RecoveryStatus
 from nemesis import coverage
+from store import readers
+from store.runfiles import INPUT, OUTPUT, RunFiles
 
 
 class CheckError(RuntimeError):
@@ -44,63 +46,32 @@ def _save(frame: pd.DataFrame, path: Path) -> None:
     frame.astype({c: "string" for c in frame.columns if frame[c].dtype == object}).to_parquet(path, index=False)
 
 
-def read_sink_log(run_dir: Path | None) -> pd.DataFrame:
-    """``sink.jsonl`` as a frame (empty when absent); torn lines are skipped."""
-    p = run_dir / "sink.jsonl" if run_dir else None
-    if p is None or not p.exists():
-        return pd.DataFrame()
-    rows = []
-    for line in p.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return pd.DataFrame.from_records(rows)
+def _sink_log(run_dir: Path | None) -> pd.DataFrame:
+    """``sink.jsonl`` as a frame, one row per event (empty without a run directory or the file)."""
+    return pd.DataFrame.from_records(readers.read_sink(run_dir) if run_dir else [])
 
 
-def _read_parquet(path: Path, replay: str = "") -> pd.DataFrame | None:
-    """``path`` as a frame, ``None`` when absent. Raises ``CheckError`` naming the file when unreadable."""
-    if not path.exists():
-        return None
+def _read(reader, run_dir: Path, *args, advice: str = ""):
+    """``reader(run_dir, *args)`` (a :mod:`store.readers` reader). Raises ``CheckError`` naming the file,
+    followed by ``advice``, when it is damaged or unreadable."""
     try:
-        return pd.read_parquet(path)
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several types; all mean a damaged file
-        raise CheckError(f"{path} is not a readable parquet file ({type(e).__name__}: {e}); the run "
-                         f"directory is damaged{_rerun(replay)}") from e
+        return reader(run_dir, *args)
+    except (OSError, readers.DamagedFile) as e:
+        raise CheckError(f"{e}{advice}") from e
 
 
 def _rerun(replay: str) -> str:
     return f": re-run the test with `{replay}`" if replay else ""
 
 
-def _read_json(path: Path) -> dict | None:
-    """``path`` as a JSON object, ``None`` when absent. Raises ``CheckError`` naming the file when not one."""
-    if not path.exists():
-        return None
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckError(f"{path} is not readable JSON ({e})") from e
-    if not isinstance(obj, dict):
-        raise CheckError(f"{path} is not a JSON object")
-    return obj
-
-
-def _read_history(path: Path, problems: list[str]) -> pd.DataFrame:
-    try:
-        return history.read(path, problems)
-    except (OSError, ValueError) as e:
-        raise CheckError(str(e)) from e
-
-
 def workload_ran(run_dir: Path | None) -> bool:
     """True when ``run_dir`` is a run of our workload (its ``test.json`` is not a ``check`` of foreign
     topics), so its ``history.jsonl`` is owed."""
-    if run_dir is None or not (run_dir / "test.json").exists():
+    if run_dir is None or not RunFiles(run_dir).test.exists():
         return False
     try:
-        return (_read_json(run_dir / "test.json") or {}).get("kind", "run") != "check"
-    except CheckError:
+        return (readers.read_test(run_dir) or {}).get("kind", "run") != "check"
+    except readers.DamagedFile:
         return True
 
 
@@ -195,7 +166,7 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     """
     inp, out, unc, reasons = read_pair(bootstrap, input_topic, output_topic)
     problems: list[str] = []
-    hist = _read_history(run_dir / "history.jsonl", problems) if run_dir else pd.DataFrame()
+    hist = _read(readers.read_history, run_dir, problems) if run_dir else pd.DataFrame()
     rec = Recovery(finished=st.finished and not reasons, reasons=st.reasons + reasons)
     lso = st.output_lso or topics.end_offsets(bootstrap, output_topic, committed=True)
     hw = st.output_hw or topics.end_offsets(bootstrap, output_topic, committed=False)
@@ -209,24 +180,24 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
             moved = (f"the input grew while checking ({sum(st.input_end.values())} → {sum(now.values())} "
                      "records): a producer is still writing; stop it, or pass --settle so the check waits "
                      "for a quiet input")
-    if run_dir:
-        _save(inp, run_dir / "input.parquet")
-        _save(out, run_dir / "output.parquet")
-        _save(unc, run_dir / "output_uncommitted.parquet")
+    files = RunFiles(run_dir) if run_dir else None
+    if files:
+        _save(inp, files.input)
+        _save(out, files.output)
+        _save(unc, files.output_uncommitted)
         if live is not None:
-            _save(live, run_dir / "live.parquet")
-        (run_dir / "recovery.json").write_text(json.dumps(
+            _save(live, files.live)
+        files.recovery.write_text(json.dumps(
             {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds,
              "input_end": st.input_end, "consumed": st.consumed, "output_lso": lso, "output_hw": hw}, indent=2))
-    nem_path = run_dir / "nemesis.jsonl" if run_dir else None
-    nem = _read_history(nem_path, problems) if nem_path is not None and nem_path.exists() else None
-    result = run_checks(hist, inp, out, rec, sink_log=read_sink_log(run_dir), uncommitted=unc, live=live,
+    nem = _read(readers.read_nemesis, run_dir, problems) if files and files.nemesis.exists() else None
+    result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), uncommitted=unc, live=live,
                         lso=lso, hw=hw, nemesis=nem)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
     if problems:
         result.setdefault("warnings", []).extend(problems)
     if workload_ran(run_dir):
-        gaps = history_gaps(run_dir / "history.jsonl", hist, inp)
+        gaps = history_gaps(files.history, hist, inp)
         if gaps:
             _history_unknown(result, gaps)
     if moved:
@@ -246,42 +217,40 @@ def check_saved(run_dir: Path) -> dict:
     check; the message gives the replay command from ``test.json``), or a damaged parquet file,
     ``recovery.json``, ``test.json`` or history.
     """
-    test = _read_json(run_dir / "test.json") or {}
+    files = RunFiles(run_dir)
+    test = _read(readers.read_test, run_dir) or {}
     replay = str(test.get("replay") or "")
-    need = ["input.parquet", "output.parquet"]
-    missing = [n for n in need if not (run_dir / n).exists()]
+    missing = [n for n in (INPUT, OUTPUT) if not (files / n).exists()]
     if missing:
-        try:
-            err = (_read_json(run_dir / "results.json") or {}).get("error")
-        except CheckError:
-            err = None
+        err = (readers.read_or_none(readers.read_results, run_dir) or {}).get("error")
         why = f" (its error: {err})" if err else ""
         advice = (f"re-run it with `{replay}`" if replay else
                   "nothing was saved to re-check; run the test again")
         raise CheckError(f"{run_dir} has no {', '.join(missing)}: the run ended before its check{why}; "
                          f"{advice}")
-    inp = _read_parquet(run_dir / "input.parquet", replay)
-    out = _read_parquet(run_dir / "output.parquet", replay)
+    damaged = f"; the run directory is damaged{_rerun(replay)}"
+    inp = _read(readers.read_input, run_dir, advice=damaged)
+    out = _read(readers.read_output, run_dir, advice=damaged)
     rec, lso, hw = Recovery(), None, None
-    r = _read_json(run_dir / "recovery.json")
+    r = _read(readers.read_recovery, run_dir)
     if r is not None:
         try:
             rec = Recovery(bool(r["finished"]), list(r.get("reasons") or []))
             lso = {int(k): int(v) for k, v in (r.get("output_lso") or {}).items()}
             hw = {int(k): int(v) for k, v in (r.get("output_hw") or {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CheckError(f"{run_dir / 'recovery.json'} is damaged ({type(e).__name__}: {e})") from e
+            raise CheckError(f"{files.recovery} is damaged ({type(e).__name__}: {e})") from e
     problems: list[str] = []
-    hist = _read_history(run_dir / "history.jsonl", problems)
-    nem = _read_history(run_dir / "nemesis.jsonl", problems)
-    result = run_checks(hist, inp, out, rec, sink_log=read_sink_log(run_dir),
-                        uncommitted=_read_parquet(run_dir / "output_uncommitted.parquet", replay),
-                        live=_read_parquet(run_dir / "live.parquet", replay), lso=lso, hw=hw, nemesis=nem)
+    hist = _read(readers.read_history, run_dir, problems)
+    nem = _read(readers.read_nemesis, run_dir, problems)
+    result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir),
+                        uncommitted=_read(readers.read_output_uncommitted, run_dir, advice=damaged),
+                        live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw, nemesis=nem)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     if problems:
         result.setdefault("warnings", []).extend(problems)
     if workload_ran(run_dir):
-        gaps = history_gaps(run_dir / "history.jsonl", hist, inp)
+        gaps = history_gaps(files.history, hist, inp)
         if gaps:
             _history_unknown(result, gaps)
         # the same coverage judgement as the run itself: a re-check must not turn "a planned fault was

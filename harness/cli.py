@@ -38,7 +38,8 @@ from backends import registry
 from backends.base import FOREIGN, Backend, BackendError, Cluster, ClusterError, ClusterShape
 from backends.cache import cache_dir
 from harness.config import ConfigError, TestConfig
-from harness.store import DEFAULT_ROOT
+from store.runfiles import RESULTS, TEST, RunFiles
+from store.runs import DEFAULT_ROOT
 
 EXIT_USAGE, EXIT_CRASHED = 254, 255
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": EXIT_CRASHED}
@@ -176,7 +177,7 @@ class _RunLog(logging.Handler):
     def where(cls) -> Path:
         run = os.environ.get("ONCEPROOF_RUN")
         if run and (cls._path is None or cls._path.parent.parent != Path(run)):
-            cls._path = Path(run) / "logs" / "harness.log"
+            cls._path = RunFiles(run).harness_log
         if cls._path is None:
             fd, name = tempfile.mkstemp(prefix="onceproof-run-", suffix=".log")
             os.close(fd)
@@ -209,7 +210,7 @@ def _configure_run_logging(verbose: bool) -> None:
 
 def _run_error_log() -> Path | None:
     run = os.environ.get("ONCEPROOF_RUN")
-    return Path(run) / "logs" / "run-error.log" if run else None
+    return RunFiles(run).error_log("run") if run else None
 
 
 def run(**options: Any) -> None:
@@ -288,16 +289,16 @@ def _finite(value: float, option: str, lo: float = 0.0, lo_open: bool = True) ->
 
 def _require_run_dir(run_dir: Path) -> Path:
     """``run_dir`` resolved, if it is a run directory. Raises a usage error (254) saying what it is instead."""
-    from harness import store
+    from store import runfiles, runs
 
     if not run_dir.exists():
         raise _usage(f"{run_dir} does not exist", "RUN_DIR")
     if not run_dir.is_dir():
         raise _usage(f"{run_dir} is not a directory", "RUN_DIR")
-    if not store.is_run_dir(run_dir):
-        hint = f"; did you mean {run_dir / 'latest'}?" if store.is_run_dir(run_dir / "latest") else \
+    if not runs.is_run_dir(run_dir):
+        hint = f"; did you mean {run_dir / runs.LATEST}?" if runs.is_run_dir(run_dir / runs.LATEST) else \
             " (e.g. results/latest)"
-        raise _usage(f"{run_dir} is not a run directory: it has none of {', '.join(store.RUN_MARKERS)}; give a "
+        raise _usage(f"{run_dir} is not a run directory: it has none of {', '.join(runfiles.MARKERS)}; give a "
                      f"run's directory{hint}", "RUN_DIR")
     return run_dir.resolve()
 
@@ -338,7 +339,7 @@ def check(
             raise _usage("only with --bootstrap (a stored run is checked as it was saved)",
                          "--group" if group else "--settle")
         rd = _require_run_dir(run_dir)
-        _on_crash("check", rd / "logs" / "check-error.log")
+        _on_crash("check", RunFiles(rd).error_log("check"))
         result = checking.check_saved(rd)
         result["run_dir"] = str(rd)
     else:
@@ -360,7 +361,7 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
     """``check --bootstrap``: wait until caught up, read, check, and store a run directory
     (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
     from harness import checking, recovery
-    from harness.store import RunDir
+    from store.runs import RunDir
 
     _finite(recovery_timeout, "--recovery-timeout")
     _finite(settle, "--settle", lo_open=False)
@@ -375,8 +376,8 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
     clients.addHandler(logging.NullHandler())
     checking.probe(bootstrap, input_topic, output_topic)
     rd = RunDir(results, f"check-{output_topic}")
-    _on_crash("check", rd / "logs" / "check-error.log")
-    fh = logging.FileHandler(rd / "logs" / "clients.log")
+    _on_crash("check", rd.error_log("check"))
+    fh = logging.FileHandler(rd.clients_log)
     fh.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     clients.addHandler(fh)
     clients.setLevel(logging.INFO)
@@ -384,7 +385,7 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
             output_topic, *(["--group", group] if group else []), *(["--settle", f"{settle:g}"] if settle else []),
             "--recovery-timeout", f"{recovery_timeout:g}", "--results", str(results)]
     name = rd.path.parent.name
-    rd.write_json("test.json", {"kind": "check", "name": name, "replay": shlex.join(argv),
+    rd.write_json(TEST, {"kind": "check", "name": name, "replay": shlex.join(argv),
                                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                 "config": {"bootstrap": bootstrap, "input_topic": input_topic,
                                            "output_topic": output_topic, "group": group, "settle": settle,
@@ -396,15 +397,16 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
                                                          soft_wrap=True))
     result = checking.check_live(bootstrap, input_topic, output_topic, rd.path, st)
     result.update(test=name, run_dir=str(rd.path), replay=shlex.join(argv))
-    rd.write_json("results.json", result)
+    rd.write_json(RESULTS, result)
     try:
-        from harness.junit import write_junit
-        from harness.report import build_index, build_report
+        from report.html import build_report
+        from report.index import build_index
+        from report.junit import write_junit
 
         write_junit(rd.path)
         build_report(rd.path)
         build_index(results)
-        out.print(f"report: {rd.path / 'report.html'}", soft_wrap=True)
+        out.print(f"report: {rd.report}", soft_wrap=True)
     except Exception as e:  # noqa: BLE001 - the verdict stands without its report
         out.print(f"[yellow]report failed: {_one_line(e)} (rebuild with `onceproof report {rd.path}`)[/]",
                   soft_wrap=True)
@@ -417,12 +419,12 @@ def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run di
 
     Exit code: 0 written, 254 not a run directory, 255 crashed.
     """
-    from harness.junit import write_junit
-    from harness.report import build_report
+    from report.html import build_report
+    from report.junit import write_junit
 
     _on_crash("report", None)
     rd = _require_run_dir(run_dir)
-    _on_crash("report", rd / "logs" / "report-error.log")
+    _on_crash("report", RunFiles(rd).error_log("report"))
     write_junit(rd)
     console.print(f"report: {build_report(rd)}", soft_wrap=True)
 
@@ -430,7 +432,7 @@ def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run di
 @app.command()
 def index(results: Path = typer.Argument(DEFAULT_ROOT, metavar="RESULTS", help="results root")) -> None:
     """Write results/index.html: every run with its verdict and a link to its report."""
-    from harness.report import build_index
+    from report.index import build_index
 
     _on_crash("index", None)
     if results.exists() and not results.is_dir():
@@ -450,18 +452,19 @@ def prune(
     A run without results.json that changed in the last hour may still be running and is kept.
     index.html is not rebuilt (`onceproof index` does that).
     """
-    from harness import store
+    from store import retention
+    from store.runs import runs_of, tests_in
 
     _on_crash("prune", None)
     if keep_last < 1:
         raise _usage(f"must be ≥ 1, got {keep_last} (0 would keep everything: nothing to do)", "--keep-last")
     if not results.is_dir():
         raise _usage(f"{results} is not a directory", "RESULTS")
-    if test and not store.runs_of(results, test):
+    if test and not runs_of(results, test):
         raise _usage(f"no runs of {test!r} under {results}; tests there: "
-                     f"{', '.join(store.tests_in(results)) or 'none'}", "--test")
-    gone = ({test: store.prune(results, test, keep_last, dry_run=dry_run)} if test
-            else store.prune_all(results, keep_last, dry_run=dry_run))
+                     f"{', '.join(tests_in(results)) or 'none'}", "--test")
+    gone = ({test: retention.prune(results, test, keep_last, dry_run=dry_run)} if test
+            else retention.prune_all(results, keep_last, dry_run=dry_run))
     n = 0
     for t, runs in gone.items():
         for r in runs:
@@ -478,7 +481,7 @@ def serve(results: Path = typer.Argument(DEFAULT_ROOT, metavar="RESULTS", help="
     import functools
     import http.server
 
-    from harness.report import build_index
+    from report.index import build_index
 
     _on_crash("serve", None)
     if not 0 < port < 65536:

@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 from backends import registry
 from backends.base import can_perform
-from harness.store import DEFAULT_ROOT
 from nemesis import catalog, schedule
+from store.runs import DEFAULT_ROOT
 
 
 class ConfigError(ValueError):

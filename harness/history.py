@@ -6,20 +6,16 @@ An op is a flat JSON object in Jepsen's shape::
 
 ``type`` is ``invoke`` then one of ``ok`` / ``fail`` / ``info`` (indeterminate) for the same process;
 ``time`` is nanoseconds since the test started. Every line is flushed when written, so a crashed run
-leaves a history that :func:`read` can still load (a torn last line is dropped with a warning).
+leaves a history that ``store.readers.read_history`` can still load (a torn last line is dropped with a
+warning).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from pathlib import Path
-
-import pandas as pd
-
-log = logging.getLogger("onceproof.history")
 
 
 class HistoryWriter:
@@ -46,34 +42,3 @@ class HistoryWriter:
         with self._lock:
             self._f.close()
 
-
-def read(path: Path, problems: list[str] | None = None) -> pd.DataFrame:
-    """Load a history file into a DataFrame (one row per op). Missing file → empty frame.
-
-    A torn final line (the writer crashed mid-write) is skipped: reported in ``problems`` when given,
-    else logged as a warning. A torn line elsewhere raises ``ValueError`` naming the file and line,
-    since that means the file was edited or corrupted.
-    """
-    if not path.exists():
-        return pd.DataFrame()
-    rows = []
-    lines = path.read_text(errors="replace").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            op = json.loads(line)
-        except ValueError:
-            op = None
-        if isinstance(op, dict):
-            rows.append(op)
-            continue
-        if i == len(lines) - 1:
-            msg = f"{path}: dropped a torn last line ({i + 1})"
-            if problems is None:
-                log.warning("%s", msg)
-            else:
-                problems.append(msg)
-            continue
-        raise ValueError(f"{path}:{i + 1} is not a JSON object; the file is corrupt")
-    return pd.DataFrame.from_records(rows)

@@ -27,19 +27,22 @@ from rich.console import Console
 
 from backends import registry
 from backends.base import Backend, Cluster, ClusterShape, FaultNetwork, PipelineArgs, SparkApp
-from harness import checkpoint, checking, recovery, signals, store, topics
+from harness import checkpoint, checking, recovery, signals, topics
 from harness.config import TestConfig
 from harness.history import HistoryWriter
-from harness.junit import write_junit
 from harness.live_reader import LiveReader
-from harness.report import build_index, build_report
-from harness.store import RunDir
 from harness.summary import brief, fault_counts, summarize
 from harness.teardown import Teardown
 from nemesis import catalog, coverage, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
 from pipeline import job as pipeline_job
+from report.html import build_report
+from report.index import build_index
+from report.junit import write_junit
+from store import retention
+from store.runfiles import RESULTS, TEST
+from store.runs import RunDir
 from workloads.keyed import KeyedWorkload
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
@@ -83,11 +86,11 @@ class _Run:
 
     @property
     def ckpt(self) -> Path:
-        return self.rd / "checkpoint"
+        return self.rd.checkpoint
 
     @property
     def control(self) -> Path:
-        return self.rd / "control"
+        return self.rd.control
 
 
 def _timed(r: _Run, key: str):
@@ -100,7 +103,7 @@ def _setup(r: _Run) -> None:
     registered *before* it starts, so an interrupt in the middle of a start still stops it."""
     cfg, console, td, cluster = r.cfg, r.console, r.td, r.cluster
     if cfg.proxied:
-        r.net = net = r.backend.network(cluster, r.rd / "logs")
+        r.net = net = r.backend.network(cluster, r.rd.logs)
         td.push("proxy network stop", net.stop)
         td.track(net.kill)
         with console.status("building/starting the fault network (the cluster's proxies)"):
@@ -118,11 +121,11 @@ def _setup(r: _Run) -> None:
         done()
     console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
     pipeline = PipelineArgs(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
-                            sink_log=r.rd / "sink.jsonl", input_topic=INPUT, output_topic=OUTPUT,
+                            sink_log=r.rd.sink, input_topic=INPUT, output_topic=OUTPUT,
                             progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
                             max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
                             pool_size=cfg.partitions, master=cfg.master)
-    r.spark = spark = r.backend.spark(pipeline, r.rd / "logs")
+    r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
     td.push("driver stop", spark.stop)
     td.track(spark.kill_now)
     with console.status(f"starting the Spark driver ({cfg.master}, sink={cfg.sink})"):
@@ -132,7 +135,7 @@ def _setup(r: _Run) -> None:
         while spark.ready() is None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
-                                   f"see {r.rd / 'logs'}/driver-*.log")
+                                   f"see {r.rd.logs}/driver-*.log")
             time.sleep(0.5)
         done()
     console.print(f"spark query up in {r.timings['spark_start_s']}s")
@@ -274,7 +277,7 @@ def _phases(r: _Run) -> dict:
 def _client_log(rd: RunDir):
     """librdkafka's own logs (connection refused while a broker is down, ...) go to ``logs/clients.log``,
     not the console, while the run lasts."""
-    handler = logging.FileHandler(rd / "logs" / "clients.log")
+    handler = logging.FileHandler(rd.clients_log)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     lk = logging.getLogger("onceproof.librdkafka")
     lk.addHandler(handler)
@@ -291,7 +294,7 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
     """The run directory and ``test.json`` (config, replay command, versions, schedule), announced."""
     rd = RunDir(Path(cfg.results_root), cfg.name)
     os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
-    sink_id = pipeline_job.default_sink_id(rd / "checkpoint", f"onceproof-{cfg.sink}")
+    sink_id = pipeline_job.default_sink_id(rd.checkpoint, f"onceproof-{cfg.sink}")
     meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
             "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
@@ -300,7 +303,7 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
     meta["schedule"] = plan
-    rd.write_json("test.json", meta)
+    rd.write_json(TEST, meta)
     console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
     console.print(f"replay: [cyan]{cfg.replay_command()}[/]", soft_wrap=True)
     return rd, meta
@@ -319,10 +322,10 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
                                      "live_reader": r.live.errors[:50] if r.live else []}})
     if td.errors:
         console.print(f"[red]teardown errors: {td.errors}[/]")
-    rd.write_json("results.json", result)
+    rd.write_json(RESULTS, result)
     if cfg.keep_last:
         try:
-            gone = store.prune(Path(cfg.results_root), cfg.name, cfg.keep_last)
+            gone = retention.prune(Path(cfg.results_root), cfg.name, cfg.keep_last)
             if gone:
                 console.print(f"pruned {len(gone)} older run(s) of {cfg.name} (--keep-last {cfg.keep_last})")
         except OSError as e:
@@ -355,9 +358,9 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     t_start = time.monotonic()
     rd, meta = _begin(cfg, backend, console, plan)
     with _client_log(rd):
-        history = HistoryWriter(rd / "history.jsonl")
-        nem_hist = HistoryWriter(rd / "nemesis.jsonl", start_ns=history.start_ns)
-        cluster = backend.cluster(ClusterShape(rd / "cluster", nodes=cfg.brokers, log_dir=rd / "logs",
+        history = HistoryWriter(rd.history)
+        nem_hist = HistoryWriter(rd.nemesis, start_ns=history.start_ns)
+        cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir.rd.logs,
                                                proxied=cfg.proxied))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
         result = _phases(r)

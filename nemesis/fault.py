@@ -73,23 +73,12 @@ class Fault(Protocol):
 
 
 def sink_events(run_dir: Path, since: float) -> list[dict]:
-    """Events of the run's ``sink.jsonl`` (``pipeline/transactional_sink.py``) with ``time`` ≥ ``since``
+    """Events of the run's ``sink.jsonl`` (``store.readers.read_sink``) with ``time`` ≥ ``since``
     (epoch s); torn or partial lines are skipped, a missing file is no events."""
-    import json
+    from store.readers import read_sink
 
-    try:
-        lines = (run_dir / "sink.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("time", 0) >= since:
-            out.append(e)
-    return out
+    # polled while the tasks append: a line caught mid-write is expected, not worth a warning
+    return [e for e in read_sink(run_dir, problems=[]) if e.get("time", 0) >= since]
 
 
 def hold(ctx: NemesisContext, seconds: float) -> float:

@@ -8,6 +8,7 @@ from itertools import islice
 import pytest
 
 from harness import checkpoint, history
+from store import readers
 from pipeline import hooks, marker
 from workloads.keyed import sequences
 
@@ -30,12 +31,12 @@ def test_history_roundtrip_and_torn_last_line(tmp_path):
     w.close()
     with open(p, "a") as f:
         f.write('{"index": 2, "type": "inv')  # crash mid-line
-    df = history.read(p)
+    df = readers.read_history(tmp_path)
     assert list(df["type"]) == ["invoke", "ok"] and list(df["index"]) == [0, 1]
     assert (df["time"].diff().dropna() >= 0).all()
     p.write_text('{"a": 1}\nnot json\n{"b": 2}\n')
-    with pytest.raises(ValueError, match="corrupt"):
-        history.read(p)
+    with pytest.raises(readers.DamagedFile, match="corrupt"):
+        readers.read_history(tmp_path)
 
 
 def test_offset_log_parsing(tmp_path):

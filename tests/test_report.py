@@ -22,9 +22,12 @@ import pandas as pd
 import pytest
 
 from checkers.exactly_once import Recovery, check
-from harness import report
-from harness.junit import write_junit
-from harness.report import build_index, build_report
+from report import analysis
+from report.html import build_report
+from report.index import build_index
+from report.junit import write_junit
+from report.load import load_run
+from store.runfiles import CONTENTS
 
 T0 = 1_800_000_000.0  # test start, epoch s
 KEYS, SEQS, RATE = 5, 60, 10.0  # records per key, sends per second per key
@@ -174,16 +177,16 @@ def test_report_shows_verdict_anomalies_examples_faults_and_plots(run_dir):
 
 
 def test_timeline_series_are_on_the_test_clock(run_dir):
-    run = report.load_run(run_dir)
+    run = load_run(run_dir)
     assert run.t0 == pytest.approx(T0, abs=1e-3)
-    w = report.fault_windows(run.nemesis, run.t0)
+    w = analysis.fault_windows(run.nemesis, run.t0)
     assert list(w["fault"]) == ["kill-executor", "kill-driver-in-commit-window"]
     assert w["start_s"].tolist() == pytest.approx([10.0, 15.0], abs=1e-3)
     assert w["end_s"].tolist() == pytest.approx([10.05, 18.5], abs=1e-3)
     assert w["effective"].all() and w.loc[1, "evidence"]["batch"] == 7
-    assert report.heal_times(run.nemesis, run.t0) == pytest.approx([33.0], abs=1e-3)
+    assert analysis.heal_times(run.nemesis, run.t0) == pytest.approx([33.0], abs=1e-3)
 
-    panels, notes = report.timeline_panels(run)
+    panels, notes = analysis.timeline_panels(run)
     assert notes == []
     by = {p.title.split(" (")[0]: p for p in panels}
     assert set(by) == {"input rate", "output rate", "end-to-end latency", "lag"}
@@ -201,10 +204,10 @@ def test_timeline_series_are_on_the_test_clock(run_dir):
 
 
 def test_key_sequences_mark_duplicates_lost_and_unexpected(run_dir):
-    run = report.load_run(run_dir)
-    keys = report.bad_keys(run)
+    run = load_run(run_dir)
+    keys = analysis.bad_keys(run)
     assert set(keys) == {"k1", "k2", "k3"}
-    pts = report.key_sequences(run, keys)
+    pts = analysis.key_sequences(run, keys)
     kinds = pts.groupby(["key", "kind"]).size().to_dict()
     assert kinds[("k1", "duplicate copy")] == 3 and kinds[("k1", "in order")] == SEQS
     assert pts[(pts["key"] == "k2") & (pts["kind"] == "lost")]["seq"].tolist() == [20]
@@ -218,8 +221,8 @@ def test_output_without_timestamps_falls_back_to_sink_commits_or_says_why(tmp_pa
     d = make_run(tmp_path / "old")
     for f in ("input.parquet", "output.parquet"):
         pd.read_parquet(d / f).drop(columns=["timestamp"]).to_parquet(d / f, index=False)
-    run = report.load_run(d)
-    ms, src = report.output_times_ms(run)
+    run = load_run(d)
+    ms, src = analysis.output_times_ms(run)
     assert "sink.jsonl" in src
     assert ms.isna().sum() == 3  # the retry attempt (k1's duplicates) has no commit event: undated, left out
     page = build_report(d).read_text()
@@ -260,12 +263,12 @@ def test_crashed_run_with_only_test_and_results_still_renders(tmp_path):
     assert ET.parse(write_junit(empty)).getroot().find("testsuite").get("errors") == "1"
 
 
-@pytest.mark.parametrize("keep", [None, *report.RUN_FILES])
+@pytest.mark.parametrize("keep", [None, *CONTENTS])
 def test_any_single_file_alone_or_all_empty_still_renders(tmp_path, keep):
     """A run directory holding one file only (or every file, 0 bytes long) renders and gets a junit.xml."""
-    d = make_run(tmp_path / "r", drop=tuple(f for f in report.RUN_FILES if f != keep))
+    d = make_run(tmp_path / "r", drop=tuple(f for f in CONTENTS if f != keep))
     if keep is None:
-        for f in report.RUN_FILES:
+        for f in CONTENTS:
             (d / f).write_bytes(b"")
     page = build_report(d).read_text()
     assert "id=verdict" in page
@@ -420,7 +423,7 @@ def test_report_carries_the_coverage_table_and_not_exercised_rows(tmp_path):
             "exercised": 0, "other": {}}]
     d = make_run(tmp_path / "run", verdict="unknown",
                  results_extra={"coverage": cov, "unknown_reasons": ["fault-not-exercised: kill-broker:leader"]})
-    html_s = (report.build_report(d)).read_text()
+    html_s = build_report(d).read_text()
     assert "id=coverage" in html_s
     text = _text(html_s)
     assert "kill-broker" in text and "leader" in text and "fault-not-exercised: kill-broker:leader" in text

@@ -1,6 +1,6 @@
-"""Disk retention on hand-made results directories: `store.prune` keeps the newest N runs of a test,
-repoints the `latest` links, leaves runs in progress and anything that is not a run alone; `onceproof
-prune --keep-last N [RESULTS]` does it for every test."""
+"""Disk retention on hand-made results directories: `store.retention.prune` keeps the newest N runs of a
+test, repoints the `latest` links, leaves runs in progress and anything that is not a run alone;
+`onceproof prune --keep-last N [RESULTS]` does it for every test."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import store
+from store import retention, runs
 from tests.conftest import run_cli
 
 A = ["20250101T000000", "20250102T000000", "20250103T000000", "20250103T000000-1"]  # oldest → newest
@@ -43,7 +43,7 @@ def root(tmp_path):
 
 
 def names(root: Path, test: str) -> list[str]:
-    return [p.name for p in store.runs_of(root, test)]
+    return [p.name for p in runs.runs_of(root, test)]
 
 
 def test_runs_are_ordered_newest_first_with_same_second_suffixes(root):
@@ -51,7 +51,7 @@ def test_runs_are_ordered_newest_first_with_same_second_suffixes(root):
 
 
 def test_prune_keeps_the_newest_n(root):
-    gone = store.prune(root, "a", 2)
+    gone = retention.prune(root, "a", 2)
     assert [p.name for p in gone] == [A[1], A[0]]
     assert names(root, "a") == [A[3], A[2]]
     assert (root / "a" / "notes").is_dir() and names(root, "b") == ["20241231T000000"]
@@ -60,14 +60,14 @@ def test_prune_keeps_the_newest_n(root):
 
 
 def test_keep_last_zero_keeps_everything(root):
-    assert store.prune(root, "a", 0) == [] and names(root, "a") == A[::-1]
+    assert retention.prune(root, "a", 0) == [] and names(root, "a") == A[::-1]
 
 
 def test_latest_links_pointing_at_deleted_runs_are_repointed(root):
     for link, target in ((root / "latest", Path("a") / A[0]), (root / "a" / "latest", Path(A[0]))):
         link.unlink()
         link.symlink_to(target)
-    store.prune(root, "a", 1)
+    retention.prune(root, "a", 1)
     assert (root / "a" / "latest").resolve() == (root / "a" / A[3]).resolve()
     assert (root / "latest").resolve() == (root / "a" / A[3]).resolve()
 
@@ -75,7 +75,7 @@ def test_latest_links_pointing_at_deleted_runs_are_repointed(root):
 def test_latest_pointing_at_another_test_is_left_alone(root):
     (root / "latest").unlink()
     (root / "latest").symlink_to(Path("b") / "20241231T000000")
-    store.prune(root, "a", 1)
+    retention.prune(root, "a", 1)
     assert (root / "latest").resolve() == (root / "b" / "20241231T000000").resolve()
 
 
@@ -83,20 +83,20 @@ def test_a_run_in_progress_is_kept_until_it_goes_quiet(tmp_path):
     r = tmp_path / "results"
     running = make(r, "a", "20250101T000000", finished=False, age_s=10)
     make(r, "a", "20250102T000000")
-    assert store.prune(r, "a", 1) == [] and running.exists()
-    old = time.time() - 2 * store.ACTIVE_S
+    assert retention.prune(r, "a", 1) == [] and running.exists()
+    old = time.time() - 2 * retention.ACTIVE_S
     for p in running.rglob("*"):
         os.utime(p, (old, old))
-    assert store.prune(r, "a", 1) == [running] and not running.exists()
+    assert retention.prune(r, "a", 1) == [running] and not running.exists()
 
 
 def test_dry_run_deletes_nothing(root):
-    assert len(store.prune(root, "a", 1, dry_run=True)) == 3 and names(root, "a") == A[::-1]
+    assert len(retention.prune(root, "a", 1, dry_run=True)) == 3 and names(root, "a") == A[::-1]
 
 
 def test_prune_all_prunes_every_test(root):
     make(root, "b", "20250105T000000")
-    gone = store.prune_all(root, 1)
+    gone = retention.prune_all(root, 1)
     assert set(gone) == {"a", "b"} and names(root, "a") == [A[3]] and names(root, "b") == ["20250105T000000"]
 
 

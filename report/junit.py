@@ -31,7 +31,10 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-JUNIT_NAME = "junit.xml"
+from report.analysis import anomaly_names
+from store import readers
+from store.runfiles import RESULTS, RunFiles
+
 SUITE = "onceproof"
 MAX_EXAMPLES_IN_FAILURE = 3
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -42,17 +45,10 @@ def _clean(s) -> str:
     return _XML_BAD.sub("", "" if s is None else str(s))
 
 
-def _load(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def anomaly_cases(results: dict) -> list[tuple[str, int | None, dict[str, int]]]:
     """``(anomaly name, count or None, {sub-count name: n})`` per anomaly type, in results order."""
     counts = results.get("counts") or {}
-    names = list(dict.fromkeys([*counts, *(results.get("anomalies") or {})]))
+    names = anomaly_names(results)
     subs = {n for n in names if n.endswith("-records") and n.removesuffix("-records") in names}
     out = []
     for n in names:
@@ -67,16 +63,16 @@ def anomaly_cases(results: dict) -> list[tuple[str, int | None, dict[str, int]]]
 def _examples_text(examples: list) -> str:
     lines = [json.dumps(x, default=str, sort_keys=False) for x in examples[:MAX_EXAMPLES_IN_FAILURE]]
     if len(examples) > MAX_EXAMPLES_IN_FAILURE:
-        lines.append(f"... {len(examples) - MAX_EXAMPLES_IN_FAILURE} more examples in results.json")
+        lines.append(f"... {len(examples) - MAX_EXAMPLES_IN_FAILURE} more examples in {RESULTS}")
     return "\n".join(lines)
 
 
 def build_junit(run_dir: Path) -> ET.Element:
     """The ``<testsuites>`` element for ``run_dir`` (reads ``results.json``, ``test.json``)."""
     run_dir = Path(run_dir)
-    results = _load(run_dir / "results.json")
-    test = _load(run_dir / "test.json") or {}
-    r = results or {"verdict": "crashed", "error": "results.json is missing or unreadable"}
+    results = readers.read_or_none(readers.read_results, run_dir)
+    test = readers.read_or_none(readers.read_test, run_dir) or {}
+    r = results or {"verdict": "crashed", "error": f"{RESULTS} is missing or unreadable"}
     verdict = str(r.get("verdict") or "crashed")
     name = str(r.get("test") or test.get("name") or run_dir.name)
     classname = f"{SUITE}.{name}"
@@ -167,6 +163,6 @@ def write_junit(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     root = build_junit(run_dir)
     ET.indent(root)
-    out = run_dir / JUNIT_NAME
+    out = RunFiles(run_dir).junit
     ET.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
     return out

@@ -1,0 +1,34 @@
+"""``python -m report RUN_DIR... [--junit] [--index ROOT]``: write each run's ``report.html`` (and
+``junit.xml``), and ``ROOT/index.html``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from report.html import build_report
+from report.index import build_index
+from report.junit import write_junit
+from store.runfiles import JUNIT, REPORT
+from store.runs import INDEX
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), write what it asks for, print each path written; 0."""
+    ap = argparse.ArgumentParser(prog="python -m report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dirs", nargs="*", type=Path, help=f"run directories to write {REPORT} for")
+    ap.add_argument("--junit", action="store_true", help=f"also write {JUNIT} for each run directory")
+    ap.add_argument("--index", type=Path, metavar="ROOT", help=f"write ROOT/{INDEX} (building missing reports)")
+    a = ap.parse_args(argv)
+    for d in a.run_dirs:
+        print(build_report(d))
+        if a.junit:
+            print(write_junit(d))
+    if a.index:
+        print(build_index(a.index, build_missing=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
