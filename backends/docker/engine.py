@@ -97,6 +97,18 @@ def _nice_default() -> int:
         raise EngineError(f"{NICE_ENV}={raw!r} is not an integer 0..19; unset it or set e.g. 19") from None
 
 
+def priority_prefix(nice: int, current: int, *, ionice: bool = True) -> list[str]:
+    """The command prefix that starts a program at niceness ``nice`` (absolute, 0..19) from a process
+    running at ``current``: ``nice -n <nice - current>`` (an increment; root may lower it) when they
+    differ, then ``ionice -c3`` (idle I/O) when ``nice`` > 0, else ``ionice -c2 -n4`` (the normal
+    best-effort class, so that a niced caller's idle class is not inherited). ``ionice=False`` when
+    util-linux's ``ionice`` is missing."""
+    out = ["nice", "-n", str(nice - current)] if nice != current else []
+    if ionice:
+        out += ["ionice", "-c3"] if nice > 0 else ["ionice", "-c2", "-n4"]
+    return out
+
+
 def _proc_matches(pid: int, create_time: float, data_root: str) -> psutil.Process | None:
     """The process ``pid`` if it is the dockerd we recorded (same start time, our ``--data-root``)."""
     try:
@@ -142,8 +154,9 @@ class DockerEngine:
         host: the engine's address (``unix:///path`` or ``tcp://host:port``); default :func:`docker_host`.
             Only a ``unix://`` address can be served by a daemon started here.
         root: directory of the started daemon's files (default :func:`engine_dir`).
-        nice: niceness 0..19 of a started daemon and everything it runs (default
-            ``$ONCEPROOF_DOCKERD_NICE`` or 19); above 0 it also gets the idle I/O class (``ionice -c3``).
+        nice: niceness 0..19 of a started daemon and everything it runs, absolute (not an increment on
+            the caller's; default ``$ONCEPROOF_DOCKERD_NICE`` or 19); above 0 the daemon also gets the
+            idle I/O class (``ionice -c3``), at 0 the normal best-effort class.
         start_timeout_s: seconds to wait for a started daemon to answer.
         stop_timeout_s: seconds :meth:`stop` waits after SIGTERM before SIGKILL.
         dockerd: the daemon binary (default ``dockerd`` on ``PATH``, then ``/usr/sbin/dockerd``).
@@ -233,8 +246,9 @@ class DockerEngine:
                               "(dockerd-rootless-setuptool.sh install) and export the DOCKER_HOST it prints")
         binary = self.dockerd or shutil.which("dockerd") or ("/usr/sbin/dockerd" if os.path.exists("/usr/sbin/dockerd")
                                                                else None)
-        if binary is None:
-            raise EngineError("no Docker engine answers and `dockerd` is not installed: run `make docker-images` "
+        if binary is None or not os.path.exists(binary):
+            raise EngineError(f"no Docker engine answers at {self.host} and `dockerd` is not installed"
+                              f"{f' ({binary} does not exist)' if binary else ''}: run `make docker-images` "
                               "(installs Debian's docker.io and debootstrap) or `apt-get install docker.io`")
         self._launch(binary)
         return self
@@ -253,11 +267,7 @@ class DockerEngine:
         cmd = [binary, f"--data-root={self.data_root}", f"--exec-root={self.exec_root}",
                f"--pidfile={self.pidfile}", f"--host={self.host}",
                "--shutdown-timeout=10"]  # seconds each container gets on daemon shutdown (default 15)
-        prefix: list[str] = []
-        if self.nice > 0:
-            prefix += ["nice", "-n", str(self.nice)]
-            if shutil.which("ionice"):
-                prefix += ["ionice", "-c3"]
+        prefix = priority_prefix(self.nice, os.nice(0), ionice=shutil.which("ionice") is not None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} onceproof starts: {' '.join(prefix + cmd)}\n"
@@ -374,6 +384,9 @@ def _terminate(pid: int, create_time: float, root: Path, timeout_s: float) -> bo
     gone, alive = psutil.wait_procs([*alive, proc], timeout=10)
     if alive:
         raise EngineError(f"processes {[p.pid for p in alive]} of the dockerd under {root} survive SIGKILL")
+    data = root / "data"
+    if os.path.ismount(data):  # dockerd mounts its data-root privately; a killed one leaves the mount
+        subprocess.run(["umount", "-l", str(data)], capture_output=True, check=False)
     return True
 
 
