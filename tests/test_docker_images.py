@@ -118,6 +118,8 @@ def test_second_build_is_a_no_op_and_a_content_change_rebuilds(engine, tmp_path,
         tags.append(c.tag)
         assert c.built and c.tag != a.tag
         assert client.images.get("onceproof/selftest:0").id == c.image_id, "the alias follows the newest"
+        assert [t for i in client.images.list(name="onceproof/selftest") for t in i.tags
+                if t.startswith("onceproof/selftest:0-")] == [c.tag], "an earlier build's tag is dropped"
         labels = client.images.get(c.tag).labels
         assert labels["org.onceproof.hash"].startswith(c.tag.rsplit("-", 1)[1])
     finally:
@@ -135,8 +137,17 @@ def built(engine):
 
 
 def _run(engine, image: str, cmd, **kw) -> str:
-    out = engine.client.containers.run(image, cmd, remove=True, stdout=True, stderr=True, **kw)
-    return out.decode(errors="replace")
+    """Output (stdout and stderr) of ``cmd`` in a throwaway container; the container is removed even when
+    it could not start (``containers.run(remove=True)`` leaves it then)."""
+    c = engine.client.containers.create(image, cmd, **kw)
+    try:
+        c.start()
+        rc = c.wait(timeout=120)["StatusCode"]
+        out = c.logs(stdout=True, stderr=True).decode(errors="replace")
+        assert rc == 0, f"{image} {cmd}: exit {rc}\n{out}"
+        return out
+    finally:
+        c.remove(force=True)
 
 
 @pytest.mark.docker

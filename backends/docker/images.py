@@ -242,6 +242,19 @@ def _alias(image, repo: str, alias_tag: str) -> None:
         image.tag(repo, alias_tag)
 
 
+def _drop_older(client: docker.DockerClient, repo: str, version: str, keep: str) -> None:
+    """Remove the other ``<repo>:<version>-<hash>`` tags (earlier builds) so that disk use stays at one
+    image per name; an image a container still uses stays (the engine refuses, which is ignored)."""
+    for img in client.images.list(name=repo):
+        for t in img.tags:
+            rest = t.split(":", 1)[1]
+            if rest.startswith(version + "-") and rest != keep and re.fullmatch(r"[0-9a-f]{12}", rest[len(version) + 1:]):
+                try:
+                    client.images.remove(t)
+                except docker.errors.APIError:
+                    pass
+
+
 def _say(msg: str) -> None:
     print(msg, flush=True)
 
@@ -372,6 +385,7 @@ def build_base(client: docker.DockerClient, *, force: bool = False, log: Callabl
     if img is None:
         raise ImageBuildError(f"docker import did not produce {repo}:{tag}; see {blog}")
     _alias(img, repo, version)
+    _drop_older(client, repo, version, tag)
     secs = time.monotonic() - t0
     log(f"base: {repo}:{tag} in {secs:.0f}s")
     return Built("base", f"{repo}:{tag}", f"{repo}:{version}", img.id, True, secs, img.attrs.get("Size", 0))
@@ -439,6 +453,8 @@ def _build_recipe(client: docker.DockerClient, r: _Recipe, *, force: bool, log: 
             raise ImageBuildError(f"the build of {r.name} ended without an image {repo}:{tag}; "
                                   f"see {builds_dir() / (r.name + '.log')}")
     _alias(img, repo, r.version)
+    if built:
+        _drop_older(client, repo, r.version, tag)
     secs = time.monotonic() - t0
     if built:
         log(f"{r.name}: {repo}:{tag} in {secs:.0f}s")
