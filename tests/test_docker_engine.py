@@ -21,8 +21,13 @@ from backends.docker import engine as eng_mod
 from backends.docker.engine import DockerEngine, EngineError, ping, stop_started
 
 DOCKERD = shutil.which("dockerd") or ("/usr/sbin/dockerd" if os.path.exists("/usr/sbin/dockerd") else None)
-needs_dockerd = pytest.mark.skipif(DOCKERD is None or os.geteuid() != 0 or shutil.which("unshare") is None,
-                                   reason="needs root, dockerd (make docker-images installs docker.io) and unshare")
+_skip = pytest.mark.skipif(DOCKERD is None or os.geteuid() != 0 or shutil.which("unshare") is None,
+                           reason="needs root, dockerd (make docker-images installs docker.io) and unshare")
+
+
+def needs_dockerd(f):
+    """Starts a private dockerd: marked ``docker`` (not in `make unit`), skipped without root/dockerd."""
+    return pytest.mark.docker(_skip(f))
 
 
 def _host_links() -> set[str]:

@@ -6,7 +6,6 @@ images when their tags are missing (minutes the first time, a no-op after). The 
 trivial command per image; no broker, Spark master or worker is started.
 """
 
-import io
 import tarfile
 import time
 import tomllib
