@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit bench soak clean
+.PHONY: setup run test unit bench soak clean docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -35,7 +35,7 @@ test: setup $(CHROMIUM)
 	$(BIN)/python -m pytest -v -rA --durations=0
 
 unit: setup $(CHROMIUM)
-	$(BIN)/python -m pytest -v -m "not cluster"
+	$(BIN)/python -m pytest -v -m "not cluster and not docker"
 
 bench: setup
 	$(BIN)/python bench/checker_bench.py
@@ -43,6 +43,32 @@ bench: setup
 # issue 7's acceptance: seeds 1-10 × {eos, at-least-once} under --nemesis all (about 7 min a run)
 soak: setup
 	$(BIN)/python soak/soak.py --seeds 1-10 --sinks eos,at-least-once --time-limit 120
+
+# The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
+# Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under
+# ~/.cache/onceproof/docker) when no engine answers and leaves it running, then builds
+# onceproof/{base,jre,kafka,spark,toxiproxy}; an image whose content-hash tag exists is not rebuilt.
+# KAFKA_BASE=apache/kafka:4.1.1 and SPARK_BASE=apache/spark:<tag> build on the official images instead.
+KAFKA_BASE ?=
+SPARK_BASE ?=
+docker-images: setup
+	@if ! { command -v dockerd || test -x /usr/sbin/dockerd; } >/dev/null && \
+	    ! $(BIN)/python -c "from backends.docker.engine import ping; raise SystemExit(ping() is None)"; then \
+	  command -v apt-get >/dev/null || { echo "no Docker engine answers and there is no dockerd: install Docker"; exit 1; }; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io; fi
+	@{ command -v debootstrap || test -x /usr/sbin/debootstrap; } >/dev/null || { \
+	  command -v apt-get >/dev/null || { echo "need debootstrap (Debian's, to build the base image)"; exit 1; }; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
+	$(BIN)/python -m backends.docker.images build $(if $(KAFKA_BASE),--kafka-base $(KAFKA_BASE)) $(if $(SPARK_BASE),--spark-base $(SPARK_BASE))
+
+# `docker compose` (v2) for docker-compose.yml: Debian 12 has only Compose v1, so the plugin is built from
+# its Go module (needs Go 1.24+; several minutes the first time) and linked into ~/.docker/cli-plugins.
+docker-compose-plugin: setup
+	$(BIN)/python -m backends.docker.compose
+
+# Stop the dockerd that onceproof started (never one it did not start).
+docker-engine-stop: setup
+	$(BIN)/python -m backends.docker.engine stop
 
 clean:
 	rm -rf $(VENV) results/*/ results/latest .cache

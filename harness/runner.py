@@ -360,7 +360,7 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
     with _client_log(rd):
         history = HistoryWriter(rd.history)
         nem_hist = HistoryWriter(rd.nemesis, start_ns=history.start_ns)
-        cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir.rd.logs,
+        cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir=rd.logs,
                                                proxied=cfg.proxied))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
         result = _phases(r)
