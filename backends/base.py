@@ -199,7 +199,7 @@ class SparkApp(Protocol):
 
     @property
     def checkpoint(self) -> Path:
-        """Spark's checkpoint directory (offset and commit logs, ``harness/checkpoint.py``)."""
+        """Spark's checkpoint directory (offset and commit logs, ``store/checkpoint.py``)."""
 
     @property
     def driver_pid(self) -> int | None:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from checkers import compose, nearby
 from checkers.exactly_once import Recovery, check
-from harness import topics
+from clients import topics
 from harness.recovery import RecoveryStatus
 from nemesis import coverage
 from store import readers

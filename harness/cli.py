@@ -123,7 +123,7 @@ def _usage_exit(e: UsageError) -> int:
 
 def _crash_exit(e: BaseException, args: list[str]) -> int:
     from harness.checking import CheckError
-    from harness.topics import TopicError
+    from clients.topics import TopicError
 
     text = (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} onceproof {shlex.join(args)}\n"
             + "".join(traceback.format_exception(e)))

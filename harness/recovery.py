@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import checkpoint, topics
+from clients import topics
+from store import checkpoint
 
 
 @dataclass

@@ -27,10 +27,12 @@ from rich.console import Console
 
 from backends import registry
 from backends.base import Backend, Cluster, ClusterShape, FaultNetwork, PipelineArgs, SparkApp
-from harness import checkpoint, checking, recovery, signals, topics
+from harness import checking, recovery, signals
+from clients import topics
+from store import checkpoint
 from harness.config import TestConfig
-from harness.history import HistoryWriter
-from harness.live_reader import LiveReader
+from store.history import HistoryWriter
+from clients.live_reader import LiveReader
 from harness.summary import brief, fault_counts, summarize
 from harness.teardown import Teardown
 from nemesis import catalog, coverage, schedule

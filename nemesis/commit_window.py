@@ -13,7 +13,7 @@ import json
 import random
 import time
 
-from harness import checkpoint
+from store import checkpoint
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 from pipeline import hooks
 

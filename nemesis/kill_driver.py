@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import time
 
-from harness import checkpoint
+from store import checkpoint
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 
 

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from harness.history import HistoryWriter
+from store.history import HistoryWriter
 from nemesis.fault import Fault, NemesisContext
 
 log = logging.getLogger("onceproof.nemesis")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness import topics
+from clients import topics
 
 TARGETS = ("one", "minority", "leader", "txn-coordinator")
 TXN_STATE_TOPIC = "__transaction_state"

@@ -6,7 +6,7 @@ Every reader takes the run directory. An absent file is not an error: JSON objec
 check (``harness/checking.py``) or is listed in the report (``report/load.py``).
 
 JSON-lines files are appended while the run goes, by one writer (``history.jsonl``, ``nemesis.jsonl``:
-``harness/history.py``) or by many processes at once (``sink.jsonl``: every sink task and the driver,
+``store/history.py``) or by many processes at once (``sink.jsonl``: every sink task and the driver,
 ``pipeline/transactional_sink.py``), so a line can be torn by a crash:
 
 * a history's torn **last** line is dropped; a bad line before it means the file was edited or

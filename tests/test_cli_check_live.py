@@ -128,7 +128,7 @@ def check(bootstrap, inp, out, results, *extra, timeout="10"):
 
 
 def topics_with(cluster, name, inputs, outputs):
-    from harness import topics
+    from clients import topics
 
     inp, out = f"in-{name}", f"out-{name}"
     topics.create_topics(cluster.bootstrap, {inp: 1, out: 1})

@@ -7,7 +7,7 @@ from itertools import islice
 
 import pytest
 
-from harness import checkpoint, history
+from store import checkpoint, history
 from store import readers
 from pipeline import hooks, marker
 from workloads.keyed import sequences
@@ -90,7 +90,7 @@ def test_marker_encodes_batch_plus_one():
 def test_decode_values_fast_path_and_fallback_agree():
     import pandas as pd
 
-    from harness.topics import decode_values
+    from clients.topics import decode_values
 
     vals = [json.dumps({"key": f"k{i % 3}", "seq": i // 3, "in_offset": i}).encode() for i in range(30)]
     frame = pd.DataFrame({"partition": [0] * 30, "offset": range(30), "key": [None] * 30, "value": vals})

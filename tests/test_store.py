@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.history import HistoryWriter
+from store.history import HistoryWriter
 from nemesis.fault import sink_events
 from pipeline.transactional_sink import SinkConfig, log_event
 from store import readers, runfiles

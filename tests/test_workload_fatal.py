@@ -15,7 +15,7 @@ import time
 import pytest
 
 import workloads.keyed as keyed
-from harness.history import HistoryWriter
+from store.history import HistoryWriter
 
 
 class _Err:

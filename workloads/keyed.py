@@ -25,7 +25,7 @@ from typing import Iterator
 
 from confluent_kafka import KafkaError, Producer
 
-from harness.history import HistoryWriter
+from store.history import HistoryWriter
 
 # Delivery errors after which the record is certainly absent from the log. Everything else is
 # indeterminate: e.g. _MSG_TIMED_OUT may come after the broker appended the record.
