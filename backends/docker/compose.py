@@ -15,7 +15,6 @@ looks for plugins.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from backends.cache import cache_dir
+from backends.gobuild import built_once, go_env
 
 COMPOSE_MODULE = "github.com/docker/compose/v2"
 COMPOSE_VERSION = "v2.40.3"
@@ -39,16 +39,6 @@ def plugin_dir(version: str = COMPOSE_VERSION) -> Path:
     return cache_dir() / f"compose-{version}"
 
 
-def _go_env() -> dict[str, str]:
-    root = cache_dir()
-    env = dict(os.environ)
-    env.update(GOPATH=str(root / "go"), GOMODCACHE=str(root / "go" / "pkg" / "mod"),
-               GOCACHE=str(root / "go-build"), GOFLAGS="-modcacherw -trimpath -buildvcs=false",
-               GO111MODULE="on", GOWORK="off", CGO_ENABLED="0",
-               GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "local"))
-    return env
-
-
 def build_plugin(version: str = COMPOSE_VERSION, *, timeout_s: float = 1800.0) -> Path:
     """Build the Compose plugin once and return the path of the ``docker-compose`` binary.
 
@@ -59,24 +49,15 @@ def build_plugin(version: str = COMPOSE_VERSION, *, timeout_s: float = 1800.0) -
     Raises: ``ComposeBuildError`` naming the fix when ``go`` is not on ``PATH`` or the download or the
     build fails or takes over ``timeout_s`` seconds.
     """
-    target = plugin_dir(version)
-    binary = target / "docker-compose"
-    stamp = target / ".complete"
-    if stamp.exists() and binary.exists():
-        return binary
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"compose-{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and binary.exists():
-            return binary
+    def build(tmp: Path) -> None:
         go = shutil.which("go")
         if go is None:
             raise ComposeBuildError("`go` is not on PATH: install Go 1.24+ (https://go.dev/dl) to build the "
                                     "Compose v2 plugin, or install Docker's docker-compose-plugin package")
-        env = _go_env()
+        env = go_env()
         try:
             dl = subprocess.run([go, "mod", "download", "-json", f"{COMPOSE_MODULE}@{version}"], env=env,
-                                cwd=target.parent, capture_output=True, text=True, timeout=timeout_s)
+                                cwd=tmp, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
             raise ComposeBuildError(f"downloading {COMPOSE_MODULE}@{version} took over {timeout_s:.0f}s; "
                                     "check access to the Go module proxy (GOPROXY)") from e
@@ -86,9 +67,6 @@ def build_plugin(version: str = COMPOSE_VERSION, *, timeout_s: float = 1800.0) -
             raise ComposeBuildError(f"`go mod download {COMPOSE_MODULE}@{version}` failed (exit {dl.returncode}):\n"
                                     f"{dl.stdout[-2000:]}\n{dl.stderr[-2000:]}\n"
                                     "Check access to the Go module proxy (GOPROXY).") from None
-        tmp = target.with_name(target.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
         cmd = [go, "build", "-ldflags", f"-s -w -X {COMPOSE_MODULE}/internal.Version={version}",
                "-o", str(tmp / "docker-compose"), "./cmd"]
         try:
@@ -99,10 +77,8 @@ def build_plugin(version: str = COMPOSE_VERSION, *, timeout_s: float = 1800.0) -
             raise ComposeBuildError(f"building Compose {version} failed (exit {proc.returncode}).\n"
                                     f"Command (in {src}): {' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}\n"
                                     "Check access to the Go module proxy and that Go is 1.24+.")
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        stamp.write_text(version + "\n")
-    return binary
+
+    return built_once(plugin_dir(version), "docker-compose", version, build)
 
 
 def install_plugin(version: str = COMPOSE_VERSION, plugins: Path | None = None) -> Path:

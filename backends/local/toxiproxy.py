@@ -46,7 +46,6 @@ refused) — a clean network cut between the client side and the upstream.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -64,6 +63,7 @@ import psutil
 
 from backends.local import processes
 from backends.cache import cache_dir
+from backends.gobuild import built_once, go_env
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2"
 TOXIPROXY_VERSION = "v2.12.0"
@@ -118,25 +118,6 @@ def _go_version(go: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _go_env(gobin: Path) -> dict[str, str]:
-    root = cache_dir()
-    env = dict(os.environ)
-    # A user-level GOFLAGS (e.g. -mod=vendor) or go.work must not leak in; module downloads and build
-    # objects go to the onceproof cache (the module cache made writable so that it can be deleted).
-    env.update(
-        GOBIN=str(gobin),
-        GOPATH=str(root / "go"),
-        GOMODCACHE=str(root / "go" / "pkg" / "mod"),
-        GOCACHE=str(root / "go-build"),
-        GOFLAGS="-modcacherw -trimpath -buildvcs=false",
-        GO111MODULE="on",
-        GOWORK="off",
-        CGO_ENABLED="0",  # a static binary; no C compiler needed
-        GOTOOLCHAIN=os.environ.get("GOTOOLCHAIN", "local"),
-    )
-    return env
-
-
 def build_server(version: str = TOXIPROXY_VERSION, *, timeout_s: float = 900.0) -> Path:
     """Build toxiproxy's server once and return the path of the ``toxiproxy-server`` binary.
 
@@ -153,16 +134,7 @@ def build_server(version: str = TOXIPROXY_VERSION, *, timeout_s: float = 900.0) 
     Raises: ``ToxiproxyBuildError`` naming the fix when ``go`` is missing or older than 1.23, or when
     the build fails (typically no network access to the Go module proxy).
     """
-    target = server_dir(version)
-    binary = target / "toxiproxy-server"
-    stamp = target / ".complete"
-    if stamp.exists() and binary.exists():
-        return binary
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"toxiproxy-{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and binary.exists():  # built by another process while we waited
-            return binary
+    def build(tmp: Path) -> None:
         go = shutil.which("go")
         if go is None:
             raise ToxiproxyBuildError(
@@ -173,13 +145,10 @@ def build_server(version: str = TOXIPROXY_VERSION, *, timeout_s: float = 900.0) 
             raise ToxiproxyBuildError(
                 f"toxiproxy {version} needs Go {MIN_GO[0]}.{MIN_GO[1]}+, `{go}` is {have[0]}.{have[1]}: "
                 f"install a newer Go, or set GOTOOLCHAIN=auto to let go fetch one")
-        tmp = target.with_name(target.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
         cmd = [go, "install", f"-ldflags=-s -w -X {TOXIPROXY_MODULE}.Version={version.lstrip('v')}",
                f"{TOXIPROXY_MODULE}/cmd/server@{version}"]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=_go_env(tmp), cwd=tmp,
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=go_env(gobin=tmp), cwd=tmp,
                                   timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
             raise ToxiproxyBuildError(f"`{' '.join(cmd)}` took over {timeout_s:.0f}s; "
@@ -192,10 +161,8 @@ def build_server(version: str = TOXIPROXY_VERSION, *, timeout_s: float = 900.0) 
                 f"Check network access to the Go module proxy (GOPROXY) and that Go is "
                 f"{MIN_GO[0]}.{MIN_GO[1]}+.")
         built.rename(tmp / "toxiproxy-server")
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        stamp.write_text(version + "\n")
-    return binary
+
+    return built_once(server_dir(version), "toxiproxy-server", version, build)
 
 
 # ---------------------------------------------------------------------------------------------- server
