@@ -222,26 +222,27 @@ def _coverage_words(result: RunResult) -> str:
 def judge(result: RunResult, expect: frozenset[str]) -> str | None:
     """``None`` when ``result.verdict`` is one of ``expect``; else why the test fails, as one paragraph:
     the verdict and the one expected, the anomalies found (or that none was), why the run is unknown or
-    crashed, the report, the replay command and the run directory."""
+    crashed, the report (or how to rebuild it), then the replay command."""
     if result.verdict in expect:
         return None
     want = " or ".join(v for v in VERDICTS if v in expect)
     found = describe_anomalies(result)
     text = f"onceproof run {result.test} was {result.verdict.upper()}, expected {want}: "
-    text += f"anomalies {found}" if found else "no anomaly was found"
+    if result.verdict == "crashed":
+        text += (f"the run ended before its check: {result.results.get('error') or 'no error recorded'} (the "
+                 f"traceback is in the test's captured log and under {result.run_dir / 'logs'})")
+    else:
+        text += f"anomalies {found}" if found else "no anomaly was found"
     reasons = list(result.results.get("unknown_reasons") or [])
     if reasons:
         text += f"; unknown because {'; '.join(reasons)}"
-    if result.verdict == "crashed":
-        text += (f"; error: {result.results.get('error') or 'none recorded'} (the traceback is in the "
-                 f"captured log and under {result.run_dir / 'logs'})")
     if result.verdict == "valid" and result.coverage:
         text += f"; coverage: {_coverage_words(result)}"
     text += (f". Report: {result.report}." if result.report else
              f". No report.html (rebuild it with `onceproof report {result.run_dir}`).")
-    if result.replay:
-        text += f" Replay: {result.replay}."
-    return " ".join(f"{text} Run directory: {result.run_dir}".split())
+    if result.replay:  # last: CI shows the first 500 characters (pytest's JUnit message attribute)
+        text += f" Replay: {result.replay}"
+    return " ".join(text.split())
 
 
 def junit_properties(result: RunResult, expect: frozenset[str]) -> list[tuple[str, str]]:
