@@ -153,9 +153,11 @@ def onceproof_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     from backends.base import ClusterShape
     from pytest_onceproof import runs
 
-    cfg = runs.config_from_kwargs(_settings(request, CLUSTER_KEYS))
+    given = _settings(request, CLUSTER_KEYS)
+    data = tmp_path_factory.mktemp("onceproof-cluster")
+    given["results_root"] = runs.Setting(data, "onceproof_cluster's data directory")  # validated, not written
+    cfg = runs.config_from_kwargs(given)
     backend = registry.get(cfg.backend)
-    data = tmp_path_factory.mktemp(f"onceproof-cluster-{cfg.backend}")
     with runs.Interrupts():
         cluster = backend.cluster(ClusterShape(data, nodes=cfg.brokers, log_dir=data / "logs"))
         try:

@@ -429,17 +429,24 @@ def test_a_backend_marker_that_cannot_reach_the_module_scoped_cluster_is_a_usage
     assert backend.clusters == []
 
 
-def test_a_cluster_parameter_with_run_config_is_refused(pytester, backend):
-    pytester.makepyfile(test_c="""
+@pytest.mark.parametrize("param,expected", [
+    ({"backend": "stand-in", "sink": "eos"},
+     "*onceproof_cluster takes backend and brokers, got sink='eos'; give run config to onceproof_run instead*"),
+    ({"backend": "stand-in", "brokers": 0},
+     "*brokers=0 (from parametrize('onceproof_cluster', ..., indirect=True)): must be ≥ 1, got 0*"),
+    ("nowhere", "*backend='nowhere' (from parametrize('onceproof_cluster', ..., indirect=True)): unknown backend "
+                "'nowhere'; choose one of local, stand-in*"),
+])
+def test_a_bad_cluster_parameter_is_refused_before_a_cluster_is_built(pytester, backend, param, expected):
+    pytester.makepyfile(test_c=f"""
         import pytest
-        @pytest.mark.parametrize("onceproof_cluster", [{"backend": "stand-in", "sink": "eos"}], indirect=True)
+        @pytest.mark.parametrize("onceproof_cluster", [{param!r}], indirect=True)
         def test_it(onceproof_cluster):
             pass
     """)
     res = pytester.runpytest(*plugin_args())
     res.assert_outcomes(errors=1)
-    res.stdout.fnmatch_lines(["*onceproof_cluster takes backend and brokers, got sink='eos'; give run config to "
-                              "onceproof_run instead*"])
+    res.stdout.fnmatch_lines([expected])
     assert backend.clusters == []
 
 
