@@ -91,10 +91,11 @@ def _option_words(key: str, s: Setting, given: dict[str, Setting]) -> list[str]:
         return [flag if v else "--no-" + flag[2:]]
     if isinstance(v, bool):
         raise _error(key, given, f"must be a {getattr(typ, '__name__', typ)}, got a bool")
+    # "--flag=text": a text starting with "-" (seed=-1, test_name="-x") stays the option's value
     if isinstance(v, (list, tuple)) and f.metadata.get("fmt") and all(isinstance(x, str) for x in v):
-        return [flag, f.metadata["fmt"](list(v))]
+        return [f"{flag}={f.metadata['fmt'](list(v))}"]
     if isinstance(v, (str, int, float, Path)):
-        return [flag, str(v)]
+        return [f"{flag}={v}"]
     raise _error(key, given, f"a {type(v).__name__} cannot be an option's value",
                  "give a str or a number" + (", or a list of str," if f.metadata.get("fmt") else "")
                  + " as on the command line")

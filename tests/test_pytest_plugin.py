@@ -195,6 +195,7 @@ def test_an_unknown_backend_option_is_a_usage_error_naming_the_backends(pytester
     ("call", "onceproof_run(time_limit=0)",
      "time_limit=0 (from onceproof_run()): must be > 0, got 0; give time_limit a value that "
      "`onceproof run --time-limit` accepts*"),
+    ("call", "onceproof_run(seed=-1)", "seed=-1 (from onceproof_run()): must be ≥ 0, got -1*"),
     ("call", "onceproof_run(keys='many')", "keys='many' (from onceproof_run()): Invalid value for '--keys'*"),
     ("call", "onceproof_run(nemesis='kill-everything')",
      "nemesis='kill-everything' (from onceproof_run()): unknown nemesis kill-everything; choose from: *"),
