@@ -85,8 +85,8 @@ class DockerBackend:
         refs = image_refs()
         base = free_base_port(shape.nodes, proxied=shape.proxied)
         layout = DockerLayout(uuid.uuid4().hex[:10], shape.nodes, base, proxied=shape.proxied)
-        self._cluster = DockerKafkaCluster(DockerSite(self.client, layout), shape.data_dir, shape.log_dir,
-                                           detached=shape.detached, image=refs["kafka"],
+        site = DockerSite(self.client, layout, reap=not shape.detached)
+        self._cluster = DockerKafkaCluster(site, shape.data_dir, shape.log_dir, image=refs["kafka"],
                                            version=refs["kafka"].rpartition(":")[2])
         return self._cluster
 
@@ -99,7 +99,7 @@ class DockerBackend:
         layout = DockerLayout(st["run_id"], int(st["nodes"]), int(st["base_port"]), proxied=bool(st["proxied"]),
                               subnet=st["subnet"])
         return DockerKafkaCluster(DockerSite(self.client, layout), Path(data_dir), Path(st["log_dir"]),
-                                  detached=True, cluster_id=st["cluster_id"], image=st.get("image", ""),
+                                  cluster_id=st["cluster_id"], image=st.get("image", ""),
                                   version=st.get("version", ""))
 
     def network(self, cluster: DockerKafkaCluster, log_dir: Path) -> DockerFaultNetwork:

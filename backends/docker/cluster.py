@@ -12,8 +12,8 @@ restarts it on its data), ``pause`` / ``resume`` = ``docker pause`` / ``unpause`
 :class:`NodeState` status ``stopped`` while paused), ``stop(clean)`` = ``docker stop`` (SIGTERM, SIGKILL
 after 15 s). A node's pid is the broker JVM's pid on the host (the container's main process).
 
-A run's cluster starts a reaper (:mod:`backends.docker.reaper`) that removes every container of the
-run if the harness dies without tearing down; ``onceproof cluster up`` (``detached``) does not, and
+A run's site starts a reaper (:mod:`backends.docker.reaper`) that removes every container of the run
+if the harness dies without tearing down; ``onceproof cluster up`` (``detached``) does not, and
 ``cluster status|down`` find the containers again by their run label (``cluster.json``).
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -30,7 +31,6 @@ import docker
 import psutil
 
 from backends.base import GONE, STOPPED, ClusterError, NodeState
-from backends.docker import reaper
 from backends.docker.layout import CLIENT_PORT, DATA_DIR, DockerLayout
 from backends.docker.site import DockerSite, save_logs
 from backends.local.layout import ClusterSpec
@@ -55,19 +55,18 @@ def node_state(status: str | None, pid: int | None, proc_status: str | None = No
 class DockerKafkaCluster:
     """Start, inspect and stop the containerized KRaft cluster of ``layout`` in ``data_dir``.
 
-    ``detached``: outlives this process (``onceproof cluster up``): no reaper watches it.
+    ``site`` (its run id and layout) says which containers are this cluster's; a site built with
+    ``reap=False`` outlives this process (``onceproof cluster up``).
     """
 
-    def __init__(self, site: DockerSite, data_dir: Path, log_dir: Path | None = None, *, detached: bool = False,
+    def __init__(self, site: DockerSite, data_dir: Path, log_dir: Path | None = None, *,
                  cluster_id: str | None = None, image: str = "", version: str = ""):
         self.site = site
         self.data_dir = Path(data_dir).resolve()
         self._log_dir = Path(log_dir) if log_dir else self.data_dir / "logs"
-        self.detached = detached
         self.cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.image = image
         self.version = version
-        self._reaper = None
 
     @property
     def layout(self) -> DockerLayout:
@@ -111,13 +110,12 @@ class DockerKafkaCluster:
     def up(self, timeout_s: float = 120.0) -> None:
         """Create the network (if the fault network did not) and one container per node, then wait until
         :meth:`healthy`. Raises ``ClusterError`` (with the failing node's log tail)."""
-        if not self.detached and self._reaper is None:
-            self._reaper = reaper.start(self.site.run_id)
         self.site.ensure_network()
         self.save_state()
         for n in self.nodes:
             data = self.data_dir / f"node{n}" / "data"
-            data.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(data.parent, ignore_errors=True)  # a new cluster id: storage formatted afresh
+            data.mkdir(parents=True)
             host = self.layout.broker_host(n)
             try:
                 self.site.run(host, self.image, ip=self.layout.broker_ip(n), aliases=[host],
@@ -200,8 +198,6 @@ class DockerKafkaCluster:
             release_base_port(self.layout.base_port, self.data_dir)
         except OSError as e:
             log.warning("could not release the port lease of %d: %s", self.layout.base_port, e)
-        reaper.stop(self._reaper)
-        self._reaper = None
         if left:
             raise ClusterError(f"could not remove: {'; '.join(left)}; remove them with "
                                f"`docker rm -f $(docker ps -aq --filter label=org.onceproof.run={self.site.run_id})`")
@@ -209,8 +205,6 @@ class DockerKafkaCluster:
 
     def clean(self) -> None:
         """Delete the nodes' data (after :meth:`down`)."""
-        import shutil
-
         for n in self.nodes:
             shutil.rmtree(self.data_dir / f"node{n}", ignore_errors=True)
 
@@ -268,7 +262,7 @@ class DockerKafkaCluster:
         return (c.attrs.get("State") or {}).get("Pid") or None
 
     def state(self, node: int) -> NodeState:
-        """Node ``node``'s container now (one engine call)."""
+        """Node ``node``'s container now (asked of the engine)."""
         c = self.site.get(self.layout.broker_host(node))
         if c is None:
             return NodeState(None, GONE)

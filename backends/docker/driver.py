@@ -101,7 +101,7 @@ class ContainerDriverSupervisor:
             try:
                 c = self.site.run(self.role(n), self.image, ip=None, aliases=["driver"], env=env,
                                   command=driver_command(self.argv), volumes=self.volumes, pid_host=True,
-                                  log_path=self.log_dir / f"driver-{n}.container.log", hostname="driver",
+                                  log_path=self.log_dir / f"container-driver-{n}.log", hostname="driver",
                                   working_dir=str(self.log_dir))
                 c.reload()
                 pid = c.attrs["State"]["Pid"] or None

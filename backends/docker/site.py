@@ -70,11 +70,18 @@ def _ryuk_off_without_image(client: docker.DockerClient) -> None:
 
 
 class DockerSite:
-    """The network and containers of run ``layout.run_id`` in the engine of ``client``."""
+    """The network and containers of run ``layout.run_id`` in the engine of ``client``.
 
-    def __init__(self, client: docker.DockerClient, layout: DockerLayout):
+    ``reap``: before the first resource is created, start a reaper (:mod:`backends.docker.reaper`) that
+    removes them all if this process dies without :meth:`sweep`; :meth:`sweep` stops it. Off for a
+    cluster meant to outlive this process (``onceproof cluster up``).
+    """
+
+    def __init__(self, client: docker.DockerClient, layout: DockerLayout, *, reap: bool = False):
         self.client = client
         self.layout = layout
+        self.reap = reap
+        self._reaper = None
 
     @property
     def run_id(self) -> str:
@@ -98,6 +105,10 @@ class DockerSite:
 
         Raises: ``BackendError`` when every candidate subnet overlaps another network.
         """
+        if self.reap and self._reaper is None:
+            from backends.docker import reaper
+
+            self._reaper = reaper.start(self.run_id)
         net = self.network()
         if net is not None:
             subnet = net.attrs["IPAM"]["Config"][0]["Subnet"]
@@ -139,10 +150,8 @@ class DockerSite:
         name = self.layout.container(role)
         kwargs = {"labels": self.labels(role, log_path), "network": self.layout.network,
                   "networking_config": {self.layout.network: EndpointConfig(
-                      self.client.api._version, aliases=aliases, ipv4_address=ip)},
+                      self.client.api.api_version, aliases=aliases, ipv4_address=ip)},
                   "hostname": hostname or (aliases[0] if aliases else None)}
-        if volumes:
-            kwargs["volumes"] = volumes
         if pid_host:
             kwargs["pid_mode"] = "host"
         if working_dir:
@@ -154,7 +163,9 @@ class DockerSite:
                                "(or `onceproof deps --backend docker`)") from None
         c = DockerContainer(image, command=command, env=env, name=name,
                             docker_client_kw={"timeout": API_TIMEOUT_S}).with_kwargs(**kwargs)
-        c.ports = dict(ports or {})
+        c.ports = dict(ports or {})  # with_bind_ports would drop the host address (127.0.0.1)
+        for host, m in (volumes or {}).items():
+            c.with_volume_mapping(host, m["bind"], m.get("mode", "rw"))
         c.start()
         return self.client.containers.get(c.get_wrapped_container().id)
 
@@ -185,17 +196,28 @@ class DockerSite:
 
     def sweep(self, timeout_s: float = 45.0) -> list[str]:
         """Remove every container of the run (in parallel, logs saved) and then its network, within
-        ``timeout_s`` seconds. Returns what could not be removed (empty when everything is gone)."""
+        ``timeout_s`` seconds; then stop the reaper. Returns what could not be removed (empty when
+        everything is gone)."""
+        left = self._sweep(timeout_s)
+        if not left and self._reaper is not None:
+            from backends.docker import reaper
+
+            reaper.stop(self._reaper)
+            self._reaper = None
+        return left
+
+    def _sweep(self, timeout_s: float) -> list[str]:
         left = []
         cs = self.containers()
         if cs:
-            with ThreadPoolExecutor(max_workers=min(8, len(cs))) as pool:
-                futs = {pool.submit(self.remove, c): c for c in cs}
-                done, pending = wait(futs, timeout=timeout_s)
-                for f in done:
-                    if f.exception() is not None:
-                        left.append(f"{futs[f].name}: {f.exception()!r}")
-                left += [f"{futs[f].name}: still being removed after {timeout_s:.0f}s" for f in pending]
+            pool = ThreadPoolExecutor(max_workers=min(8, len(cs)), thread_name_prefix="docker-remove")
+            futs = {pool.submit(self.remove, c): c for c in cs}
+            done, pending = wait(futs, timeout=timeout_s)
+            pool.shutdown(wait=False)  # the bound holds even if the engine hangs on one container
+            for f in done:
+                if f.exception() is not None:
+                    left.append(f"{futs[f].name}: {f.exception()!r}")
+            left += [f"{futs[f].name}: still being removed after {timeout_s:.0f}s" for f in pending]
         net = self.network()
         if net is not None:
             for attempt in range(10):  # an endpoint can linger a moment after its container went
