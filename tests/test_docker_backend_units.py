@@ -225,3 +225,12 @@ def test_a_docker_run_of_the_definition_of_done_validates_without_starting_anyth
                      time_limit=90, seed=1, results_root=tmp_path / "r")
     assert cfg.validate() is cfg
     assert not (tmp_path / "r").exists()
+
+
+def test_listening_ports_are_read_from_the_namespaces_tcp_table():
+    from backends.docker.cluster import listening_in
+
+    rows = ["   0: 00000000:2383 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 1 1",  # 9091 listen
+            "   1: 0100007F:2384 0100007F:D431 01 00000000:00000000 00:00000000 00000000 0 0 2 1",  # 9092 established
+            "   2: 00000000000000000000000000000000:2385 00000000000000000000000000000000:0000 0A 0 0 0 0 0 3 1"]
+    assert listening_in(rows) == {9091, 9093}

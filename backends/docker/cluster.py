@@ -159,21 +159,10 @@ class DockerKafkaCluster:
                            "(`onceproof cluster status --backend docker`)")
 
     def _not_listening(self) -> list[int]:
-        """Nodes whose broker process (a host pid: the container's main process) does not listen on every
-        port of :meth:`DockerLayout.listen_ports` in its network namespace."""
+        """Nodes whose container does not listen on every port of :meth:`DockerLayout.listen_ports` (its
+        network namespace holds only the broker)."""
         want = self.layout.listen_ports()
-        out = []
-        for n in self.nodes:
-            st = self.state(n)
-            try:
-                conns = psutil.Process(st.pid).net_connections(kind="tcp")
-            except (psutil.Error, TypeError, ValueError):
-                out.append(n)
-                continue
-            have = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
-            if not want <= have:
-                out.append(n)
-        return out
+        return [n for n in self.nodes if not want <= listening_ports(self.state(n).pid)]
 
     def _tail(self, node: int, nbytes: int = 1500) -> str:
         try:
@@ -310,6 +299,33 @@ class DockerKafkaCluster:
                 claim_base_port(ClusterSpec(self.data_dir, lay.nodes, lay.base_port, proxied=lay.proxied), pids)
             except OSError as e:
                 log.warning("could not record the port lease of %d: %s", lay.base_port, e)
+
+
+def listening_ports(pid: int | None) -> set[int]:
+    """TCP ports in state LISTEN in the network namespace of process ``pid`` (``/proc/<pid>/net/tcp``
+    and ``tcp6``: one hex ``local_address`` column, state ``0A``). psutil cannot say: it reads the
+    *caller's* ``/proc/net/tcp``. Empty when ``pid`` is ``None`` or gone."""
+    out: set[int] = set()
+    if not pid:
+        return out
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        out |= listening_in(lines)
+    return out
+
+
+def listening_in(lines: list[str]) -> set[int]:
+    """Ports in state LISTEN (``0A``) among ``/proc/net/tcp`` rows (``sl local_address rem_address st
+    ...``, the address as hex ``IP:PORT``)."""
+    out = set()
+    for line in lines:
+        f = line.split()
+        if len(f) > 3 and f[3] == "0A":
+            out.add(int(f[1].rpartition(":")[2], 16))
+    return out
 
 
 def _run_env() -> dict[str, str]:
