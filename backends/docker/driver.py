@@ -32,9 +32,9 @@ SPARK_KAFKA_DIR = "/opt/onceproof/spark-kafka"  # the connector's jars in oncepr
 
 def driver_command(argv: list[str], jar_dir: str = SPARK_KAFKA_DIR) -> list[str]:
     """The driver container's command: ``pipeline.job`` with ``argv`` (passed as ``sh``'s positional
-    arguments, never parsed by the shell) and every connector jar in ``jar_dir`` as ``--jars
-    local:...`` (on every node of the image already, so executors fetch nothing). Output is appended
-    to ``$ONCEPROOF_DRIVER_LOG`` (set in the container's environment)."""
+    arguments, never parsed by the shell) and every connector jar in ``jar_dir`` as ``--jars local:...``
+    (in the image on every node, so an executor copies them from its own disk, never from the driver).
+    Output is appended to ``$ONCEPROOF_DRIVER_LOG`` (set in the container's environment)."""
     script = (f'jars=""; for j in {jar_dir}/*.jar; do jars="$jars${{jars:+,}}local:$j"; done; '
               f'exec python -m pipeline.job "$@" --jars "$jars" >> "$ONCEPROOF_DRIVER_LOG" 2>&1')
     return ["sh", "-c", script, "pipeline.job", *argv]
