@@ -3,9 +3,10 @@ it from the same checkpoint when it dies, as a cluster manager's supervise mode 
 counterpart of ``backends/local/supervisor.py``'s ``DriverSupervisor``, with the same interface
 (``start``, ``pid``, ``stop``, ``kill_now``, ``restarts``, ``events``).
 
-Why not ``DriverSupervisor`` itself: it starts a host ``python`` and stops a driver by its process
-group; here each incarnation is a container (``onceproof/spark``, ``pid_mode=host``) started and
-removed through the engine. What carries over unchanged: one ``driver-<n>.log`` per incarnation in the
+A subclass of ``DriverSupervisor`` that replaces how an incarnation runs and stops: the local one starts
+a host ``python`` and stops it by its process group; here each incarnation is a container
+(``onceproof/spark``, ``pid_mode=host``) started and removed through the engine. What carries over
+unchanged: one ``driver-<n>.log`` per incarnation in the
 run's logs, ``ONCEPROOF_DRIVER_INCARNATION=<n>`` in its environment, a 1 s pause before a restart, and
 pids that are host pids (so the driver's own announcements, ``driver.ready`` and the commit-window
 hook, name a process the harness can see and the nemeses can aim at).
@@ -17,15 +18,14 @@ with its JVM (a container without its own pid namespace loses every process when
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import docker
 import psutil
 
 from backends.docker.site import DockerSite
+from backends.local.supervisor import DriverSupervisor
 
 SPARK_KAFKA_DIR = "/opt/onceproof/spark-kafka"  # the connector's jars in onceproof/spark
 
@@ -40,40 +40,26 @@ def driver_command(argv: list[str], jar_dir: str = SPARK_KAFKA_DIR) -> list[str]
     return ["sh", "-c", script, "pipeline.job", *argv]
 
 
-@dataclass
-class ContainerDriverSupervisor:
-    """Keeps one driver container alive until :meth:`stop`.
+@dataclass(kw_only=True)
+class ContainerDriverSupervisor(DriverSupervisor):
+    """Keeps one driver container alive until :meth:`stop`. From :class:`DriverSupervisor`: ``argv``
+    (``pipeline.job`` arguments: in-network bootstrap, ``spark://`` master), ``log_dir``
+    (``driver-<n>.log`` per incarnation), ``restart_delay_s``, ``events`` (``(time, "start"|"exit", pid,
+    exit code)``), ``incarnations``, :meth:`start` and :meth:`restarts`.
 
     Attributes:
         site: the run's containers.
         image: the Spark image.
-        argv: ``pipeline.job`` arguments (in-network bootstrap, ``spark://`` master).
-        log_dir: ``driver-<n>.log`` per incarnation.
         env: the container's environment (``PYTHONPATH`` to the repository, ...).
         volumes: bind mounts (the run directory and the repository at their host paths).
-        restart_delay_s: pause before a restart, seconds.
-        events: ``(time, "start"|"exit", pid, exit code)`` for every incarnation.
     """
 
     site: DockerSite
     image: str
-    argv: list[str]
-    log_dir: Path
     env: dict[str, str]
     volumes: dict
-    restart_delay_s: float = 1.0
-    events: list[tuple] = field(default_factory=list)
-    incarnations: int = 0
     _container: object = None
     _pid: int | None = None
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> None:
-        """Start the supervision thread (which starts the first driver)."""
-        self._thread = threading.Thread(target=self._loop, name="driver-supervisor", daemon=True)
-        self._thread.start()
 
     @property
     def pid(self) -> int | None:
@@ -168,9 +154,9 @@ class ContainerDriverSupervisor:
             time.sleep(0.05)
         return not _alive(pid)
 
-    def restarts(self) -> int:
-        """Number of times the driver died and was restarted."""
-        return sum(1 for e in self.events if e[1] == "exit")
+    def executors(self) -> list:
+        """None here: executors run in the worker containers (``DockerSpark.executors``)."""
+        return []
 
 
 def _alive(pid: int) -> bool:

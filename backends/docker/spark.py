@@ -114,7 +114,8 @@ class DockerSpark(LocalSpark):
         self.inner = pipeline_for_network(pipeline, network_bootstrap, site.layout.master_url)
         self.volumes = spark_volumes(pipeline, log_dir)
         self.env = {"PYTHONPATH": str(REPO.resolve()), "PYTHONUNBUFFERED": "1", **(run_env or {})}
-        self.sup = ContainerDriverSupervisor(site, image, self.inner.argv(), log_dir, self.env, self.volumes)
+        self.sup = ContainerDriverSupervisor(argv=self.inner.argv(), log_dir=log_dir, site=site, image=image,
+                                             env=self.env, volumes=self.volumes)
 
     # ------------------------------------------------------------------ the cluster
     def _start_cluster(self, timeout_s: float = 120.0) -> None:
