@@ -44,10 +44,10 @@ def _run_id(run_dir: Path) -> str:
 
 
 def _docker_left(run_id: str) -> list[str]:
-    """``docker ps -a`` and ``docker network ls`` lines of run ``run_id`` (by its label)."""
+    """``docker ps -a`` and ``docker network ls`` of run ``run_id`` (by its label): one line each."""
     out = []
-    for cmd in (["docker", "ps", "-a"], ["docker", "network", "ls"]):
-        p = subprocess.run(cmd + ["--filter", f"label=org.onceproof.run={run_id}", "--format", "{{.Name}}"],
+    for cmd, name in ((["docker", "ps", "-a"], "{{.Names}}"), (["docker", "network", "ls"], "{{.Name}}")):
+        p = subprocess.run(cmd + ["--filter", f"label=org.onceproof.run={run_id}", "--format", name],
                            capture_output=True, text=True, timeout=60, check=True)
         out += p.stdout.split()
     return out
