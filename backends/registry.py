@@ -13,6 +13,7 @@ from backends.base import Backend, BackendError
 
 BACKENDS: dict[str, str] = {
     "local": "backends.local.backend:LocalBackend",
+    "docker": "backends.docker.backend:DockerBackend",
 }
 DEFAULT = "local"
 

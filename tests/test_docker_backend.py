@@ -1,0 +1,127 @@
+"""``--backend docker`` end to end, on the engine that answers (``backends/docker/engine.py``) with the
+images built (``make docker-images``): the exactly-once sink stays valid under executor kills, broker
+kills and pauses and partitions; the at-least-once sink is caught duplicating after a driver kill in
+the commit window; ``onceproof cluster up|status|down --backend docker`` attach by label. Every test
+also checks that none of its containers (nor its network, nor a process of its run) is left.
+
+Each full run takes 3–6 minutes on 2 cores at the engine's nice 19.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import load_run, our_processes, run_cli
+
+pytestmark = pytest.mark.docker
+
+
+def _engine_and_images():
+    try:
+        from backends.docker.backend import image_refs
+        from backends.docker.engine import ping
+
+        client = ping()
+        if client is None:
+            return "no Docker engine answers"
+        for ref in image_refs().values():
+            client.images.get(ref)
+    except Exception as e:  # noqa: BLE001 - any of these means: nothing to test against
+        return f"{e} (make docker-images)"
+    return None
+
+
+_why = _engine_and_images()
+needs_engine = pytest.mark.skipif(_why is not None, reason=_why or "")
+
+
+def _run_id(run_dir: Path) -> str:
+    return json.loads((run_dir / "cluster" / "cluster.json").read_text())["run_id"]
+
+
+def _docker_left(run_id: str) -> list[str]:
+    """``docker ps -a`` and ``docker network ls`` of run ``run_id`` (by its label): one line each."""
+    out = []
+    for cmd, name in ((["docker", "ps", "-a"], "{{.Names}}"), (["docker", "network", "ls"], "{{.Name}}")):
+        p = subprocess.run(cmd + ["--filter", f"label=org.onceproof.run={run_id}", "--format", name],
+                           capture_output=True, text=True, timeout=60, check=True)
+        out += p.stdout.split()
+    return out
+
+
+def _ops(ops: list[dict]) -> list[dict]:
+    return [o for o in ops if o.get("type") == "info" and o.get("f") != "heal"]
+
+
+@needs_engine
+@pytest.mark.timeout(1800)
+def test_eos_is_valid_under_executor_and_broker_kills_pauses_and_partitions(results_root):
+    p = run_cli(["run", "--backend", "docker", "--sink", "eos", "--nemesis",
+                 "kill-executor,kill-broker,pause-broker,partition", "--time-limit", "90", "--seed", "1",
+                 "--results", str(results_root)], timeout=1500)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert result["verdict"] == "valid", result
+    assert all(n == 0 for n in result["counts"].values()), result["counts"]
+    done = _ops(ops)
+    assert {o["f"].partition(":")[0] for o in done} >= {"kill-executor", "kill-broker", "pause-broker", "partition"}
+    assert all(o["outcome"] == "effective" for o in done), [(o["f"], o["outcome"], o.get("evidence")) for o in done]
+    for o in done:
+        ev = o["evidence"]
+        if o["f"] == "kill-executor":
+            assert ev["gone_after"] and ev["retried_by"], ev
+        elif o["f"].startswith("pause-broker"):
+            assert all(v["status_paused"] == "stopped" for v in ev["paused"].values()), ev
+        elif o["f"].startswith("partition"):
+            assert not ev["probe_during"]["ok"] and ev["probe_after"]["ok"], ev
+            if ev["variant"] == "isolate":  # the node's own attachment to the network was cut
+                assert ev["paths"] == [f"node-{ev['node']}"] and ev["disabled"] == ev["paths"], ev
+    assert result["health_after_heal"]["healthy"], result["health_after_heal"]
+    assert not _docker_left(_run_id(run_dir))
+    assert not our_processes(str(run_dir))
+
+
+@needs_engine
+@pytest.mark.timeout(1500)
+def test_at_least_once_duplicates_after_a_driver_kill_in_the_commit_window(results_root):
+    p = run_cli(["run", "--backend", "docker", "--sink", "at-least-once", "--nemesis",
+                 "kill-driver-in-commit-window", "--time-limit", "60", "--seed", "1", "--results",
+                 str(results_root)], timeout=1200)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 1, p.stdout[-4000:] + p.stderr[-4000:]
+    assert result["verdict"] == "invalid" and result["counts"]["duplicate"] > 0, result["counts"]
+    window = [o for o in _ops(ops) if o["outcome"] == "effective"]
+    assert window, ops
+    for o in window:  # the kill landed between the sink's write and Spark's commit log
+        ev = o["evidence"]
+        assert ev["offsets_logged"] and not ev["commit_logged_after_kill"] and ev["driver_gone"], ev
+    replayed = {str(o["evidence"]["batch"]) for o in window}
+    copies = {c["batch"] for ex in result["anomalies"]["duplicate"] for c in ex["copies"]}
+    assert copies & replayed, (copies, replayed)
+    assert result["driver_restarts"] >= len(window)
+    assert not _docker_left(_run_id(run_dir))
+    assert not our_processes(str(run_dir))
+
+
+@needs_engine
+def test_cluster_up_status_down_attach_by_label(tmp_path):
+    d = tmp_path / "cluster"
+    up = run_cli(["cluster", "up", "--backend", "docker", "--dir", str(d)], timeout=300)
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        bootstrap = up.stdout.strip().splitlines()[-1]
+        assert bootstrap.count("127.0.0.1:") == 3, up.stdout
+        run_id = json.loads((d / "cluster.json").read_text())["run_id"]
+        assert len(_docker_left(run_id)) == 4  # 3 brokers and the network
+        st = run_cli(["cluster", "status", "--backend", "docker", "--dir", str(d)], timeout=120)
+        assert st.returncode == 0 and st.stdout.count(" up") == 3, st.stdout + st.stderr
+    finally:
+        down = run_cli(["cluster", "down", "--backend", "docker", "--dir", str(d)], timeout=180)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not _docker_left(run_id)
+    st = run_cli(["cluster", "status", "--backend", "docker", "--dir", str(d)], timeout=120)
+    assert st.returncode == 1
