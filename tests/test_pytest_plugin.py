@@ -436,7 +436,7 @@ def test_a_backend_marker_that_cannot_reach_the_module_scoped_cluster_is_a_usage
     ({"backend": "stand-in", "brokers": 0},
      "*brokers=0 (from parametrize('onceproof_cluster', ..., indirect=True)): must be ≥ 1, got 0*"),
     ("nowhere", "*backend='nowhere' (from parametrize('onceproof_cluster', ..., indirect=True)): unknown backend "
-                "'nowhere'; choose one of local, stand-in*"),
+                "'nowhere'; choose one of local*"),
 ])
 def test_a_bad_cluster_parameter_is_refused_before_a_cluster_is_built(pytester, backend, param, expected):
     pytester.makepyfile(test_c=f"""
