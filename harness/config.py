@@ -23,6 +23,7 @@ from typing import Any, Callable
 from backends import registry
 from backends.base import can_perform
 from nemesis import catalog, schedule
+from pipeline import sinks
 from store.runs import DEFAULT_ROOT
 
 
@@ -62,15 +63,8 @@ def _fmt_nemesis(faults: list[str]) -> str:
     return ",".join(faults) or "none"
 
 
-def _sinks() -> tuple[str, ...]:
-    from pipeline.job import SINKS
-
-    return SINKS
-
-
 def _check_sink(v: str) -> str | None:
-    sinks = _sinks()
-    return None if v in sinks else f"unknown sink {v!r}; choose one of {', '.join(sinks)}"
+    return None if v in sinks.SINKS else f"unknown sink {v!r}; choose one of {', '.join(sinks.SINKS)}"
 
 
 def _check_nemesis(v: list[str]) -> str | None:
@@ -168,7 +162,35 @@ class TestConfig:
     # ------------------------------------------------------------------ derived
     @property
     def proxied(self) -> bool:
-        return self.proxy or catalog.needs_proxy(self.nemesis)
+        return self.proxy or catalog.needs_proxy(self.faults)
+
+    @property
+    def faults(self) -> list[str]:
+        """The specs this run injects: ``nemesis``, except that ``all`` leaves out what the sink cannot
+        take (:attr:`faults_left_out`); an explicit spec the sink cannot take is refused by :meth:`validate`."""
+        return self._split()[0]
+
+    @property
+    def faults_left_out(self) -> dict[str, str]:
+        """``{spec: why}`` for the specs of ``all`` this run's sink cannot take (empty unless ``all``)."""
+        return {s: f"the {self.sink} sink has no {self._lacks(m)}" for s, m in self._split()[1].items()}
+
+    def _split(self) -> tuple[list[str], dict[str, list[str]]]:
+        if not catalog.is_all(self.nemesis) or self.sink not in sinks.SINKS:
+            return list(self.nemesis), {}
+        return catalog.for_sink(self.nemesis, sinks.SINKS[self.sink].capabilities)
+
+    @staticmethod
+    def _lacks(missing: list[str]) -> str:
+        return " and no ".join(sinks.CAPABILITIES[m] for m in missing)
+
+    def target_choices(self) -> dict[str, tuple[str, ...]]:
+        """``{fault: targets}`` a fault given without a target draws from: the catalog's, without the
+        targets this run's sink cannot take (``kill-broker`` against at-least-once never draws
+        ``txn-coordinator``)."""
+        caps = sinks.get(self.sink).capabilities
+        return {n: tuple(t for t in ts if not catalog.sink_needs(f"{n}:{t}") - caps)
+                for n, ts in catalog.target_choices().items()}
 
     @property
     def name(self) -> str:
@@ -253,12 +275,24 @@ class TestConfig:
         return self
 
     def _check_capabilities(self) -> None:
-        """Every fault (every target of a fault given without one) must be in the backend's capabilities.
+        """Every fault (every target of a fault given without one) must be in the backend's capabilities,
+        and every explicitly requested fault must be one the sink can take (``pipeline/sinks.py``; ``all``
+        leaves those out instead, :attr:`faults`).
 
-        Raises: ``ConfigError`` for ``--nemesis`` naming the backend and the faults it cannot perform.
+        Raises: ``ConfigError`` for ``--nemesis`` naming the backend or the sink and the faults it cannot
+        perform, and what to ask for instead.
         """
+        if not catalog.is_all(self.nemesis):
+            caps = sinks.get(self.sink).capabilities
+            for spec in self.nemesis:
+                fits = catalog.for_sink(catalog.expand(spec), caps)[0]
+                if not fits:  # a fault without a target only draws the targets that fit (target_choices)
+                    missing = sorted(catalog.sink_needs(spec) - caps)
+                    raise ConfigError("--nemesis", f"{spec} cannot hit the {self.sink} sink: it has no {self._lacks(missing)}. "
+                                      "Drop it, or use a sink that has it: " + ", ".join(
+                                          n for n, s in sinks.SINKS.items() if set(missing) <= s.capabilities))
         backend = registry.get(self.backend)
-        for spec in self.nemesis:
+        for spec in self.faults:
             missing = [s for s in catalog.expand(spec) if not can_perform(backend.capabilities, s)]
             if missing:
                 raise ConfigError("--nemesis", f"the {backend.name} backend cannot perform {spec}"
@@ -271,8 +305,8 @@ class TestConfig:
 
         Raises: ``nemesis.schedule.PlanDoesNotFit`` naming the minimum ``--time-limit``.
         """
-        return schedule.plan(self.nemesis, self.nemesis_interval, self.time_limit, self.seed,
-                             targets=catalog.target_choices(), max_run_factor=self.max_run_factor,
+        return schedule.plan(self.faults, self.nemesis_interval, self.time_limit, self.seed,
+                             targets=self.target_choices(), max_run_factor=self.max_run_factor,
                              durations=lambda s: catalog.expected_s(s, hold_s=self.fault_hold,
                                                                     txn_timeout_ms=self.txn_timeout_ms))
 

@@ -39,6 +39,7 @@ from nemesis import catalog, coverage, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
 from pipeline import job as pipeline_job
+from pipeline import sinks
 from report.html import build_report
 from report.index import build_index
 from report.junit import write_junit
@@ -155,7 +156,7 @@ def _run_phase(r: _Run) -> None:
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     r.ctx = ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
                                  output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
-                                 network=r.net)
+                                 network=r.net, sink_capabilities=sinks.get(cfg.sink).capabilities)
 
     def on_op(op):
         style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
@@ -167,7 +168,7 @@ def _run_phase(r: _Run) -> None:
                                 cfg.seed, on_op=on_op)
     td.push("nemesis stop and heal", lambda: _heal_faults(r, teardown=True))
     workload.start()
-    nem.start(ready=lambda: checkpoint.latest_commit(r.ckpt) is not None)
+    nem.start(progress=lambda: checkpoint.latest_commit(r.ckpt))
     t0 = time.monotonic()
     next_report = t0
     planned = {f for _, f in r.plan}
@@ -305,9 +306,12 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
     meta["schedule"] = plan
+    meta["faults"], meta["faults_left_out"] = cfg.faults, cfg.faults_left_out
     rd.write_json(TEST, meta)
     console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
     console.print(f"replay: [cyan]{cfg.replay_command()}[/]", soft_wrap=True)
+    for spec, why in cfg.faults_left_out.items():
+        console.print(f"[dim]all: left out {spec}: {why}[/]", soft_wrap=True)
     return rd, meta
 
 

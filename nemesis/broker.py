@@ -17,6 +17,7 @@ import time
 from backends.base import STOPPED
 from nemesis import targets
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
+from pipeline import sinks
 
 
 def _live(ctx: NemesisContext) -> list[int]:
@@ -33,6 +34,12 @@ def _registered(bootstrap: str, node: int) -> bool:
 class _BrokerFault:
     name = ""
     target_choices = targets.TARGETS
+
+    @staticmethod
+    def sink_needs(target: str) -> frozenset[str]:
+        """The sink capabilities (``pipeline/sinks.py``) target ``target`` needs: a transaction coordinator
+        exists only for a sink with transactional.ids."""
+        return frozenset({sinks.TRANSACTIONS}) if target == "txn-coordinator" else frozenset()
 
     def __init__(self, target: str | None = None):
         if target is not None and target not in targets.TARGETS:

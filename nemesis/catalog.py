@@ -52,6 +52,29 @@ def expand(spec: str) -> list[str]:
     return [spec] if target or not _targets(name) else [f"{name}:{t}" for t in _targets(name)]
 
 
+def sink_needs(spec: str) -> frozenset[str]:
+    """The sink capabilities (``pipeline/sinks.py``) one turn of ``spec`` needs; for a fault given without
+    a target, what any of its targets needs (it may draw any). An unknown name needs nothing."""
+    name, _, target = spec.partition(":")
+    needs = getattr(FAULTS.get(name), "sink_needs", None)
+    if needs is None:
+        return frozenset()
+    return frozenset().union(*(needs(s.partition(":")[2]) for s in expand(spec)))
+
+
+def for_sink(specs: list[str], capabilities: frozenset[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Split ``specs`` into those a sink with ``capabilities`` can take and ``{spec: missing capabilities}``
+    for the rest, order kept."""
+    keep, out = [], {}
+    for s in specs:
+        missing = sorted(sink_needs(s) - capabilities)
+        if missing:
+            out[s] = missing
+        else:
+            keep.append(s)
+    return keep, out
+
+
 def is_all(specs: list[str]) -> bool:
     """True when ``specs`` is what ``all`` expands to (in any order)."""
     return bool(specs) and sorted(specs) == sorted(all_specs())

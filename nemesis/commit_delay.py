@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome, sink_events
-from pipeline import hooks
+from pipeline import hooks, sinks
 
 VARIANTS = ("precommit", "notify", "txn-timeout")
 FAILED_ATTEMPT = ("abort", "abandon", "commit-unknown", "abort-failed")  # sink.jsonl events of a failed attempt
@@ -37,6 +37,15 @@ class CommitDelay:
         if target in ("txn-timeout", ""):  # past transaction.timeout.ms, then the abort and the retry
             return txn_timeout_ms / 1000 + 20.0
         return max(hold_s, 6.0) + 2.0
+
+    @staticmethod
+    def sink_needs(target: str) -> frozenset[str]:
+        """Sink capabilities (``pipeline/sinks.py``) variant ``target`` needs: ``precommit`` the tasks'
+        pre-commit hook, ``txn-timeout`` that hook and a Kafka transaction to time out, ``notify`` the
+        driver's after-commit hook."""
+        return {"precommit": frozenset({sinks.PRECOMMIT_HOOK}),
+                "txn-timeout": frozenset({sinks.PRECOMMIT_HOOK, sinks.TRANSACTIONS}),
+                "notify": frozenset({sinks.DRIVER_HOOKS})}.get(target, frozenset())
 
     def __init__(self, target: str | None = None, delay_ms: int = 2000, txn_timeout_ms: int = 30000):
         if target is not None and target not in VARIANTS:

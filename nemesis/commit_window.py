@@ -15,7 +15,7 @@ import time
 
 from store import checkpoint
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
-from pipeline import hooks
+from pipeline import hooks, sinks
 
 
 class KillDriverInCommitWindow:
@@ -25,6 +25,11 @@ class KillDriverInCommitWindow:
     def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
         """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
         return 25.0  # the next batch reaching the window, then a driver restart
+
+    @staticmethod
+    def sink_needs(target: str) -> frozenset[str]:
+        """Sink capabilities (``pipeline/sinks.py``) needed: the driver's after-commit hook."""
+        return frozenset({sinks.DRIVER_HOOKS})
 
     def __init__(self, window_timeout_s: float = 90.0):
         self.window_timeout_s = window_timeout_s

@@ -54,6 +54,8 @@ class NemesisContext:
     output_topic: str = "output"
     sink_ids: list[str] = field(default_factory=list)  # the sink's transactional.ids
     hold_s: float = 6.0  # how long a start/stop fault stays in effect, seconds
+    # the sink's capabilities (pipeline/sinks.py); None: unknown, a fault tries its hooks anyway
+    sink_capabilities: frozenset[str] | None = None
     network: FaultNetwork | None = None  # None: the cluster is not behind a fault network
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
     # set when an interrupted run tears down: heal only what teardown will not undo (no broker restarts)

@@ -24,7 +24,7 @@ import re
 import time
 
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
-from pipeline import hooks
+from pipeline import hooks, sinks
 
 
 def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
@@ -57,6 +57,8 @@ class KillExecutor:
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         partitions = max(1, len(ctx.sink_ids))
         part = rng.randrange(partitions)
+        if ctx.sink_capabilities is not None and sinks.PRECOMMIT_HOOK not in ctx.sink_capabilities:
+            return self._random_victim(ctx, rng, part)  # no task will announce itself: do not wait for one
         t0 = time.time()
         (ctx.control / (hooks.PRECOMMIT_HOLD + ".tmp")).write_text(json.dumps({"ms": self.hold_ms, "partition": part}))
         (ctx.control / (hooks.PRECOMMIT_HOLD + ".tmp")).replace(ctx.control / hooks.PRECOMMIT_HOLD)
@@ -106,7 +108,7 @@ class KillExecutor:
         victim = execs[rng.randrange(len(execs))]
         eid, pid = victim.id, victim.pid
         why = ctx.spark.kill_executor(victim)
-        ev = {"aim": "random executor (no sink task announced itself: a sink without the hook?)",
+        ev = {"aim": "random executor (no sink task announced itself, or the sink has no pre-commit hook)",
               "sink_partition_asked": part, "executor_id": eid, "pid": pid, "gone_after": why is None,
               "executors_before": len(execs)}
         if why:

@@ -3,6 +3,15 @@
 Ops: ``{"type": "invoke", "f": <fault>}`` then ``{"type": "info", "f": <fault>, "outcome": ...,
 "target": ..., "evidence": {...}}`` (Jepsen records nemesis completions as ``info``). The first fault
 waits until the pipeline has committed its first batch, so no fault hits a pipeline still starting.
+
+Recovery between faults: every later fault also waits (at most ``recover_max_s``) until the pipeline
+has committed a batch *after the previous fault ended*. Jepsen overlaps faults freely; here every fault
+must show evidence that it took effect, and most of the windows it aims at (an in-flight sink task, the
+pre-commit and commit-notification windows, the commit window) exist only in a running micro-batch. A
+fault invoked while the driver is still restarting from the previous one can wait out its whole hold
+with no batch to hit (seen in CI: ``commit-delay:notify`` right after a commit-window kill on a loaded
+machine). The wait is recorded in the invoke op (``recovered_after_s``, or ``stalled`` when the
+pipeline did not recover in time and the fault went ahead anyway).
 """
 
 from __future__ import annotations
@@ -20,34 +29,60 @@ log = logging.getLogger("onceproof.nemesis")
 
 
 class NemesisRunner:
-    """Runs ``schedule`` (``[(at_s, name)]``) against ``faults`` until done or :meth:`stop`."""
+    """Runs ``schedule`` (``[(at_s, name)]``) against ``faults`` until done or :meth:`stop_and_heal`.
+
+    ``recover_max_s`` (s) bounds the wait for a committed batch between two faults (module docstring).
+    """
 
     def __init__(self, faults: dict[str, Fault], schedule: list[tuple[float, str]], ctx: NemesisContext,
-                 history: HistoryWriter, seed: int, on_op: Callable[[dict], None] | None = None):
+                 history: HistoryWriter, seed: int, on_op: Callable[[dict], None] | None = None,
+                 recover_max_s: float = 90.0):
         self.faults, self.schedule, self.ctx, self.history = faults, schedule, ctx, history
-        self.seed = seed
+        self.seed, self.recover_max_s = seed, recover_max_s
         self.on_op = on_op or (lambda op: None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ops: list[dict] = []
-        self.started_at: float | None = None  # time.monotonic() when ready() first held: the plan's 0 s
+        self.started_at: float | None = None  # time.monotonic() at the first committed batch: the plan's 0 s
         self._healed = False
 
-    def start(self, ready: Callable[[], bool]) -> None:
-        """Start once ``ready()`` (polled every 0.5 s) says the pipeline is up."""
-        self._thread = threading.Thread(target=self._run, args=(ready,), name="nemesis", daemon=True)
+    def start(self, progress: Callable[[], int | None]) -> None:
+        """Start once the pipeline has committed a batch. ``progress()`` (polled every 0.5 s) is the
+        latest committed batchId (Spark's ``commits/N``), ``None`` before the first."""
+        self._thread = threading.Thread(target=self._run, args=(progress,), name="nemesis", daemon=True)
         self._thread.start()
 
-    def _run(self, ready: Callable[[], bool]) -> None:
-        while not ready():
+    def _wait_progress(self, progress: Callable[[], int | None], after: int | None,
+                       max_s: float | None) -> tuple[float, bool] | None:
+        """Wait until ``progress()`` is past ``after`` (any batch when ``after`` is ``None``), at most
+        ``max_s`` s (``None``: no bound; the run's own budget ends a pipeline that never commits).
+        Returns (waited s, recovered), or ``None`` when the run is stopping."""
+        t = time.monotonic()
+        while True:
+            now = progress()
+            if now is not None and (after is None or now > after):
+                return round(time.monotonic() - t, 2), True
+            if max_s is not None and time.monotonic() - t >= max_s:
+                return round(time.monotonic() - t, 2), False
             if self._stop.wait(0.5):
-                return
+                return None
+
+    def _run(self, progress: Callable[[], int | None]) -> None:
+        if self._wait_progress(progress, None, None) is None:
+            return
         t0 = self.started_at = time.monotonic()
+        last = progress()
         for i, (at_s, name) in enumerate(self.schedule):
             if self._stop.wait(max(0.0, t0 + at_s - time.monotonic())):
                 return
+            invoke = {"process": "nemesis", "type": "invoke", "f": name, "planned_s": at_s}
+            if i > 0:
+                waited = self._wait_progress(progress, last, self.recover_max_s)
+                if waited is None:
+                    return
+                invoke["recovered_after_s" if waited[1] else "stalled_s"] = waited[0]
             fault = self.faults[name]
-            self.history.append({"process": "nemesis", "type": "invoke", "f": name, "planned_s": at_s})
+            self.history.append(invoke)
             try:
                 # one RNG per op: a fault that draws more or fewer numbers cannot shift the targets of
                 # the ops after it, so a seed replays concrete targets (broker id, sink partition)
@@ -66,6 +101,7 @@ class NemesisRunner:
             op = self.history.append(op)
             self.ops.append(op)
             self.on_op(op)
+            last = progress()
 
     def stop_and_heal(self, join_timeout_s: float = 120.0) -> list[str]:
         """Stop injecting, wait for an in-flight fault (≤ ``join_timeout_s`` s), then heal every fault.

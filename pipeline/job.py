@@ -28,10 +28,10 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from pipeline import hooks, provenance
+from pipeline import hooks, provenance, sinks
 from pipeline.transactional_sink import SinkConfig, abort_leftovers, write_partition
 
-SINKS = ("eos", "at-least-once", "eos-no-marker")
+SINKS = tuple(sinks.SINKS)  # pipeline/sinks.py: each sink and its capabilities
 SINK_ID_FILE = "onceproof-sink-id"
 INCARNATION_ENV = "ONCEPROOF_DRIVER_INCARNATION"
 # eos-no-marker is a mutant: the transactional sink without its progress-marker check, so a replayed

@@ -19,7 +19,7 @@ Shape (the de-facto JUnit format that Jenkins, GitLab and GitHub reporters read)
 * **recovery**: verdict ``unknown`` or ``recovery.finished`` false → ``<failure>`` carrying the
   ``unknown_reasons`` ("recovery did not finish" when it did not, else "verdict unknown", e.g. a
   history cut short); verdict ``crashed`` (or no ``results.json``) → ``<error>`` carrying ``error``.
-* **faults-took-effect**: every requested fault (``test.json`` ``config.nemesis``) must have at least one
+* **faults-took-effect**: every requested fault (``test.json`` ``faults``, else ``config.nemesis``) must have at least one
   ``effective`` op, else ``<failure>`` (a run whose faults never landed proves nothing). No faults
   requested → passes with a note; a crashed run → ``<skipped>`` (the crash is already the error).
 """
@@ -123,7 +123,8 @@ def build_junit(run_dir: Path) -> ET.Element:
     # -- faults took effect
     el = case("faults-took-effect")
     faults = r.get("faults") or {}
-    requested = list((test.get("config") or {}).get("nemesis") or []) or list(faults)
+    # test.json "faults": what the run injects (``all`` without what its sink cannot take); older runs: config
+    requested = list(test.get("faults") or (test.get("config") or {}).get("nemesis") or []) or list(faults)
     if not requested:
         ET.SubElement(el, "system-out").text = "no faults requested"
     else:

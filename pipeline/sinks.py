@@ -1,0 +1,55 @@
+"""The reference pipeline's sinks and what each can take from the nemesis.
+
+A fault that works through a sink's protocol (a Kafka transaction to time out, a transaction
+coordinator to kill, a pre-commit hook to park a task in) means nothing against a sink without it: it
+waits out its hold, proves nothing, and uses up the run's time (seen in the at-least-once soak: seed 6
+ended ``unknown`` because ``commit-delay:precommit`` and ``commit-delay:txn-timeout`` took 155 s of its
+budget). So each sink declares its capabilities, each fault its needs
+(``nemesis.catalog.sink_needs``), and ``harness/config.py`` refuses an explicit fault the sink cannot
+take and leaves it out of ``--nemesis all``, saying so. Pure data: no pyspark import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TRANSACTIONS = "transactions"
+PRECOMMIT_HOOK = "precommit-hook"
+DRIVER_HOOKS = "driver-hooks"
+
+# what a sink without the capability lacks, as a message says it
+CAPABILITIES = {
+    TRANSACTIONS: "Kafka transactions (KIP-98: no transaction coordinator, no transaction.timeout.ms)",
+    PRECOMMIT_HOOK: "pre-commit hook (pipeline/hooks.py: between flush() and commit_transaction())",
+    DRIVER_HOOKS: "after-commit hook in the driver (pipeline/hooks.py: before Spark's commits/N)",
+}
+
+
+@dataclass(frozen=True)
+class Sink:
+    """One sink of ``pipeline/job.py`` (``--sink``): its name, a one-line summary, its capabilities
+    (keys of :data:`CAPABILITIES`) and the verdict a faulted run is expected to reach."""
+
+    name: str
+    summary: str
+    capabilities: frozenset[str]
+    expect: str  # "valid" (exactly once) or "invalid" (a weak sink or a mutant the harness must catch)
+
+
+_TXN = frozenset({TRANSACTIONS, PRECOMMIT_HOOK, DRIVER_HOOKS})
+SINKS: dict[str, Sink] = {s.name: s for s in (
+    Sink("eos", "the transactional sink (pipeline/transactional_sink.py)", _TXN, "valid"),
+    Sink("at-least-once", "Spark's own Kafka sink (no transactions)", frozenset({DRIVER_HOOKS}), "invalid"),
+    Sink("eos-no-marker", "a mutant: the transactional sink without its replay marker check", _TXN, "invalid"),
+)}
+
+
+def get(name: str) -> Sink:
+    """The sink called ``name``.
+
+    Raises: ``ValueError`` naming the known sinks.
+    """
+    try:
+        return SINKS[name]
+    except KeyError:
+        raise ValueError(f"unknown sink {name!r}; choose one of {', '.join(SINKS)}") from None
