@@ -173,9 +173,19 @@ def _run_phase(r: _Run) -> None:
     next_report = t0
     planned = {f for _, f in r.plan}
 
+    closing: list[str] = []
+
     def keep_running(el: float) -> bool:
-        started = nem.started_at
-        return schedule.keep_running(el, None if started is None else time.monotonic() - started,
+        if _budget_left(el):
+            return True
+        nem.close()  # no new fault; the one in flight, if any, finishes (its own bounds)
+        if nem.in_flight is not None and not closing:
+            closing.append(nem.in_flight)
+            console.print(f"the run's fault budget is used up; letting {nem.in_flight} finish, no new fault")
+        return nem.in_flight is not None
+
+    def _budget_left(el: float) -> bool:
+        return schedule.keep_running(el, nem.fault_time_s(),
                                      cfg.time_limit, cfg.max_run_factor, planned <= {op["f"] for op in nem.ops})
 
     extended = False

@@ -44,6 +44,9 @@ class NemesisRunner:
         self._thread: threading.Thread | None = None
         self.ops: list[dict] = []
         self.started_at: float | None = None  # time.monotonic() at the first committed batch: the plan's 0 s
+        self._waited_s = 0.0  # recovery waits ended so far, s
+        self._waiting_since: float | None = None  # time.monotonic() when the current recovery wait began
+        self.in_flight: str | None = None  # the spec being invoked right now
         self._healed = False
 
     def start(self, progress: Callable[[], int | None]) -> None:
@@ -51,6 +54,17 @@ class NemesisRunner:
         latest committed batchId (Spark's ``commits/N``), ``None`` before the first."""
         self._thread = threading.Thread(target=self._run, args=(progress,), name="nemesis", daemon=True)
         self._thread.start()
+
+    def fault_time_s(self) -> float | None:
+        """Seconds since the nemesis started, less the time spent waiting for the pipeline to recover
+        between faults; ``None`` before the start. The run's budget counts this
+        (``nemesis.schedule.keep_running``): a driver that takes 77 s to commit again after a
+        commit-window kill (seen in CI) must not cut off the faults after it."""
+        if self.started_at is None:
+            return None
+        now = time.monotonic()
+        current = now - self._waiting_since if self._waiting_since is not None else 0.0
+        return now - self.started_at - self._waited_s - current
 
     def _wait_progress(self, progress: Callable[[], int | None], after: int | None,
                        max_s: float | None) -> tuple[float, bool] | None:
@@ -77,11 +91,15 @@ class NemesisRunner:
                 return
             invoke = {"process": "nemesis", "type": "invoke", "f": name, "planned_s": at_s}
             if i > 0:
+                self._waiting_since = time.monotonic()
                 waited = self._wait_progress(progress, last, self.recover_max_s)
+                self._waited_s += time.monotonic() - self._waiting_since
+                self._waiting_since = None
                 if waited is None:
                     return
                 invoke["recovered_after_s" if waited[1] else "stalled_s"] = waited[0]
             fault = self.faults[name]
+            self.in_flight = name
             self.history.append(invoke)
             try:
                 # one RNG per op: a fault that draws more or fewer numbers cannot shift the targets of
@@ -100,8 +118,15 @@ class NemesisRunner:
                       "target": "", "exercised": False, "evidence": {"error": repr(e)}}
             op = self.history.append(op)
             self.ops.append(op)
+            self.in_flight = None
             self.on_op(op)
             last = progress()
+
+    def close(self) -> None:
+        """Start no new fault; one in flight goes on to its end (each fault bounds its own length) and
+        stays in effect until :meth:`stop_and_heal`. For the end of the run's budget: cutting the last
+        fault short would leave it unexercised and the verdict ``unknown`` for want of a few seconds."""
+        self._stop.set()
 
     def stop_and_heal(self, join_timeout_s: float = 120.0) -> list[str]:
         """Stop injecting, wait for an in-flight fault (≤ ``join_timeout_s`` s), then heal every fault.

@@ -77,12 +77,15 @@ def plan(faults: list[str], interval_s: float, time_limit_s: float, seed: int,
 def keep_running(elapsed_s: float, nemesis_elapsed_s: float | None, time_limit_s: float,
                  max_run_factor: float, all_invoked: bool) -> bool:
     """Whether the run phase goes on: always within ``time_limit_s``; past it, until every planned
-    fault has been invoked, but at most ``time_limit_s × max_run_factor`` counted from the moment the
-    nemesis started (``nemesis_elapsed_s``, s), because the plan's clock starts there, not when the
-    workload did. A pipeline slow to commit its first batch (a loaded CI machine: 75 s seen) must not
-    eat the faults' budget. ``nemesis_elapsed_s`` is ``None`` while the nemesis waits for the
-    pipeline; then the budget counts from the workload's start (``elapsed_s``), so a pipeline that
-    never commits still ends the run. Longest run phase: start-up wait + ``time_limit_s × max_run_factor``.
+    fault has been invoked, but at most ``time_limit_s × max_run_factor`` of fault time
+    (``nemesis_elapsed_s``, s: ``NemesisRunner.fault_time_s``, counted from the moment the nemesis
+    started, less its waits for the pipeline to recover between faults), because the plan's clock
+    starts there, not when the workload did. A pipeline slow to commit its first batch (a loaded CI
+    machine: 75 s seen), or slow to commit again after a driver kill (77 s seen), must not eat the
+    faults' budget. ``nemesis_elapsed_s`` is ``None`` while the nemesis waits for the pipeline; then
+    the budget counts from the workload's start (``elapsed_s``), so a pipeline that never commits still
+    ends the run. Longest run phase: start-up wait + ``time_limit_s × max_run_factor`` + one
+    ``recover_max_s`` (90 s) per planned fault.
     """
     if elapsed_s < time_limit_s:
         return True

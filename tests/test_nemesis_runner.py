@@ -98,3 +98,50 @@ def test_stopping_while_waiting_for_recovery_invokes_nothing_more(tmp_path):
     nem.stop_and_heal(join_timeout_s=5)
     assert time.monotonic() - t < 3  # the wait ends at once on stop
     assert len(fault.seen) == 1 and len(_invokes(tmp_path)) == 1
+
+
+def test_the_fault_time_budget_leaves_out_the_waits_for_recovery(tmp_path):
+    batches = Batches(first=0)
+    fault, nem = _runner(tmp_path, batches, [(0.0, "f"), (0.0, "f")], recover_max_s=30)
+    assert nem.fault_time_s() is None
+    nem.start(progress=batches)
+    _wait(lambda: len(fault.seen) == 1)
+    time.sleep(1.5)  # the second fault waits for a batch: this is recovery, not fault time
+    during = nem.fault_time_s()
+    assert during < time.monotonic() - nem.started_at - 1.2, during
+    batches.commit()
+    _wait(lambda: len(fault.seen) == 2)
+    nem.stop_and_heal(join_timeout_s=5)
+    waited = _invokes(tmp_path)[1]["recovered_after_s"]
+    total = time.monotonic() - nem.started_at
+    assert waited >= 1.4 and abs(nem.fault_time_s() - (total - waited)) < 0.3, (waited, total, nem.fault_time_s())
+
+
+class Slow(Recording):
+    """A fault that takes ``s`` seconds unless the run stops it (``ctx.stop``)."""
+
+    def __init__(self, batches: Batches, s: float):
+        super().__init__(batches)
+        self.s, self.finished = s, []
+
+    def invoke(self, ctx, rng) -> Outcome:
+        self.seen.append(self.batches())
+        self.finished.append(not ctx.stop.wait(self.s))
+        return Outcome(EFFECTIVE, "x")
+
+
+def test_closing_lets_the_fault_in_flight_finish_and_starts_no_other(tmp_path):
+    batches = Batches(first=0)
+    slow = Slow(batches, 1.5)
+    ctx = NemesisContext(spark=None, control=tmp_path, checkpoint=tmp_path)
+    nem = NemesisRunner({"f": slow}, [(0.0, "f"), (0.0, "f")], ctx, HistoryWriter(tmp_path / "nemesis.jsonl"),
+                        seed=1, recover_max_s=0.5)
+    nem.start(progress=batches)
+    _wait(lambda: nem.in_flight == "f")
+    nem.close()
+    assert nem.in_flight == "f"
+    _wait(lambda: nem.in_flight is None)
+    time.sleep(1.0)  # the second fault would have started by now (recover_max_s 0.5 s)
+    assert slow.finished == [True] and len(nem.ops) == 1 and nem.ops[0]["outcome"] == EFFECTIVE
+    nem.stop_and_heal(join_timeout_s=5)
+    assert len(_invokes(tmp_path)) == 1
