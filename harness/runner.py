@@ -173,14 +173,15 @@ def _run_phase(r: _Run) -> None:
     next_report = t0
     planned = {f for _, f in r.plan}
 
-    closing: list[str] = []
+    announced = False
 
     def keep_running(el: float) -> bool:
+        nonlocal announced
         if _budget_left(el):
             return True
         nem.close()  # no new fault; the one in flight, if any, finishes (its own bounds)
-        if nem.in_flight is not None and not closing:
-            closing.append(nem.in_flight)
+        if nem.in_flight is not None and not announced:
+            announced = True
             console.print(f"the run's fault budget is used up; letting {nem.in_flight} finish, no new fault")
         return nem.in_flight is not None
 

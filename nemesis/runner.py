@@ -10,7 +10,7 @@ must show evidence that it took effect, and most of the windows it aims at (an i
 pre-commit and commit-notification windows, the commit window) exist only in a running micro-batch. A
 fault invoked while the driver is still restarting from the previous one can wait out its whole hold
 with no batch to hit (seen in CI: ``commit-delay:notify`` right after a commit-window kill on a loaded
-machine). The wait is recorded in the invoke op (``recovered_after_s``, or ``stalled`` when the
+machine). The wait is recorded in the invoke op (``recovered_after_s``, or ``stalled_s`` when the
 pipeline did not recover in time and the fault went ahead anyway).
 """
 

@@ -21,7 +21,7 @@ from backends.docker.layout import (APP_PORT, CLIENT_PORT, CONTROLLER_PORT, INTE
                                     kafka_env_name, subnet_candidates)
 from backends.docker.network import DockerFaultNetwork, proxy_specs
 from backends.docker.spark import executors_in, pipeline_for_network, shared_dirs, spark_volumes
-from backends.local.kafka import _server_properties
+from backends.local.kafka import server_properties
 from backends.local.layout import ClusterSpec
 from harness.config import TestConfig
 from nemesis import catalog
@@ -47,7 +47,7 @@ def test_env_names_decode_back_to_the_property(prop):
 
 @pytest.mark.parametrize("nodes", [1, 3, 5])
 def test_brokers_get_the_local_backends_settings_and_only_the_network_keys_differ(nodes):
-    local = dict(l.split("=", 1) for l in _server_properties(
+    local = dict(l.split("=", 1) for l in server_properties(
         ClusterSpec(Path("."), nodes=nodes), ClusterSpec(Path("."), nodes=nodes).node(1), Path("/x")).splitlines())
     env = lay(nodes=nodes).broker_env(1, "CID")
     props = {_decode(k): v for k, v in env.items() if k.startswith("KAFKA_")}

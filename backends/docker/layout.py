@@ -163,11 +163,11 @@ class DockerLayout:
         """``server.properties`` of node ``node``: the local backend's broker settings (RF 3, min ISR 2,
         no unclean election, the transaction log's RF 3 / min ISR 2, ...; ``backends/local/kafka.py``)
         with this layout's listeners, quorum and data directory."""
-        from backends.local.kafka import _server_properties  # one source for the broker settings
+        from backends.local.kafka import server_properties  # one source for the broker settings
         from backends.local.layout import ClusterSpec
 
         spec = ClusterSpec(Path("."), nodes=self.nodes, base_port=self.base_port)
-        text = _server_properties(spec, spec.node(node), Path(DATA_DIR))
+        text = server_properties(spec, spec.node(node), Path(DATA_DIR))
         props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
         adv = self.advertised(node)
         props.update({

@@ -55,7 +55,11 @@ logger.controller.level = INFO
 """
 
 
-def _server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
+def server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
+    """The ``server.properties`` text (``key=value`` lines) of KRaft node ``n`` of cluster ``spec``, its
+    log segments under ``log_dir``. One source of the broker settings (RF 3, min ISR 2, no unclean
+    election, ...) for every backend: ``backends/docker/layout.py`` rewrites only its listeners, quorum
+    and data directory."""
     def voter_port(m: NodeSpec) -> int:
         return m.controller_port if (not spec.proxied or m.node_id == n.node_id) else n.controller_via(m.node_id)
 
@@ -164,7 +168,7 @@ class KafkaCluster:
             shutil.rmtree(ndir, ignore_errors=True)
             (ndir / "data").mkdir(parents=True)
             cfg = ndir / "server.properties"
-            cfg.write_text(_server_properties(self.spec, n, ndir / "data"))
+            cfg.write_text(server_properties(self.spec, n, ndir / "data"))
             log = self.spec.logs / f"broker-{n.node_id}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             (ndir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
