@@ -19,6 +19,8 @@ def fault_windows(ops: pd.DataFrame) -> pd.DataFrame:
     if ops is None or ops.empty or "type" not in ops:
         return pd.DataFrame(columns=["f", "target", "outcome", "start_s", "end_s"])
     ops = ops[ops["f"] != "heal"].sort_values("index")
+    if ops.empty or "outcome" not in ops:  # no fault completed: heals only (a run whose budget ran out first)
+        return pd.DataFrame(columns=["f", "target", "outcome", "start_s", "end_s"])
     inv = ops[ops["type"] == "invoke"]
     done = ops[ops["type"] == "info"]
     n = min(len(inv), len(done))

@@ -45,3 +45,14 @@ def test_no_ops_or_no_timestamps_leaves_examples_alone():
     assert "nemesis_nearby" not in result["anomalies"]["lost"][0]
     attach(result, pd.DataFrame(), pd.DataFrame(), ops())
     assert "nemesis_nearby" not in result["anomalies"]["lost"][0]
+
+
+def test_a_history_of_heals_only_gives_no_windows_and_attach_leaves_examples_alone():
+    """A run whose fault budget ran out before any fault was invoked logs only heals: the checker must
+    not crash on the missing ``outcome`` column (seen: a run crashed with KeyError('outcome'))."""
+    heals = pd.DataFrame([{"index": i, "type": "info", "f": "heal", "fault": f, "wall": 400.0 + i}
+                          for i, f in enumerate(["kill-broker:one", "kill-executor"])])
+    assert fault_windows(heals).empty
+    result = {"anomalies": {"lost": [{"key": "c", "seq": 3, "input_partition": 2, "input_offset": 9}]}}
+    assert attach(result, None, None, heals) == result
+    assert "nemesis_nearby" not in result["anomalies"]["lost"][0]
