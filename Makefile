@@ -40,7 +40,8 @@ unit: setup $(CHROMIUM)
 bench: setup
 	$(BIN)/python bench/checker_bench.py
 
-# issue 7's acceptance: seeds 1-10 × {eos, at-least-once} under --nemesis all (about 7 min a run)
+# issue 7's acceptance: seeds 1-10 × {eos, at-least-once} under --nemesis all (eos about 8 min a run,
+# at-least-once about 6: about 2 h 15 min)
 soak: setup
 	$(BIN)/python soak/soak.py --seeds 1-10 --sinks eos,at-least-once --time-limit 120
 
