@@ -16,10 +16,10 @@ import pandas as pd
 
 def fault_windows(ops: pd.DataFrame) -> pd.DataFrame:
     """Nemesis history → one row per effective fault: f, target, start_s, end_s (epoch seconds)."""
-    if ops is None or ops.empty or "type" not in ops:
-        return pd.DataFrame(columns=["f", "target", "outcome", "start_s", "end_s"])
-    ops = ops[ops["f"] != "heal"].sort_values("index")
-    if ops.empty or "outcome" not in ops:  # no fault completed: heals only (a run whose budget ran out first)
+    if ops is not None and not ops.empty and "type" in ops:
+        ops = ops[ops["f"] != "heal"].sort_values("index")
+    # no fault completed: no history, or heals only (a run whose budget ran out before the first fault)
+    if ops is None or ops.empty or "type" not in ops or "outcome" not in ops:
         return pd.DataFrame(columns=["f", "target", "outcome", "start_s", "end_s"])
     inv = ops[ops["type"] == "invoke"]
     done = ops[ops["type"] == "info"]

@@ -53,7 +53,11 @@ def run_cli(args: list[str], timeout: float = 900) -> subprocess.CompletedProces
 
 def load_run(results_root: Path) -> tuple[Path, dict, list[dict]]:
     """(run dir, results.json, nemesis ops) of the newest run under ``results_root``."""
-    run_dir = (results_root / "latest").resolve()
+    return load_run_dir((results_root / "latest").resolve())
+
+
+def load_run_dir(run_dir: Path) -> tuple[Path, dict, list[dict]]:
+    """(run dir, results.json, nemesis ops as dicts) of one run directory."""
     result = json.loads((run_dir / "results.json").read_text())
     ops = [json.loads(l) for l in (run_dir / "nemesis.jsonl").read_text().splitlines() if l.strip()]
     return run_dir, result, ops

@@ -23,8 +23,8 @@ def test_two_runs_started_together_both_get_a_verdict(tmp_path):
     roots = [tmp_path / "a", tmp_path / "b"]
     procs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--time-limit", "20", "--seed", str(i),
                                # any verdict will do: no need to wait long for the pipelines to catch up
-                               "--recovery-timeout", "10", "--results", str(r)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+                               "--recovery-timeout", "10", "--results", str(r)],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i, r in enumerate(roots)]
     outs = []
     try:

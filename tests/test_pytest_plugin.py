@@ -26,9 +26,9 @@ from backends import registry
 from backends.base import ClusterError
 from harness.cli import EXIT
 from pytest_onceproof import runs
-from store.runfiles import NEMESIS, RESULTS, TEST
+from store.runfiles import RESULTS, TEST
 from store.runs import RunDir
-from tests.conftest import REPO, our_jvms
+from tests.conftest import REPO, load_run_dir, our_jvms
 from tests.stand_in_backend import StandInBackend, StandInCluster
 
 pytest_plugins = ["pytester"]
@@ -495,9 +495,7 @@ def test_a_real_at_least_once_run_killed_in_its_commit_window_passes_a_test_that
     assert Path(props["onceproof.report"]).is_file(), props
     # the run itself (this was test_e2e's at-least-once run, folded in to save a cluster): a batch the
     # driver kill made Spark replay is among the duplicated copies, named by its batchId
-    run_dir = Path(props["onceproof.report"]).parent
-    result = json.loads((run_dir / RESULTS).read_text())
-    ops = [json.loads(line) for line in (run_dir / NEMESIS).read_text().splitlines() if line.strip()]
+    _, result, ops = load_run_dir(Path(props["onceproof.report"]).parent)
     replayed = {str(o["evidence"]["batch"]) for o in ops if o.get("outcome") == "effective"}
     assert replayed, ops
     example_batches = {c["batch"] for ex in result["anomalies"]["duplicate"] for c in ex["copies"]}
