@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit bench soak clean docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit bench soak clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -31,8 +31,12 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -q
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
 
-test: setup $(CHROMIUM)
-	$(BIN)/python -m pytest -v -rA --durations=0
+# The Docker tests (tests/test_docker_*.py, tests/test_compose.py) are part of `make test`: Debian's docker.io,
+# debootstrap and docker-compose are installed when missing, and ONCEPROOF_TEST_DOCKER=require turns a
+# missing engine into a failure rather than a skip. The session starts dockerd when no engine answers
+# (stopping it at the end) and builds the images when their tags are missing (tests/conftest.py).
+test: setup $(CHROMIUM) docker-prereqs
+	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rA --durations=0
 
 unit: setup $(CHROMIUM)
 	$(BIN)/python -m pytest -v -m "not cluster and not docker"
@@ -52,7 +56,13 @@ soak: setup
 # KAFKA_BASE=apache/kafka:4.1.1 and SPARK_BASE=apache/spark:<tag> build on the official images instead.
 KAFKA_BASE ?=
 SPARK_BASE ?=
-docker-images: setup
+docker-images: setup docker-prereqs
+	$(BIN)/python -m backends.docker.images build $(if $(KAFKA_BASE),--kafka-base $(KAFKA_BASE)) $(if $(SPARK_BASE),--spark-base $(SPARK_BASE))
+
+# Debian's docker.io (dockerd) when no engine answers and there is no dockerd, debootstrap (the base image)
+# and, when neither `docker compose` nor `docker-compose` runs, Debian's docker-compose (v1.29; reads
+# docker-compose.yml as v2 does). Nothing is installed when all are present.
+docker-prereqs: setup
 	@if ! { command -v dockerd || test -x /usr/sbin/dockerd; } >/dev/null && \
 	    ! $(BIN)/python -c "from backends.docker.engine import ping; raise SystemExit(ping() is None)"; then \
 	  command -v apt-get >/dev/null || { echo "no Docker engine answers and there is no dockerd: install Docker"; exit 1; }; \
@@ -60,7 +70,9 @@ docker-images: setup
 	@{ command -v debootstrap || test -x /usr/sbin/debootstrap; } >/dev/null || { \
 	  command -v apt-get >/dev/null || { echo "need debootstrap (Debian's, to build the base image)"; exit 1; }; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
-	$(BIN)/python -m backends.docker.images build $(if $(KAFKA_BASE),--kafka-base $(KAFKA_BASE)) $(if $(SPARK_BASE),--spark-base $(SPARK_BASE))
+	@$(BIN)/python -c "from backends.docker.compose import compose_command as c; raise SystemExit(c() is None)" || { \
+	  command -v apt-get >/dev/null || { echo "need Docker Compose: make docker-compose-plugin"; exit 1; }; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose; }
 
 # `docker compose` (v2) for docker-compose.yml: Debian 12 has only Compose v1, so the plugin is built from
 # its Go module (needs Go 1.24+; several minutes the first time) and linked into ~/.docker/cli-plugins.

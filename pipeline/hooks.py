@@ -38,9 +38,12 @@ class ControlDir:
         self.hold_s = hold_s
 
     def mark_ready(self, info: dict) -> None:
-        """Tell the harness the query is started (pid, query id); overwrites the previous driver's file."""
+        """Tell the harness the query is started (pid, query id); overwrites the previous driver's file.
+        Creates the control directory when it is missing (a pipeline started by hand, e.g. under
+        docker-compose.yml, gets no directory made by the harness)."""
         if self.path is None:
             return
+        self.path.mkdir(parents=True, exist_ok=True)
         self._write(READY, {"pid": os.getpid(), "time": time.time(), **info})
         with open(self.path / APPS, "a") as f:  # every incarnation's Spark application id
             f.write(json.dumps({"pid": os.getpid(), "time": time.time(), **info}) + "\n")

@@ -1,5 +1,6 @@
 """``--backend docker`` end to end, on the engine that answers (``backends/docker/engine.py``) with the
-images built (``make docker-images``): the exactly-once sink stays valid under executor kills, broker
+images built (the session fixtures of ``tests/conftest.py`` start an engine and build them when
+needed): the exactly-once sink stays valid under executor kills, broker
 kills and pauses and partitions; the at-least-once sink is caught duplicating after a driver kill in
 the commit window; ``onceproof cluster up|status|down --backend docker`` attach by label. Every test
 also checks that none of its containers (nor its network, nor a process of its run) is left.
@@ -20,23 +21,10 @@ from tests.conftest import load_run, our_processes, run_cli
 pytestmark = pytest.mark.docker
 
 
-def _engine_and_images():
-    try:
-        from backends.docker.backend import image_refs
-        from backends.docker.engine import ping
-
-        client = ping()
-        if client is None:
-            return "no Docker engine answers"
-        for ref in image_refs().values():
-            client.images.get(ref)
-    except Exception as e:  # noqa: BLE001 - any of these means: nothing to test against
-        return f"{e} (make docker-images)"
-    return None
-
-
-_why = _engine_and_images()
-needs_engine = pytest.mark.skipif(_why is not None, reason=_why or "")
+@pytest.fixture
+def needs_engine(docker_engine, docker_images):
+    """The session's engine with the images built (``tests/conftest.py``)."""
+    return docker_engine
 
 
 def _run_id(run_dir: Path) -> str:
@@ -57,7 +45,7 @@ def _ops(ops: list[dict]) -> list[dict]:
     return [o for o in ops if o.get("type") == "info" and o.get("f") != "heal"]
 
 
-@needs_engine
+@pytest.mark.usefixtures("needs_engine")
 @pytest.mark.timeout(1800)
 def test_eos_is_valid_under_executor_and_broker_kills_pauses_and_partitions(results_root):
     p = run_cli(["run", "--backend", "docker", "--sink", "eos", "--nemesis",
@@ -85,7 +73,7 @@ def test_eos_is_valid_under_executor_and_broker_kills_pauses_and_partitions(resu
     assert not our_processes(str(run_dir))
 
 
-@needs_engine
+@pytest.mark.usefixtures("needs_engine")
 @pytest.mark.timeout(1500)
 def test_at_least_once_duplicates_after_a_driver_kill_in_the_commit_window(results_root):
     p = run_cli(["run", "--backend", "docker", "--sink", "at-least-once", "--nemesis",
@@ -107,7 +95,7 @@ def test_at_least_once_duplicates_after_a_driver_kill_in_the_commit_window(resul
     assert not our_processes(str(run_dir))
 
 
-@needs_engine
+@pytest.mark.usefixtures("needs_engine")
 def test_cluster_up_status_down_attach_by_label(tmp_path):
     d = tmp_path / "cluster"
     up = run_cli(["cluster", "up", "--backend", "docker", "--dir", str(d)], timeout=300)

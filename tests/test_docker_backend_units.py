@@ -234,3 +234,27 @@ def test_listening_ports_are_read_from_the_namespaces_tcp_table():
             "   1: 0100007F:2384 0100007F:D431 01 00000000:00000000 00:00000000 00000000 0 0 2 1",  # 9092 established
             "   2: 00000000000000000000000000000000:2385 00000000000000000000000000000000:0000 0A 0 0 0 0 0 3 1"]
     assert listening_in(rows) == {9091, 9093}
+
+
+def _fake_bin(d: Path, name: str, script: str) -> None:
+    f = d / name
+    f.write_text(f"#!/bin/sh\n{script}\n")
+    f.chmod(0o755)
+
+
+@pytest.mark.parametrize("have, want", [
+    ({"docker": "exit 0", "docker-compose": "exit 0"}, ["docker", "compose"]),   # the v2 plugin answers
+    ({"docker": "exit 1", "docker-compose": "exit 0"}, ["docker-compose"]),      # no plugin: Debian's v1
+    ({"docker": "exit 1"}, None),                                                # neither: None (install one)
+])
+def test_the_compose_cli_is_the_plugin_then_v1_then_none(tmp_path, monkeypatch, have, want):
+    from backends.docker.compose import COMPOSE_ENV, compose_command
+
+    for name, script in have.items():
+        _fake_bin(tmp_path, name, script)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(COMPOSE_ENV, raising=False)
+    got = compose_command()
+    assert (None if got is None else [Path(got[0]).name, *got[1:]]) == want
+    monkeypatch.setenv(COMPOSE_ENV, "docker-compose --verbose")  # the override wins, whatever answers
+    assert compose_command() == ["docker-compose", "--verbose"]

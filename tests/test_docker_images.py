@@ -1,8 +1,9 @@
 """backends/docker/images.py: content-hash tags, build contexts, and the images themselves.
 
-The first tests need no engine. Those marked ``docker`` get one through ``backends.docker.engine``
-(the running engine, or a dockerd they start and stop; skipped when neither is possible) and build the
-images when their tags are missing (minutes the first time, a no-op after). The smoke tests run one
+The first tests need no engine. Those marked ``docker`` use the session's engine and images
+(``tests/conftest.py``: the running engine or a dockerd started for the session; the images built when
+their tags are missing, minutes the first time, a no-op after; skipped when impossible, failed under
+``ONCEPROOF_TEST_DOCKER=require``). The smoke tests run one
 trivial command per image; no broker, Spark master or worker is started.
 """
 
@@ -15,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from backends.docker import images
-from backends.docker.engine import DockerEngine, EngineError
 from backends.docker.images import ImageBuildError, _Entry, _Recipe, recipe_hash
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,13 +88,9 @@ def test_unknown_image_name_is_refused():
 # -------------------------------------------------------------------------------------- with an engine
 
 @pytest.fixture(scope="module")
-def engine():
-    try:
-        eng = DockerEngine().start()
-    except EngineError as e:
-        pytest.skip(f"no Docker engine: {e}")
-    yield eng
-    eng.stop()  # only if this fixture started it
+def engine(docker_engine):
+    """The session's engine (``tests/conftest.py``)."""
+    return docker_engine
 
 
 @pytest.mark.docker
@@ -130,9 +126,9 @@ def test_second_build_is_a_no_op_and_a_content_change_rebuilds(engine, tmp_path,
 
 
 @pytest.fixture(scope="module")
-def built(engine):
-    """Every image (built when missing; cached otherwise), by name."""
-    return {b.name: b for b in images.build(engine.client, log=lambda m: None)}
+def built(docker_images):
+    """Every image (built when missing; cached otherwise), by name: the session's (``tests/conftest.py``)."""
+    return docker_images
 
 
 def _run(engine, image: str, cmd, **kw) -> str:

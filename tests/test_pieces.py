@@ -70,6 +70,15 @@ def test_commit_window_hook_holds_only_when_armed(tmp_path):
     assert not (tmp_path / hooks.ARMED).exists() and not (tmp_path / hooks.OPEN).exists()
 
 
+def test_ready_creates_a_missing_control_dir_and_logs_every_incarnation(tmp_path):
+    d = tmp_path / "not" / "made"  # a driver started by hand (docker-compose.yml): nobody made the directory
+    c = hooks.ControlDir(d)
+    c.mark_ready({"query_id": "q", "run_id": "r1"})
+    c.mark_ready({"query_id": "q", "run_id": "r2"})
+    assert json.loads((d / hooks.READY).read_text())["run_id"] == "r2"
+    assert [json.loads(l)["run_id"] for l in (d / hooks.APPS).read_text().splitlines()] == ["r1", "r2"]
+
+
 def test_precommit_hold_is_claimed_only_by_its_sink_partition(tmp_path):
     logged = []
     (tmp_path / hooks.PRECOMMIT_HOLD).write_text(json.dumps({"ms": 50, "partition": 3}))

@@ -100,5 +100,33 @@ def install_plugin(version: str = COMPOSE_VERSION, plugins: Path | None = None) 
                             f"from {binary}, or keep yours")
 
 
+COMPOSE_ENV = "ONCEPROOF_COMPOSE"
+
+
+def compose_command(env: dict[str, str] | None = None) -> list[str] | None:
+    """The Compose CLI that runs ``docker-compose.yml`` here, as an argv prefix, or ``None`` when there is
+    none (then :func:`install_plugin`, or ``apt-get install docker-compose``).
+
+    In order: ``$ONCEPROOF_COMPOSE`` split on blanks (e.g. ``docker-compose`` to force v1); ``docker
+    compose`` (the v2 plugin) when ``docker compose version`` answers; Debian's ``docker-compose`` (v1.29,
+    Python; it reads the same file, profiles included) when it is on ``PATH``. ``env``: the environment
+    of the probe (``DOCKER_HOST`` …); default ``os.environ``.
+    """
+    forced = os.environ.get(COMPOSE_ENV, "").split()
+    if forced:
+        return forced
+    docker_cli = shutil.which("docker")
+    if docker_cli is not None:
+        try:
+            p = subprocess.run([docker_cli, "compose", "version"], capture_output=True, text=True, timeout=30,
+                               env=env)
+            if p.returncode == 0:
+                return [docker_cli, "compose"]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    v1 = shutil.which("docker-compose")
+    return [v1] if v1 is not None else None
+
+
 if __name__ == "__main__":
     print(install_plugin())
