@@ -5,7 +5,7 @@ Pure logic of the plugin, no cluster: the function it calls to run a test (``pyt
 is replaced by a stand-in that writes a synthetic run directory (``results.json`` with a verdict and counts
 the test chooses), and ``onceproof_cluster`` builds a stand-in backend's cluster (``tests/stand_in_backend.py``:
 a table, no process). These tests say nothing about Kafka or Spark. The one real run is
-:func:`test_a_real_at_least_once_run_killed_in_its_commit_window_passes_a_test_that_expects_invalid`
+:func:`test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expects_invalid`
 (marked ``cluster``).
 """
 
@@ -467,18 +467,18 @@ def test_the_ci_example_collects_with_strict_markers(pytester):
 
 @pytest.mark.cluster
 @pytest.mark.timeout(1500)
-def test_a_real_at_least_once_run_killed_in_its_commit_window_passes_a_test_that_expects_invalid(pytester,
-                                                                                                 monkeypatch):
-    """A user's test file in its own pytest process: Spark's at-least-once Kafka sink with the driver killed
-    after the sink wrote a batch and before Spark logged its commit must be caught (verdict invalid, the
-    replayed batch duplicated), so a test expecting ``invalid`` passes, with the verdict in its JUnit entry
-    and no JVM left behind."""
+def test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expects_invalid(pytester, monkeypatch):
+    """A user's test file in its own pytest process: the mutant transactional sink without its replay
+    marker (``eos-no-marker``), with the driver killed after the sink committed a batch and before Spark
+    logged its commit, must be caught (verdict invalid, the replayed batch committed twice), so a test
+    expecting ``invalid`` passes, with the verdict in its JUnit entry and no JVM left behind. (Spark's
+    at-least-once sink is caught the same way in ``tests/test_docker_backend.py``.)"""
     pytester.makepyfile(test_mutant="""
         import pytest
 
-        @pytest.mark.onceproof(sink="at-least-once", nemesis="kill-driver-in-commit-window", time_limit=60,
-                               seed=1, expect="invalid")
-        def test_at_least_once_is_caught(onceproof_run):
+        @pytest.mark.onceproof(sink="eos-no-marker", nemesis="kill-driver-in-commit-window", time_limit=45,
+                               seed=3, expect="invalid")
+        def test_the_mutant_is_caught(onceproof_run):
             r = onceproof_run()
             assert r.counts["duplicate"] > 0, r.counts
             assert r.report is not None and r.report.is_file()
@@ -489,15 +489,17 @@ def test_a_real_at_least_once_run_killed_in_its_commit_window_passes_a_test_that
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--onceproof-results={results}",
                                         f"--junitxml={junit}", *plugin_args(), timeout=1400)
     res.assert_outcomes(passed=1)
-    props = properties(junit_cases(junit)["test_at_least_once_is_caught"])
+    props = properties(junit_cases(junit)["test_the_mutant_is_caught"])
     assert (props["onceproof.verdict"], props["onceproof.expected"]) == ("invalid", "invalid"), props
     assert int(props["onceproof.count.duplicate"]) > 0, props
     assert Path(props["onceproof.report"]).is_file(), props
-    # the run itself (this was test_e2e's at-least-once run, folded in to save a cluster): a batch the
-    # driver kill made Spark replay is among the duplicated copies, named by its batchId
+    # the run itself (this was test_e2e's mutant run, folded in to save a cluster): a batch the driver kill
+    # made Spark replay is among the duplicated copies, named by its batchId, and both copies were
+    # committed transactions (fencing alone does not stop a replay from committing again)
     _, result, ops = load_run_dir(Path(props["onceproof.report"]).parent)
     replayed = {str(o["evidence"]["batch"]) for o in ops if o.get("outcome") == "effective"}
     assert replayed, ops
-    example_batches = {c["batch"] for ex in result["anomalies"]["duplicate"] for c in ex["copies"]}
-    assert example_batches & replayed, (example_batches, replayed)
+    copies = [c for ex in result["anomalies"]["duplicate"] for c in ex["copies"]]
+    assert {c["batch"] for c in copies} & replayed, (copies, replayed)
+    assert all(c.get("sink") == "eos" and c.get("txn_id") for c in copies), copies
     assert not our_jvms(str(results)), "JVMs of the run outlived it"
