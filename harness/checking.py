@@ -20,7 +20,7 @@ from clients import topics
 from harness.recovery import RecoveryStatus
 from nemesis import coverage
 from store import readers
-from store.runfiles import INPUT, OUTPUT, RunFiles
+from store.runfiles import INPUT, OUTPUT, RunFiles, stored
 
 
 class CheckError(RuntimeError):
@@ -80,6 +80,7 @@ def history_gaps(path: Path, hist: pd.DataFrame, inp: pd.DataFrame) -> list[str]
     does (per key, an input seq above the highest seq the history invoked: the workload writes the
     ``invoke`` before it sends, so a complete history covers every input record). ``[]`` when complete."""
     why = "acknowledged sends could not be checked against the input (lost-write)"
+    path = stored(path)  # history.jsonl.gz once the run is compacted
     if not path.exists():
         return [f"{path.name} is missing: {why}"]
     if hist.empty:

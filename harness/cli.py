@@ -414,7 +414,10 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
 
 
 @app.command()
-def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run directory, e.g. results/latest")) -> None:
+def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run directory, e.g. results/latest"),
+           standalone: bool = typer.Option(False, "--standalone", help="inline plotly's JavaScript (~4.8 MB) so "
+                                           "report.html works copied on its own; by default a report inside a "
+                                           "results directory loads the one copy in <results>/assets/")) -> None:
     """Rebuild a run's report.html and junit.xml from its files.
 
     Exit code: 0 written, 254 not a run directory, 255 crashed.
@@ -426,7 +429,7 @@ def report(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run di
     rd = _require_run_dir(run_dir)
     _on_crash("report", RunFiles(rd).error_log("report"))
     write_junit(rd)
-    console.print(f"report: {build_report(rd)}", soft_wrap=True)
+    console.print(f"report: {build_report(rd, standalone=standalone)}", soft_wrap=True)
 
 
 @app.command()

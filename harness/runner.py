@@ -31,6 +31,7 @@ from harness import checking, recovery, signals
 from clients import topics
 from store import checkpoint
 from harness.config import TestConfig
+from store.compact import compact
 from store.history import HistoryWriter
 from clients.live_reader import LiveReader
 from harness.summary import brief, fault_counts, summarize
@@ -340,6 +341,14 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
     if td.errors:
         console.print(f"[red]teardown errors: {td.errors}[/]")
     rd.write_json(RESULTS, result)
+    if result["verdict"] != "crashed":  # a crashed run keeps its files as they were when it stopped
+        try:
+            done = compact(rd.path)
+            if done:
+                console.print(f"compressed {len(done)} file(s) of the run: {sum(b for _, b, _ in done) / 1e6:.1f} MB "
+                              f"→ {sum(a for _, _, a in done) / 1e6:.1f} MB (the history and logs, as .gz)")
+        except OSError as e:
+            console.print(f"[yellow]compressing the run's history and logs failed: {e}[/]")
     if cfg.keep_last:
         try:
             gone = retention.prune(Path(cfg.results_root), cfg.name, cfg.keep_last)

@@ -19,10 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m report", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dirs", nargs="*", type=Path, help=f"run directories to write {REPORT} for")
     ap.add_argument("--junit", action="store_true", help=f"also write {JUNIT} for each run directory")
+    ap.add_argument("--standalone", action="store_true", help="inline plotly's JS instead of <results>/assets/")
     ap.add_argument("--index", type=Path, metavar="ROOT", help=f"write ROOT/{INDEX} (building missing reports)")
     a = ap.parse_args(argv)
     for d in a.run_dirs:
-        print(build_report(d))
+        print(build_report(d, standalone=a.standalone))
         if a.junit:
             print(write_junit(d))
     if a.index:

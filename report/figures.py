@@ -1,15 +1,15 @@
 """The report's plotly figures: the timeline (a fault lane over the time panels, fault bands across all
 rows) and the per-key sequence plots.
 
-Plotly, with its JavaScript inlined once in the page (~4.8 MB), because:
+Plotly, its JavaScript (~4.8 MB) loaded once per page: from the results root's ``assets/`` (one copy
+shared by every run there, ``report/html.py``) or, for a report that must stand alone, inlined. Because:
 
-* the report must open from disk with no network, and plotly's bundle is one inlineable script with no
-  further fetches (no fonts, no MathJax: we switch it off);
+* the report must open from disk with no network, and plotly's bundle is one script with no further
+  fetches (no fonts, no MathJax: we switch it off);
 * faults land in windows of a few seconds in runs of minutes; the time plots share one x-axis, so
   zooming into a fault window zooms every series at once, and hovering a fault bar shows its target
   and evidence — static PNGs (matplotlib, base64) would need a crop per fault to show the same;
-* the cost, a few MB per run directory, is small next to the run's own ``history.jsonl`` and logs,
-  and ``index.html`` carries no JS at all.
+* the cost is one bundle per results root (or per standalone report), and ``index.html`` carries no JS.
 
 Plotly is imported inside the functions: loading a run or writing the index does not pay for it.
 """
@@ -162,8 +162,15 @@ def fig_html(fig, div_id: str) -> str:
 
 
 def plotly_js() -> str:
-    """Plotly's JavaScript bundle (~4.8 MB), to inline once per page."""
+    """Plotly's JavaScript bundle (~4.8 MB), to inline once per page or write once per results root."""
     from plotly.offline import get_plotlyjs
 
     return get_plotlyjs()
+
+
+def plotly_version() -> str:
+    """The installed plotly's version (names the shared bundle, so two versions never overwrite one)."""
+    import plotly
+
+    return plotly.__version__
 

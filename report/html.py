@@ -21,9 +21,10 @@ import pandas as pd
 from checkers.examples import isna
 from report.analysis import anomaly_names, bad_keys, fault_windows, heal_times, key_sequences, timeline_panels
 from report.figures import (MIN_BAND_S, NOT_EFFECTIVE_COLOR, fault_colors, fig_html, keys_figure, plotly_js,
-                            timeline_figure)
+                            plotly_version, timeline_figure)
 from report.load import Run, load_run
-from store.runfiles import CONTENTS, NEMESIS, OUTPUT, RECOVERY, RESULTS, SINK, TEST, RunFiles
+from store.runfiles import CONTENTS, NEMESIS, OUTPUT, RECOVERY, RESULTS, SINK, TEST, RunFiles, stored
+from store.runs import ASSETS, INDEX, LATEST
 
 MAX_EXAMPLES = 10  # examples shown per anomaly
 VERDICT_COLORS = {"valid": "#1a7f37", "invalid": "#cf222e", "unknown": "#9a6700", "crashed": "#8250df"}
@@ -241,11 +242,11 @@ def _sink_html(run: Run) -> str:
 def _files_html(run: Run) -> str:
     recs = []
     for name, what in CONTENTS.items():
-        p = run.run_dir / name
+        p = stored(run.run_dir / name)  # history.jsonl.gz once the run is compacted
         state = "present" if p.exists() else "missing"
-        if any(x.startswith(name + ":") for x in run.problems):
+        if any(x.startswith(name + ":") or x.startswith(p.name + ":") for x in run.problems):
             state = "unreadable"
-        recs.append({"file": name, "state": state, "size": _size(p) if p.exists() else "", "content": what})
+        recs.append({"file": p.name, "state": state, "size": _size(p) if p.exists() else "", "content": what})
     return _table(recs)
 
 
@@ -402,9 +403,11 @@ def _config_section(run: Run) -> str:
             + "</div></section>")
 
 
-def render_report(run: Run) -> str:
-    """The report page for a loaded run (a pure function of ``run``: no files written). Plotly's JS is
-    inlined once in ``<head>`` when the page has at least one figure."""
+def render_report(run: Run, plotly_src: str | None = None) -> str:
+    """The report page for a loaded run (a pure function of ``run``: no files written). When the page has
+    at least one figure, plotly's JS is loaded once in ``<head>``: from ``plotly_src`` (a URL relative to
+    the page, see :func:`shared_plotly`), or inlined when it is ``None``. A page whose shared bundle is
+    missing (a run directory copied on its own) shows, in place of each plot, how to rebuild it standalone."""
     windows = fault_windows(run.nemesis, run.t0)
     colors = fault_colors(run, windows)
     timeline, n1 = _timeline_section(run, windows, colors)
@@ -420,17 +423,60 @@ def render_report(run: Run) -> str:
         _config_section(run),
         f"<section id=files><h2>files</h2>{_files_html(run)}</section>",
     ]
-    head = f"<script>{plotly_js()}</script>" if n1 + n2 else ""
+    head = ""
+    if n1 + n2:
+        head = f"<script>{plotly_js()}</script>" if plotly_src is None else (
+            f"<script src=\"{esc(plotly_src)}\"></script><script>{_MISSING_PLOTLY_JS % json.dumps(_missing_note(run, plotly_src))}</script>")
     return page(f"{run.name}: {run.verdict}", "".join(body), head)
 
 
-def build_report(run_dir: Path) -> Path:
-    """Write ``run_dir/report.html`` (self-contained, no network) and return its path."""
+_MISSING_PLOTLY_JS = ("if(typeof Plotly==='undefined'){window.Plotly={newPlot:function(d){"
+                      "(typeof d==='string'?document.getElementById(d):d).innerHTML=%s;return Promise.resolve()}}}")
+
+
+def _missing_note(run: Run, src: str) -> str:
+    return (f"<p class=notice>plot not drawn: plotly's JavaScript ({esc(src)}, shared by the runs of a results "
+            f"directory) is missing here. Rebuild this report standalone: <code>onceproof report --standalone "
+            f"{esc(str(run.run_dir))}</code></p>")
+
+
+def results_root_of(run_dir: Path) -> Path | None:
+    """The results root holding ``run_dir`` (``<root>/<test>/<stamp>``): its grandparent when that holds a
+    ``latest`` link or ``index.html``; ``None`` for a run directory anywhere else."""
+    root = Path(run_dir).resolve().parent.parent
+    return root if (root / LATEST).is_symlink() or (root / INDEX).is_file() else None
+
+
+def shared_plotly(root: Path) -> Path:
+    """``<root>/assets/plotly-<version>.min.js``, written (atomically) when missing; its path.
+
+    Raises: ``OSError`` when it cannot be written.
+    """
+    out = root / ASSETS / f"plotly-{plotly_version()}.min.js"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+        tmp.write_text(plotly_js(), encoding="utf-8")
+        os.replace(tmp, out)
+    return out
+
+
+def build_report(run_dir: Path, *, standalone: bool = False) -> Path:
+    """Write ``run_dir/report.html`` and return its path. It needs no network. Inside a results root
+    (:func:`results_root_of`) the page loads plotly's JS from the root's one shared copy
+    (:func:`shared_plotly`, ~4.8 MB once instead of per run); ``standalone`` (or a run directory outside a
+    results root) inlines it, for a report that is copied or uploaded on its own.
+
+    Raises: ``OSError`` when a file cannot be written; loading errors are listed in the report itself.
+    """
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     out = RunFiles(run_dir).report
+    root = None if standalone else results_root_of(run_dir)
+    src = None
+    if root is not None:
+        src = os.path.relpath(shared_plotly(root), run_dir.resolve())
     tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(render_report(run), encoding="utf-8")
+    tmp.write_text(render_report(run, src), encoding="utf-8")
     os.replace(tmp, out)
     return out
-

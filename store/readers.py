@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from pathlib import Path
 from typing import Callable, TypeVar
 
 import pandas as pd
 
-from store.runfiles import RunFiles
+from store.compact import read_text
+from store.runfiles import RunFiles, stored
 
 log = logging.getLogger("onceproof.store")
 T = TypeVar("T")
@@ -116,10 +118,13 @@ def read_sink(run_dir: Path, problems: list[str] | None = None) -> list[dict]:
 
 
 def _json_lines(path: Path, problems: list[str] | None, *, torn_anywhere: bool) -> list[dict]:
+    path = stored(path)  # history.jsonl.gz once the run is compacted
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        lines = read_text(path).splitlines()
     except FileNotFoundError:
         return []
+    except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt .gz
+        raise DamagedFile(f"{path} cannot be decompressed ({e})") from e
     rows = []
     for i, line in enumerate(lines):
         if not line.strip():

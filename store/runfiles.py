@@ -4,7 +4,8 @@
 only ``test.json`` and ``results.json``; see ``docs/results-schema.md``)::
 
     test.json                    config, seed, versions, schedule, replay command
-    history.jsonl                workload ops, appended as the run goes
+    history.jsonl                workload ops, appended as the run goes (history.jsonl.gz once the run
+                                 reached a verdict: store/compact.py; logs/ likewise)
     nemesis.jsonl                fault and heal ops, same clock as the history
     sink.jsonl                   the eos sink's transaction events (written by the pipeline's tasks)
     recovery.json                offsets per partition when recovery ended
@@ -42,6 +43,7 @@ EXECUTOR_LOGS = "executors"  # under LOGS
 CONTROL = "control"
 CHECKPOINT = "checkpoint"
 CLUSTER = "cluster"
+GZ = ".gz"  # suffix of a file compressed after the run (store/compact.py)
 
 #: The data files of a run with what each holds, in the order the report's "files" section lists them.
 CONTENTS: dict[str, str] = {
@@ -56,7 +58,16 @@ CONTENTS: dict[str, str] = {
 }
 
 #: Files of which at least one is in every run directory (a run that crashed at once has test.json).
-MARKERS = (TEST, RESULTS, HISTORY, INPUT, OUTPUT)
+MARKERS = (TEST, RESULTS, HISTORY, HISTORY + GZ, INPUT, OUTPUT)
+
+
+def stored(path: Path) -> Path:
+    """``path`` as stored: itself, or ``path.gz`` when only that exists (a finished run's history and large
+    logs are compressed, :mod:`store.compact`); ``path`` when neither exists. One ``stat``, nothing read."""
+    if path.exists():
+        return path
+    gz = path.with_name(path.name + GZ)
+    return gz if gz.exists() else path
 
 
 class RunFiles:

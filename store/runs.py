@@ -19,6 +19,7 @@ from store.runfiles import MARKERS, RESULTS, TEST, RunFiles
 DEFAULT_ROOT = Path(os.environ.get("ONCEPROOF_RESULTS", "results"))
 LATEST = "latest"  # <root>/latest and <root>/<test>/latest: symlinks to the newest run
 INDEX = "index.html"  # <root>/index.html: every run, written by report.index
+ASSETS = "assets"  # <root>/assets/: files the reports of every run share (plotly's JS), report.html
 _STAMP = re.compile(r"^(\d{8}T\d{6})(?:-(\d+))?$")
 
 

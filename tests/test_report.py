@@ -386,8 +386,13 @@ def _chromium_args(tmp_path: Path) -> list[str]:
             "--virtual-time-budget=10000"]
 
 
-def test_report_renders_plots_in_headless_chromium(run_dir, tmp_path):
+@pytest.mark.parametrize("layout", ["standalone", "results-root"])
+def test_report_renders_plots_in_headless_chromium(run_dir, tmp_path, layout):
+    """Both ways of loading plotly draw the plots: inlined, and the results root's shared bundle."""
+    if layout == "results-root":
+        run_dir = _rooted(tmp_path / "rooted")
     page = build_report(run_dir)
+    assert ('<script src="' in page.read_text()) == (layout == "results-root")
     url = page.resolve().as_uri()
     # 1. the DOM after the page's JS ran: plotly drew both figures (its SVG roots and scatter traces)
     dom = subprocess.run([*_chromium_args(tmp_path), "--dump-dom", url], capture_output=True, text=True,
@@ -414,6 +419,44 @@ def test_report_renders_plots_in_headless_chromium(run_dir, tmp_path):
     verdict_red = (np.abs(img - [207, 34, 46]).sum(axis=2) < 30).sum()  # the INVALID badge
     assert trace_blue > 500, f"only {trace_blue} pixels of the plot line color: plots not drawn"
     assert verdict_red > 2000
+
+
+def _rooted(tmp_path, stamp: str = "20270115T080000") -> Path:
+    """A synthetic run inside a results root (its ``latest`` links point at it, as a real run's do)."""
+    from store.runs import LATEST, repoint
+
+    root = tmp_path / "results"
+    d = make_run(root / "eos-synthetic" / stamp)
+    repoint(root / LATEST, d.relative_to(root))
+    return d
+
+
+def test_reports_in_a_results_root_share_one_plotly_bundle_and_standalone_inlines_it(tmp_path):
+    from store.runs import ASSETS
+
+    a, b = _rooted(tmp_path), _rooted(tmp_path, "20270115T090000")
+    pa, pb = build_report(a).read_text(), build_report(b).read_text()
+    srcs = {m for p in (pa, pb) for m in re.findall(r'<script src="([^"]+)"', p)}
+    assert len(srcs) == 1 and next(iter(srcs)).startswith(f"../../{ASSETS}/plotly-"), srcs
+    bundle = [f for f in (tmp_path / "results" / ASSETS).iterdir()]
+    assert len(bundle) == 1 and bundle[0].stat().st_size > 1_000_000 and "Plotly" in bundle[0].read_text()[:5000]
+    assert (a / next(iter(srcs))).resolve() == bundle[0].resolve()  # the relative URL finds it
+    assert len(pa) < 1_000_000 and len(pb) < 1_000_000, (len(pa), len(pb))  # the 4.8 MB bundle is not inlined
+    alone = build_report(a, standalone=True).read_text()
+    assert len(alone) > 1_000_000 and not re.search(r"<script[^>]+src=", alone)
+
+
+def test_a_report_copied_without_the_shared_bundle_says_how_to_rebuild_it(tmp_path):
+    from store.runs import ASSETS
+
+    d = _rooted(tmp_path)
+    page = build_report(d)
+    shutil.rmtree(tmp_path / "results" / ASSETS)
+    dom = subprocess.run([*_chromium_args(tmp_path), "--dump-dom", page.resolve().as_uri()], capture_output=True,
+                         text=True, timeout=120).stdout
+    body = dom.split("<body", 1)[1]  # (the head's script holds the note's text once more)
+    assert body.count("plot not drawn") == 2 and "onceproof report --standalone" in body, body[-3000:]
+    assert 'class="main-svg"' not in body
 
 
 def test_report_carries_the_coverage_table_and_not_exercised_rows(tmp_path):
