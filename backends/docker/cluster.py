@@ -30,7 +30,7 @@ from pathlib import Path
 import docker
 import psutil
 
-from backends.base import GONE, STOPPED, ClusterError, NodeState
+from backends.base import GONE, STOPPED, ClusterError, NodeState, wait_healthy
 from backends.docker.layout import CLIENT_PORT, DATA_DIR, DockerLayout
 from backends.docker.site import DockerSite, save_logs
 from backends.local.layout import ClusterSpec
@@ -132,31 +132,12 @@ class DockerKafkaCluster:
         """Block until the metadata lists every node as a broker and each broker process listens on all
         its ports (CLIENT, INTERNAL, APP, CONTROLLER inside its container: Kafka binds its data-plane
         listeners only after registering). Raises ``ClusterError`` on timeout or when a container exits."""
-        from confluent_kafka.admin import AdminClient
-
-        deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
-                             "logger": logging.getLogger("onceproof.librdkafka.admin")})
-        last = "no answer"
-        while time.monotonic() < deadline:
+        def exited() -> str | None:
             dead = [n for n in self.nodes if not self.state(n).alive]
-            if dead:
-                raise ClusterError(f"broker(s) {dead} exited during start: {self._tail(dead[0])}; "
-                                   f"see {self.log_dir}/")
-            try:
-                md = admin.list_topics(timeout=5)
-                if len(md.brokers) == len(self.nodes) and md.controller_id >= 0:
-                    deaf = self._not_listening()
-                    if not deaf:
-                        return
-                    last = f"broker(s) {deaf} registered but not yet listening on their ports"
-                else:
-                    last = f"{len(md.brokers)} broker(s) registered"
-            except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException while nodes start
-                last = str(e)
-            time.sleep(0.5)
-        raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); see {self.log_dir}/ "
-                           "(`onceproof cluster status --backend docker`)")
+            return f"broker(s) {dead} exited ({self._tail(dead[0])})" if dead else None
+
+        wait_healthy(self.bootstrap, len(self.nodes), exited=exited, not_listening=self._not_listening,
+                     timeout_s=timeout_s, where=f"see {self.log_dir}/ (`onceproof cluster status --backend docker`)")
 
     def _not_listening(self) -> list[int]:
         """Nodes whose container does not listen on every port of :meth:`DockerLayout.listen_ports` (its

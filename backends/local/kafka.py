@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from backends.base import FOREIGN, GONE, ClusterError, NodeState
+from backends.base import FOREIGN, GONE, ClusterError, NodeState, wait_healthy
 from backends.local import jars, processes
 from backends.local.layout import ClusterSpec, NodeSpec
 from backends.local.ports import claim_base_port, free_base_port, release_base_port
@@ -249,33 +249,12 @@ class KafkaCluster:
     def healthy(self, timeout_s: float = 120.0) -> None:
         """Block until the metadata lists every node as a broker and each broker process listens on its
         ports. Raises ``ClusterError`` on timeout or when a broker exits."""
-        from confluent_kafka.admin import AdminClient
-
-        deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
-                             "logger": logging.getLogger("onceproof.librdkafka.admin")})
-        last = "no answer"
-        while time.monotonic() < deadline:
+        def exited() -> str | None:
             dead = [i for i, b in self.brokers.items() if b.pid is None or not processes.alive(b.pid)]
-            if dead:
-                raise ClusterError(f"broker(s) {dead} exited during start; see {self.spec.logs}/")
-            try:
-                md = admin.list_topics(timeout=5)
-                if len(md.brokers) == self.spec.nodes and md.controller_id >= 0:
-                    # Registered is not enough: Kafka 4 binds its data-plane listeners *after* the broker
-                    # registers with the controller, so a broker whose client port was taken dies just
-                    # after looking healthy (seen in CI). Healthy = each broker process itself listens.
-                    deaf = self._not_listening()
-                    if not deaf:
-                        return
-                    last = f"broker(s) {deaf} registered but not yet listening on their ports"
-                else:
-                    last = f"{len(md.brokers)} broker(s) registered"
-            except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException while nodes start
-                last = str(e)
-            time.sleep(0.5)
-        raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); "
-                           f"see {self.spec.logs}/")
+            return f"broker(s) {dead} exited" if dead else None
+
+        wait_healthy(self.bootstrap, self.spec.nodes, exited=exited, not_listening=self._not_listening,
+                     timeout_s=timeout_s, where=f"see {self.spec.logs}/")
 
     def _not_listening(self) -> list[int]:
         """Nodes whose own process does not (yet) listen on its client and inter-broker ports."""
