@@ -44,8 +44,9 @@ class NemesisRunner:
         self._thread: threading.Thread | None = None
         self.ops: list[dict] = []
         self.started_at: float | None = None  # time.monotonic() at the first committed batch: the plan's 0 s
-        self._waited_s = 0.0  # recovery waits ended so far, s
-        self._waiting_since: float | None = None  # time.monotonic() when the current recovery wait began
+        # (recovery waits ended so far in s, time.monotonic() when the current wait began or None): one
+        # tuple, replaced whole by the nemesis thread, so fault_time_s never sees half an update
+        self._waits: tuple[float, float | None] = (0.0, None)
         self.in_flight: str | None = None  # the spec being invoked right now
         self._healed = False
 
@@ -62,9 +63,10 @@ class NemesisRunner:
         commit-window kill (seen in CI) must not cut off the faults after it."""
         if self.started_at is None:
             return None
+        waited_s, since = self._waits
         now = time.monotonic()
-        current = now - self._waiting_since if self._waiting_since is not None else 0.0
-        return now - self.started_at - self._waited_s - current
+        current = now - since if since is not None else 0.0
+        return now - self.started_at - waited_s - current
 
     def _wait_progress(self, progress: Callable[[], int | None], after: int | None,
                        max_s: float | None) -> tuple[float, bool] | None:
@@ -91,10 +93,10 @@ class NemesisRunner:
                 return
             invoke = {"process": "nemesis", "type": "invoke", "f": name, "planned_s": at_s}
             if i > 0:
-                self._waiting_since = time.monotonic()
+                since = time.monotonic()
+                self._waits = (self._waits[0], since)
                 waited = self._wait_progress(progress, last, self.recover_max_s)
-                self._waited_s += time.monotonic() - self._waiting_since
-                self._waiting_since = None
+                self._waits = (self._waits[0] + time.monotonic() - since, None)
                 if waited is None:
                     return
                 invoke["recovered_after_s" if waited[1] else "stalled_s"] = waited[0]
