@@ -316,39 +316,17 @@ def make_kafka_messages(frame: pd.DataFrame, msgs: list[tuple], output: bool) ->
 
 
 def raw_read_messages(msgs: list, with_headers: bool) -> pd.DataFrame:
-    """``topics.read_topic``'s per-message loop and frame building, verbatim, on Message objects
-    (everything but librdkafka's fetching, the consume() calls and the position checks)."""
-    from clients.topics import TopicError, _headers_frame
+    """``topics.read_topic``'s per-message loop and frame building (``clients.topics.Records``, the code
+    itself) on Message objects: everything but librdkafka's fetching, the consume() calls and the
+    position checks."""
+    from clients.topics import Records
     ends = {}
     for m in msgs[-1000:]:
         ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
     ends = {p: 1 << 62 for p in range(64)} | ends
-    todo = set(ends)
-    parts, offs, keys, vals, hdrs, tss = [], [], [], [], [], []
-    for m in msgs:
-        if m.error():
-            if m.error().code() == -191:  # _PARTITION_EOF
-                continue
-            raise TopicError(f"reading: {m.error()}")
-        p, o = m.partition(), m.offset()
-        if o >= ends[p]:
-            todo.discard(p)
-            continue
-        parts.append(p); offs.append(o); tss.append(m.timestamp()[1])
-        k = m.key()
-        keys.append(k.decode() if k is not None else None)
-        vals.append(m.value())
-        if with_headers:
-            hdrs.append(m.headers())
-        if o + 1 >= ends[p]:
-            todo.discard(p)
-    frame = pd.DataFrame({"partition": pd.array(parts, dtype="int32"),
-                          "offset": pd.array(offs, dtype="int64"),
-                          "timestamp": pd.array(tss, dtype="int64"),
-                          "key": keys, "value": vals})
-    if with_headers:
-        frame = frame.join(_headers_frame(hdrs))
-    return frame
+    records = Records("bench", with_headers)
+    records.add(msgs, ends, set(ends))
+    return records.frame()
 
 
 def headers_frame_columns(hdrs: list) -> pd.DataFrame:

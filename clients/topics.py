@@ -86,6 +86,55 @@ class TopicRead:
     complete: bool
 
 
+class Records:
+    """The columns :func:`read_topic` builds from the messages librdkafka hands over, up to each
+    partition's end offset. Its own class so that the checker benchmark (``bench/checker_bench.py``)
+    times this very loop on synthetic messages."""
+
+    def __init__(self, topic: str, with_headers: bool):
+        self.topic, self.with_headers = topic, with_headers
+        self.parts: list[int] = []
+        self.offs: list[int] = []
+        self.tss: list[int] = []
+        self.keys: list[str | None] = []
+        self.vals: list[bytes | None] = []
+        self.hdrs: list = []
+
+    def add(self, msgs, ends: dict[int, int], todo: set[int]) -> None:
+        """Append ``msgs`` (``confluent_kafka.Message``) below ``ends[partition]``; a partition whose end is
+        reached leaves ``todo``. Raises ``TopicError`` for a message carrying an error other than EOF."""
+        parts, offs, tss, keys, vals, hdrs = self.parts, self.offs, self.tss, self.keys, self.vals, self.hdrs
+        with_headers = self.with_headers
+        for m in msgs:
+            if m.error():
+                if m.error().code() == -191:  # _PARTITION_EOF
+                    continue
+                raise TopicError(f"reading {self.topic}: {m.error()}")
+            p, o = m.partition(), m.offset()
+            if o >= ends[p]:
+                todo.discard(p)
+                continue
+            parts.append(p); offs.append(o); tss.append(m.timestamp()[1])
+            k = m.key()
+            keys.append(k.decode() if k is not None else None)
+            vals.append(m.value())
+            if with_headers:
+                hdrs.append(m.headers())
+            if o + 1 >= ends[p]:
+                todo.discard(p)
+
+    def frame(self) -> pd.DataFrame:
+        """``partition`` int32, ``offset`` int64, ``timestamp`` int64 (ms), ``key`` str, ``value`` bytes, and
+        the provenance header columns when reading with headers."""
+        frame = pd.DataFrame({"partition": pd.array(self.parts, dtype="int32"),
+                              "offset": pd.array(self.offs, dtype="int64"),
+                              "timestamp": pd.array(self.tss, dtype="int64"),
+                              "key": self.keys, "value": self.vals})
+        if self.with_headers:
+            frame = frame.join(_headers_frame(self.hdrs))
+        return frame
+
+
 def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: float = 120.0,
                with_headers: bool = True) -> TopicRead:
     """Read ``topic`` from the beginning up to the end offsets taken at the start of the read
@@ -101,27 +150,11 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
                   "logger": logging.getLogger("onceproof.librdkafka.reader")})
     todo = {p for p, e in ends.items() if e > 0}
     c.assign([TopicPartition(topic, p, 0) for p in ends])
-    parts, offs, keys, vals, hdrs, tss = [], [], [], [], [], []
+    records = Records(topic, with_headers)
     deadline = time.monotonic() + timeout_s
     try:
         while todo and time.monotonic() < deadline:
-            for m in c.consume(num_messages=10000, timeout=1.0):
-                if m.error():
-                    if m.error().code() == -191:  # _PARTITION_EOF
-                        continue
-                    raise TopicError(f"reading {topic}: {m.error()}")
-                p, o = m.partition(), m.offset()
-                if o >= ends[p]:
-                    todo.discard(p)
-                    continue
-                parts.append(p); offs.append(o); tss.append(m.timestamp()[1])
-                k = m.key()
-                keys.append(k.decode() if k is not None else None)
-                vals.append(m.value())
-                if with_headers:
-                    hdrs.append(m.headers())
-                if o + 1 >= ends[p]:
-                    todo.discard(p)
+            records.add(c.consume(num_messages=10000, timeout=1.0), ends, todo)
             # read_committed skips aborted records and control markers: the position tells us
             # we are past the end even when the last records were not delivered to us.
             for tp in c.position([TopicPartition(topic, p) for p in list(todo)]):
@@ -129,13 +162,7 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
                     todo.discard(tp.partition)
     finally:
         c.close()
-    frame = pd.DataFrame({"partition": pd.array(parts, dtype="int32"),
-                          "offset": pd.array(offs, dtype="int64"),
-                          "timestamp": pd.array(tss, dtype="int64"),
-                          "key": keys, "value": vals})
-    if with_headers:
-        frame = frame.join(_headers_frame(hdrs))
-    return TopicRead(frame, ends, complete=not todo)
+    return TopicRead(records.frame(), ends, complete=not todo)
 
 
 def _headers_frame(hdrs: list) -> pd.DataFrame:
