@@ -188,9 +188,7 @@ class TestConfig:
         """``{fault: targets}`` a fault given without a target draws from: the catalog's, without the
         targets this run's sink cannot take (``kill-broker`` against at-least-once never draws
         ``txn-coordinator``)."""
-        caps = sinks.get(self.sink).capabilities
-        return {n: tuple(t for t in ts if not catalog.sink_needs(f"{n}:{t}") - caps)
-                for n, ts in catalog.target_choices().items()}
+        return catalog.target_choices(sinks.get(self.sink).capabilities)
 
     @property
     def name(self) -> str:

@@ -34,9 +34,14 @@ def _targets(name: str) -> tuple[str, ...]:
     return tuple(getattr(FAULTS[name], "target_choices", ()))
 
 
-def target_choices() -> dict[str, tuple[str, ...]]:
-    """``{fault name: its targets}`` for faults that take one (for ``schedule.plan``)."""
-    return {n: _targets(n) for n in FAULTS if _targets(n)}
+def target_choices(capabilities: frozenset[str] | None = None) -> dict[str, tuple[str, ...]]:
+    """``{fault name: its targets}`` for faults that take one (for ``schedule.plan``); with a sink's
+    ``capabilities``, only the targets that sink can take (:func:`for_sink`'s rule: ``kill-broker``
+    against at-least-once never draws ``txn-coordinator``)."""
+    out = {n: _targets(n) for n in FAULTS if _targets(n)}
+    if capabilities is not None:
+        out = {n: tuple(t for t in ts if not sink_needs(f"{n}:{t}") - capabilities) for n, ts in out.items()}
+    return out
 
 
 def all_specs() -> list[str]:
