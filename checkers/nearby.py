@@ -16,11 +16,11 @@ import pandas as pd
 
 def fault_windows(ops: pd.DataFrame) -> pd.DataFrame:
     """Nemesis history → one row per effective fault: f, target, start_s, end_s (epoch seconds)."""
-    if ops is not None and not ops.empty and "type" in ops:
-        ops = ops[ops["f"] != "heal"].sort_values("index")
-    # no fault completed: no history, or heals only (a run whose budget ran out before the first fault)
+    # no fault completed: no history, or heals only (a run whose budget ran out before the first fault has
+    # no "outcome" column: only completed faults carry one)
     if ops is None or ops.empty or "type" not in ops or "outcome" not in ops:
         return pd.DataFrame(columns=["f", "target", "outcome", "start_s", "end_s"])
+    ops = ops[ops["f"] != "heal"].sort_values("index")
     inv = ops[ops["type"] == "invoke"]
     done = ops[ops["type"] == "info"]
     n = min(len(inv), len(done))

@@ -173,4 +173,3 @@ def plotly_version() -> str:
     import plotly
 
     return plotly.__version__
-

@@ -244,7 +244,7 @@ def _files_html(run: Run) -> str:
     for name, what in CONTENTS.items():
         p = stored(run.run_dir / name)  # history.jsonl.gz once the run is compacted
         state = "present" if p.exists() else "missing"
-        if any(x.startswith(name + ":") or x.startswith(p.name + ":") for x in run.problems):
+        if any(x.startswith(name + ":") for x in run.problems):  # report/load.py names the file as in CONTENTS
             state = "unreadable"
         recs.append({"file": p.name, "state": state, "size": _size(p) if p.exists() else "", "content": what})
     return _table(recs)
@@ -424,9 +424,11 @@ def render_report(run: Run, plotly_src: str | None = None) -> str:
         f"<section id=files><h2>files</h2>{_files_html(run)}</section>",
     ]
     head = ""
-    if n1 + n2:
-        head = f"<script>{plotly_js()}</script>" if plotly_src is None else (
-            f"<script src=\"{esc(plotly_src)}\"></script><script>{_MISSING_PLOTLY_JS % json.dumps(_missing_note(run, plotly_src))}</script>")
+    if n1 + n2 and plotly_src is None:
+        head = f"<script>{plotly_js()}</script>"
+    elif n1 + n2:
+        fallback = _MISSING_PLOTLY_JS % json.dumps(_missing_note(run, plotly_src))
+        head = f"<script src=\"{esc(plotly_src)}\"></script><script>{fallback}</script>"
     return page(f"{run.name}: {run.verdict}", "".join(body), head)
 
 

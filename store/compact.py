@@ -74,4 +74,3 @@ def read_text(path: Path, errors: str = "replace") -> str:
         with gzip.open(p, "rt", encoding="utf-8", errors=errors) as f:
             return f.read()
     return p.read_text(encoding="utf-8", errors=errors)
-
