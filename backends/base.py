@@ -99,6 +99,10 @@ class PipelineArgs:
 
     ``trigger_ms``: micro-batch interval, ms; ``max_offsets``: records per batch; ``txn_timeout_ms``:
     the sink's ``transaction.timeout.ms``; ``pool_size``: transactional ids to clean up on start.
+
+    ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
+    template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``pipeline.job``, which
+    alone takes the options above that the template has no placeholder for (sink, trigger, ...).
     """
 
     bootstrap: str
@@ -115,6 +119,8 @@ class PipelineArgs:
     txn_timeout_ms: int
     pool_size: int
     master: str
+    command: str = ""
+    cwd: Path | None = None
 
     def argv(self) -> list[str]:
         """The options as ``pipeline.job`` arguments (a backend adds where the connector jars are)."""
@@ -211,8 +217,9 @@ class SparkApp(Protocol):
         """Start supervising (the first driver starts at once); returns without waiting for the query."""
 
     def ready(self) -> dict | None:
-        """The current driver's ``driver.ready`` announcement (pid, query id), ``None`` before the query
-        runs."""
+        """The current driver's ``driver.ready`` announcement (pid, query id), or for a user's pipeline
+        (no announcement) its checkpoint's ``metadata`` with the driver's pid; ``None`` before the
+        query runs."""
 
     def stop(self) -> None:
         """Stop supervising and stop the driver with everything it started; keep the executors' logs."""
@@ -301,6 +308,8 @@ class Backend(Protocol):
     """Where a test runs: a name, the faults it can perform, and the factory of its three services."""
 
     name: str
+    user_pipelines: bool
+    """Runs a user's ``--pipeline-cmd`` (:attr:`PipelineArgs.command`), not only the bundled pipeline."""
     capabilities: frozenset[str]
     """``fault:target`` specs (``kill-broker:leader``), ``fault:*`` for every target of a fault, or a
     bare name for a fault without targets (``kill-driver``)."""

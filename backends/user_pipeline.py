@@ -77,3 +77,14 @@ class PipelineCommand:
         if missing:
             raise KeyError(f"no value for placeholder(s) {sorted(missing)}")
         return [w.format(**values) for w in self.words]
+
+    def script_name(self) -> str:
+        """The stem of the first word ending in ``.py`` (``examples/my_job.py`` → ``my_job``), or "" (a
+        test's default name, ``TestConfig.name``)."""
+        import re
+        from pathlib import PurePath
+
+        for w in self.words:
+            if w.endswith(".py") and "{" not in w:
+                return re.sub(r"[^A-Za-z0-9._+-]", "-", PurePath(w).stem).lstrip("._+-")
+        return ""

@@ -67,6 +67,18 @@ def _check_sink(v: str) -> str | None:
     return None if v in sinks.SINKS else f"unknown sink {v!r}; choose one of {', '.join(sinks.SINKS)}"
 
 
+def _check_pipeline_cmd(v: str) -> str | None:
+    if not v:
+        return None
+    from backends.user_pipeline import PipelineCommand, PipelineCommandError
+
+    try:
+        PipelineCommand.parse(v)
+    except PipelineCommandError as e:
+        return str(e)
+    return None
+
+
 def _check_nemesis(v: list[str]) -> str | None:
     try:
         catalog.parse(",".join(v))
@@ -119,6 +131,13 @@ class TestConfig:
     sink: str = _opt("eos", "eos (transactional sink), at-least-once (Spark's Kafka sink), or eos-no-marker "
                             "(a mutant without the replay marker check)", check=_check_sink, example="at-least-once",
                      always=True)
+    pipeline_cmd: str = _opt("", "run your own PySpark pipeline instead of the bundled one: its command line, "
+                                 "with the placeholders {python} {bootstrap} {input_topic} {output_topic} "
+                                 "{checkpoint} {master} {jars} (docs/pipeline-contract.md); restarted with the "
+                                 "same values after every crash", check=_check_pipeline_cmd,
+                             example="{python} examples/user_pipeline.py --bootstrap {bootstrap} "
+                                     "--input-topic {input_topic} --output-topic {output_topic} "
+                                     "--checkpoint {checkpoint} --jars {jars}")
     nemesis: list[str] = _opt(help="comma-separated faults (name or name:target), 'all' or 'none'. "
                                    "See `onceproof faults`.", factory=list, parse=catalog.parse, fmt=_fmt_nemesis,
                               check=_check_nemesis, example=["kill-broker:leader", "kill-executor"], always=True)
@@ -173,12 +192,23 @@ class TestConfig:
     @property
     def faults_left_out(self) -> dict[str, str]:
         """``{spec: why}`` for the specs of ``all`` this run's sink cannot take (empty unless ``all``)."""
-        return {s: f"the {self.sink} sink has no {self._lacks(m)}" for s, m in self._split()[1].items()}
+        return {s: f"{self.sink_label} has no {self._lacks(m)}" for s, m in self._split()[1].items()}
+
+    @property
+    def sink_capabilities(self) -> frozenset[str]:
+        """What the pipeline's sink lets faults use (``pipeline/sinks.py``): the bundled sink's, or none
+        for a ``--pipeline-cmd`` pipeline, whose sink onceproof knows nothing of."""
+        return frozenset() if self.pipeline_cmd else sinks.get(self.sink).capabilities
+
+    @property
+    def sink_label(self) -> str:
+        """How messages name the sink under test."""
+        return "a --pipeline-cmd pipeline's sink" if self.pipeline_cmd else f"the {self.sink} sink"
 
     def _split(self) -> tuple[list[str], dict[str, list[str]]]:
         if not catalog.is_all(self.nemesis) or self.sink not in sinks.SINKS:
             return list(self.nemesis), {}
-        return catalog.for_sink(self.nemesis, sinks.SINKS[self.sink].capabilities)
+        return catalog.for_sink(self.nemesis, self.sink_capabilities)
 
     @staticmethod
     def _lacks(missing: list[str]) -> str:
@@ -188,19 +218,24 @@ class TestConfig:
         """``{fault: targets}`` a fault given without a target draws from: the catalog's, without the
         targets this run's sink cannot take (``kill-broker`` against at-least-once never draws
         ``txn-coordinator``)."""
-        return catalog.target_choices(sinks.get(self.sink).capabilities)
+        return catalog.target_choices(self.sink_capabilities)
 
     @property
     def name(self) -> str:
         if self.test_name:
             return self.test_name
+        pipeline = self.sink
+        if self.pipeline_cmd:  # the script's name (my_job.py → my_job), else "user"
+            from backends.user_pipeline import PipelineCommand
+
+            pipeline = PipelineCommand.parse(self.pipeline_cmd).script_name() or "user"
         if catalog.is_all(self.nemesis):
             faults = "all"
         elif len(self.nemesis) > 3:
             faults = f"{len(self.nemesis)}-faults"
         else:
             faults = "+".join(self.nemesis).replace(":", "-") or "no-faults"
-        return f"{self.sink}-{faults}"
+        return f"{pipeline}-{faults}"
 
     # ------------------------------------------------------------------ options
     @staticmethod
@@ -212,6 +247,10 @@ class TestConfig:
     def flag(f: dataclasses.Field) -> str:
         """The option of field ``f``: its ``flag`` metadata, else ``--`` + name with ``_`` → ``-``."""
         return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+    @staticmethod
+    def _field(name: str) -> dataclasses.Field:
+        return next(f for f in dataclasses.fields(TestConfig) if f.name == name)
 
     @staticmethod
     def default_of(f: dataclasses.Field) -> Any:
@@ -280,16 +319,26 @@ class TestConfig:
         Raises: ``ConfigError`` for ``--nemesis`` naming the backend or the sink and the faults it cannot
         perform, and what to ask for instead.
         """
+        backend = registry.get(self.backend)
+        if self.pipeline_cmd:
+            if not backend.user_pipelines:
+                raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "
+                                  "use --backend " + ", ".join(n for n in registry.names()
+                                                               if registry.get(n).user_pipelines))
+            if self.sink != self.default_of(self._field("sink")):
+                raise ConfigError("--sink", "--sink chooses the bundled pipeline's sink; a --pipeline-cmd pipeline "
+                                  "brings its own: drop --sink")
         if not catalog.is_all(self.nemesis):
-            caps = sinks.get(self.sink).capabilities
+            caps = self.sink_capabilities
             for spec in self.nemesis:
                 fits = catalog.for_sink(catalog.expand(spec), caps)[0]
                 if not fits:  # a fault without a target only draws the targets that fit (target_choices)
                     missing = sorted(catalog.sink_needs(spec) - caps)
-                    raise ConfigError("--nemesis", f"{spec} cannot hit the {self.sink} sink: it has no {self._lacks(missing)}. "
-                                      "Drop it, or use a sink that has it: " + ", ".join(
-                                          n for n, s in sinks.SINKS.items() if set(missing) <= s.capabilities))
-        backend = registry.get(self.backend)
+                    fix = ("Drop it: onceproof cannot reach inside a --pipeline-cmd pipeline's sink" if self.pipeline_cmd
+                           else "Drop it, or use a sink that has it: " + ", ".join(
+                               n for n, s in sinks.SINKS.items() if set(missing) <= s.capabilities))
+                    raise ConfigError("--nemesis", f"{spec} cannot hit {self.sink_label}: it has no "
+                                      f"{self._lacks(missing)}. {fix}")
         for spec in self.faults:
             missing = [s for s in catalog.expand(spec) if not can_perform(backend.capabilities, s)]
             if missing:

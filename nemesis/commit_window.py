@@ -1,10 +1,19 @@
 """``kill-driver-in-commit-window``: SIGKILL the driver after the sink committed batch N and before
 Spark wrote ``commits/N`` – the replay window (DESIGN §2).
 
-Deterministic, not hopeful: the nemesis arms the driver's hook (``pipeline/hooks.py``), the next batch
-holds in the window and announces ``{batch, pid}``, and the nemesis kills the whole driver process group
-there. Evidence: the batch, the driver pid, ``offsets/N`` present and ``commits/N`` absent both at the
-kill and after the driver is gone (so Spark must replay N), and the sink's own commits of batch N.
+Two ways to find the window, chosen by :attr:`nemesis.fault.NemesisContext.commit_window`:
+
+* ``hook`` (the bundled pipeline): deterministic, not hopeful. The nemesis arms the driver's hook
+  (``pipeline/hooks.py``), the next batch holds in the window and announces ``{batch, pid}``, and the
+  nemesis kills the whole driver process group there.
+* ``watch`` (a ``--pipeline-cmd`` pipeline, no hook in the user's code): the nemesis polls the
+  checkpoint's ``offsets/`` and ``commits/`` and the output's end offsets at read_committed (the LSO) every
+  ``poll_s`` s (:class:`nemesis.commit_window_watch.CommitWindowWatch`), and kills the driver when batch
+  N's output is visible (the LSO grew since ``offsets/N`` appeared) while ``commits/N`` is absent. A
+  batch that closes its window between two polls is let go and the next one is watched.
+
+Evidence: the batch, the driver pid, ``offsets/N`` present and ``commits/N`` absent both at the kill and
+after the driver is gone (so Spark must replay N), and (watch) the output offsets that grew.
 """
 
 from __future__ import annotations
@@ -13,9 +22,10 @@ import json
 import random
 import time
 
-from store import checkpoint
+from nemesis.commit_window_watch import CommitWindowWatch
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
-from pipeline import hooks, sinks
+from pipeline import hooks
+from store import checkpoint
 
 
 class KillDriverInCommitWindow:
@@ -26,15 +36,19 @@ class KillDriverInCommitWindow:
         """Expected length of one turn, seconds (see ``nemesis.catalog.expected_s``)."""
         return 25.0  # the next batch reaching the window, then a driver restart
 
-    @staticmethod
-    def sink_needs(target: str) -> frozenset[str]:
-        """Sink capabilities (``pipeline/sinks.py``) needed: the driver's after-commit hook."""
-        return frozenset({sinks.DRIVER_HOOKS})
-
-    def __init__(self, window_timeout_s: float = 90.0):
+    def __init__(self, window_timeout_s: float = 90.0, poll_s: float = 0.05, output_ends=None):
+        """``output_ends(bootstrap, topic)`` builds what the watch reads the output's LSOs with (an object
+        whose ``read()`` returns ``{partition: offset}``); default :class:`_OutputEnds`."""
         self.window_timeout_s = window_timeout_s
+        self.poll_s = poll_s
+        self.output_ends = output_ends or _OutputEnds
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        if ctx.commit_window == "watch":
+            return self._watched(ctx)
+        return self._hooked(ctx)
+
+    def _hooked(self, ctx: NemesisContext) -> Outcome:
         for stale in (hooks.OPEN, hooks.MISSED):
             (ctx.control / stale).unlink(missing_ok=True)
         (ctx.control / hooks.ARMED).write_text(json.dumps({"time": time.time()}))
@@ -53,7 +67,7 @@ class KillDriverInCommitWindow:
             return Outcome(NOT_EFFECTIVE, "driver",
                            {"reason": f"no batch reached the commit window in {self.window_timeout_s}s"})
         batch, pid = int(info["batch"]), int(info["pid"])
-        ev = {"batch": batch, "pid": pid,
+        ev = {"mode": "hook", "batch": batch, "pid": pid,
               "offsets_logged": checkpoint.has_offsets(ctx.checkpoint, batch),
               "commit_logged_at_kill": checkpoint.has_commit(ctx.checkpoint, batch)}
         ev["driver_gone"] = ctx.spark.kill_driver(pid)
@@ -62,6 +76,64 @@ class KillDriverInCommitWindow:
         ok = ev["offsets_logged"] and not ev["commit_logged_after_kill"] and ev["driver_gone"]
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"driver (batch {batch})", ev)
 
+    def _watched(self, ctx: NemesisContext) -> Outcome:
+        """The hook-free way: poll, and kill when :class:`CommitWindowWatch` sees the window open."""
+        ends = self.output_ends(ctx.cluster.bootstrap, ctx.output_topic)
+        watch = CommitWindowWatch()
+        deadline = time.monotonic() + self.window_timeout_s
+        polls, errors = 0, 0
+        while time.monotonic() < deadline and not ctx.stop.is_set():
+            pid = ctx.spark.driver_pid
+            off, com = checkpoint.latest_offset_batch(ctx.checkpoint), checkpoint.latest_commit(ctx.checkpoint)
+            try:
+                out = ends.read()
+            except Exception:  # noqa: BLE001 - a broker fault may be under way: poll again
+                errors += 1
+                time.sleep(self.poll_s)
+                continue
+            polls += 1
+            batch = watch.observe(off, com, out)
+            if batch is not None and pid is not None and not checkpoint.has_commit(ctx.checkpoint, batch):
+                ev = {"mode": "watch", "batch": batch, "pid": pid,
+                      "offsets_logged": checkpoint.has_offsets(ctx.checkpoint, batch),
+                      "commit_logged_at_kill": False,
+                      "output_end_at_offsets_logged": {str(p): o for p, o in sorted(watch.baseline.items())},
+                      "output_end_at_kill": {str(p): o for p, o in sorted(out.items())}}
+                ev["driver_gone"] = ctx.spark.kill_driver(pid)
+                ev["commit_logged_after_kill"] = checkpoint.has_commit(ctx.checkpoint, batch)
+                ev["polls"] = polls
+                ok = ev["offsets_logged"] and not ev["commit_logged_after_kill"] and ev["driver_gone"]
+                return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"driver (batch {batch})", ev)
+            time.sleep(self.poll_s)
+        reason = {"polls": polls, "poll_errors": errors, "mode": "watch"}
+        if ctx.stop.is_set():
+            return Outcome(SKIPPED, "driver", {**reason, "reason": "the run ended before a batch reached the window"})
+        return Outcome(NOT_EFFECTIVE, "driver",
+                       {**reason, "reason": f"no batch's output was seen before its commits/N in "
+                                            f"{self.window_timeout_s}s (polling every {self.poll_s}s)"})
+
     def heal(self, ctx: NemesisContext) -> None:
         """Disarm the hook so no later batch waits in the window."""
         (ctx.control / hooks.ARMED).unlink(missing_ok=True)
+
+
+class _OutputEnds:
+    """The output topic's end offsets at read_committed (the LSO, KIP-98), polled through one
+    AdminClient (``ListOffsets`` with ``READ_COMMITTED``; ``clients.topics.end_offsets`` builds a client
+    per call, too slow for a 50 ms poll)."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        from clients import topics
+
+        self.topic = topics.partitions(bootstrap, topic)
+        self.name = topic
+        self.admin = topics.admin(bootstrap)
+
+    def read(self) -> dict[int, int]:
+        """``{partition: LSO}``. Raises ``confluent_kafka.KafkaException`` when a partition has none now."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        req = {TopicPartition(self.name, p): OffsetSpec.latest() for p in self.topic}
+        futs = self.admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5)
+        return {tp.partition: f.result(timeout=10).offset for tp, f in futs.items()}

@@ -57,6 +57,9 @@ class NemesisContext:
     # the sink's capabilities (pipeline/sinks.py); None: unknown, a fault tries its hooks anyway
     sink_capabilities: frozenset[str] | None = None
     network: FaultNetwork | None = None  # None: the cluster is not behind a fault network
+    # how kill-driver-in-commit-window finds the window: "hook" (the bundled pipeline's, pipeline/hooks.py)
+    # or "watch" (a --pipeline-cmd pipeline: the checkpoint and the output's LSO, nemesis/commit_window.py)
+    commit_window: str = "hook"
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
     # set when an interrupted run tears down: heal only what teardown will not undo (no broker restarts)
     teardown: threading.Event = field(default_factory=threading.Event)

@@ -29,7 +29,8 @@ from functools import partial
 from pathlib import Path
 
 from pipeline import hooks, provenance, sinks
-from pipeline.transactional_sink import SinkConfig, abort_leftovers, write_partition
+from pipeline.eos_sink import ExactlyOnceSink
+from pipeline.transactional_sink import SinkConfig, abort_leftovers
 
 SINKS = tuple(sinks.SINKS)  # pipeline/sinks.py: each sink and its capabilities
 SINK_ID_FILE = "onceproof-sink-id"
@@ -198,36 +199,6 @@ def transform(src):
                          "in_partition", "in_offset")
 
 
-def eos_batch(cfg: SinkConfig, control: hooks.ControlDir, guard: tuple[str, str] | None, batch_df,
-              batch_id: int) -> None:
-    """foreachBatch body of the exactly-once sink: one transaction per partition, then the hook.
-
-    ``guard`` = ``(checkpoint, input topic)`` turns on the completeness check
-    (``pipeline/completeness.py``): the batch is cached, counted per input partition against Spark's
-    offset log, and written from the same cached rows; an incomplete batch raises before any
-    transaction begins, so the query restarts and replays it.
-    """
-    from pyspark import StorageLevel
-
-    from pipeline import completeness
-    from pipeline.transactional_sink import log_event
-
-    if guard is None:
-        batch_df.rdd.foreachPartition(partial(write_partition, cfg, batch_id))
-    else:
-        batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            try:
-                completeness.verify(batch_df, Path(guard[0]), batch_id, guard[1])
-            except completeness.IncompleteBatch as e:
-                log_event(cfg, "incomplete-batch", batch=batch_id, error=str(e))
-                raise
-            batch_df.rdd.foreachPartition(partial(write_partition, cfg, batch_id))
-        finally:
-            batch_df.unpersist()
-    control.after_sink_commit(batch_id)
-
-
 def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, incarnation: str, batch_df, batch_id: int) -> None:
     """foreachBatch body of the at-least-once sink: Spark's Kafka writer, then the hook."""
     from pyspark.sql import functions as F
@@ -273,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sink in ("eos", "eos-no-marker"):
         abort_leftovers(cfg, pool)
         guard = (args.checkpoint, args.input_topic) if args.input_contiguous else None
-        body = partial(eos_batch, cfg, control, guard)
+        body = ExactlyOnceSink(cfg, guard, control)
     else:
         body = partial(alo_batch, args, control, incarnation)
     query = (df.writeStream.foreachBatch(body)

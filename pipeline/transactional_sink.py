@@ -209,7 +209,8 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
     """Write one sink partition of micro-batch ``batch_id`` in one Kafka transaction.
 
     Runs on an executor inside ``foreachPartition``. ``rows`` yields ``Row(key: str, value: bytes,
-    in_partition: int, in_offset: int)``. Raises ``SinkError`` (Spark retries the task) when the
+    in_partition: int, in_offset: int)``; without ``in_partition``/``in_offset`` the ``op.input`` header
+    is left out. Raises ``SinkError`` (Spark retries the task) when the
     transaction cannot be committed or its outcome is unknown; re-raises anything else (e.g. the input
     iterator failing) after settling the transaction. Every failure is logged first (module docstring).
     """
@@ -251,8 +252,12 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
                             (provenance.SINK, "eos"), (provenance.INCARNATION, cfg.incarnation)]
             n = 0
             stage = "produce"
+            with_input = None  # rows carry in_partition/in_offset (optional: the library's users may drop them)
             for row in rows:
-                headers = base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
+                if with_input is None:
+                    with_input = "in_partition" in row.__fields__ and "in_offset" in row.__fields__
+                headers = (base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
+                           if with_input else base_headers)
                 while True:
                     try:
                         prod.produce(cfg.output_topic, key=row.key, value=row.value, headers=headers,

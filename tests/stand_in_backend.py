@@ -203,6 +203,7 @@ class StandInBackend:
     """Every fault the local backend performs; records what it was asked to build."""
 
     name = "stand-in"
+    user_pipelines = False
     capabilities = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
                               "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*"})
 

@@ -68,3 +68,123 @@ def test_an_empty_batch_and_a_restart_replay():
     # the driver is killed here; the restarted driver replays batch 3 (offsets/3 still without commits/3)
     assert w.observe(3, 2, {0: 12}) == 3                          # still open: output grew since offsets/3
     assert w.observe(3, 3, {0: 12}) is None                       # the replay committed
+
+
+# ------------------------------------------------------------- the fault, the config, the supervisor
+
+
+class _Ends:
+    """The output's LSOs as a script: each read() returns the next value (the last one repeats)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+
+    def __call__(self, bootstrap, topic):
+        return self
+
+    def read(self):
+        return self.script.pop(0) if len(self.script) > 1 else self.script[0]
+
+
+def _watch_ctx(tmp_path, spark):
+    from nemesis.fault import NemesisContext
+    from tests.stand_in_backend import StandInCluster
+
+    return NemesisContext(spark=spark, control=tmp_path / "control", checkpoint=tmp_path / "ck",
+                          cluster=StandInCluster(3, tmp_path), commit_window="watch")
+
+
+def _log(ck, kind, n):
+    (ck / kind).mkdir(parents=True, exist_ok=True)
+    (ck / kind / str(n)).write_text("v1\n{}\n")
+
+
+def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_commit(tmp_path):
+    import random
+
+    from nemesis.commit_window import KillDriverInCommitWindow
+    from tests.stand_in_backend import StandInSpark
+
+    ck = tmp_path / "ck"
+    for n in range(3):
+        _log(ck, "offsets", n)
+        _log(ck, "commits", n)
+    _log(ck, "offsets", 3)  # batch 3 planned, not committed
+    spark = StandInSpark(ck)
+    # polls: the baseline, no growth, then partition 1 grows
+    fault = KillDriverInCommitWindow(window_timeout_s=5, poll_s=0.001,
+                                     output_ends=_Ends([{0: 10, 1: 20}, {0: 10, 1: 20}, {0: 10, 1: 27}]))
+    out = fault.invoke(_watch_ctx(tmp_path, spark), random.Random(1))
+    assert out.outcome == "effective", out
+    ev = out.evidence
+    assert (ev["mode"], ev["batch"], ev["pid"]) == ("watch", 3, 4242)
+    assert ev["offsets_logged"] and not ev["commit_logged_at_kill"] and not ev["commit_logged_after_kill"]
+    assert ev["output_end_at_offsets_logged"] == {"0": 10, "1": 20} and ev["output_end_at_kill"] == {"0": 10, "1": 27}
+    assert spark.calls == [("kill_driver", 4242)]
+
+
+def test_the_watch_never_kills_a_driver_whose_batches_are_all_committed(tmp_path):
+    import random
+
+    from nemesis.commit_window import KillDriverInCommitWindow
+    from tests.stand_in_backend import StandInSpark
+
+    ck = tmp_path / "ck"
+    _log(ck, "offsets", 0)
+    _log(ck, "commits", 0)  # output grows, but batch 0's commit is logged: no window
+    spark = StandInSpark(ck)
+    fault = KillDriverInCommitWindow(window_timeout_s=0.3, poll_s=0.01,
+                                     output_ends=_Ends([{0: 1}, {0: 5}, {0: 9}]))
+    out = fault.invoke(_watch_ctx(tmp_path, spark), random.Random(1))
+    assert out.outcome == "not-effective" and "no batch's output was seen" in out.evidence["reason"], out
+    assert out.evidence["polls"] > 3 and spark.calls == []
+
+
+def test_a_pipeline_cmd_run_is_named_after_its_script_and_refuses_what_cannot_reach_it(monkeypatch):
+    import shlex
+
+    from backends import registry
+    from harness.config import ConfigError, TestConfig
+
+    monkeypatch.setitem(registry.BACKENDS, "stand-in", "tests.stand_in_backend:StandInBackend")
+
+    cmd = "{python} 'examples/my job.py' --bootstrap {bootstrap}"
+    c = TestConfig(pipeline_cmd=cmd, nemesis=["kill-driver-in-commit-window", "kill-broker"]).validate()
+    assert c.name == "my-job-kill-driver-in-commit-window+kill-broker"
+    assert "txn-coordinator" not in c.target_choices()["kill-broker"]  # no transactional ids to find
+    assert c.sink_capabilities == frozenset()
+    from harness.cli import parse_run_args
+
+    assert parse_run_args(shlex.split(c.replay_command())[2:]).pipeline_cmd == cmd
+    for kw, option, says in [({"nemesis": ["commit-delay:precommit"]}, "--nemesis", "cannot hit a --pipeline-cmd"),
+                             ({"sink": "at-least-once"}, "--sink", "brings its own"),
+                             ({"backend": "stand-in"}, "--pipeline-cmd", "runs the bundled pipeline only"),
+                             ({"pipeline_cmd": "{python} x.py {nope}"}, "--pipeline-cmd", "unknown placeholder")]:
+        with pytest.raises(ConfigError) as e:
+            TestConfig(**{"pipeline_cmd": cmd, **kw}).validate()
+        assert e.value.option == option and says in str(e.value), str(e.value)
+
+
+def test_a_user_query_is_ready_when_spark_wrote_the_checkpoint_metadata_and_a_driver_runs(tmp_path):
+    from backends.local.supervisor import checkpoint_ready
+
+    assert checkpoint_ready(tmp_path, 77) is None  # no metadata yet
+    (tmp_path / "metadata").write_text('{"id":"5f2c"}')
+    assert checkpoint_ready(tmp_path, None) is None  # between incarnations
+    assert checkpoint_ready(tmp_path, 77) == {"pid": 77, "query_id": "5f2c", "source": "checkpoint"}
+
+
+def test_executor_logs_are_collected_for_applications_seen_only_on_executor_command_lines(tmp_path, monkeypatch):
+    from backends.local import jars, supervisor
+
+    spark_home = tmp_path / "pyspark"
+    monkeypatch.setattr(jars, "pyspark_jars_dir", lambda: spark_home / "jars")
+    for app in ("app-1", "app-2", "app-other"):
+        (spark_home / "work" / app / "0").mkdir(parents=True)
+        (spark_home / "work" / app / "0" / "stderr").write_text(f"{app} log")
+        (spark_home / "work" / app / "0" / "big.jar").write_bytes(b"x")
+    dest = tmp_path / "executors"
+    assert supervisor.collect_executor_logs(tmp_path / "no-control", dest, {"app-1", "app-2"}) == 2
+    assert (dest / "app-2" / "0" / "stderr").read_text() == "app-2 log"
+    assert not (dest / "app-1" / "0" / "big.jar").exists()
+    assert sorted(p.name for p in (spark_home / "work").iterdir()) == ["app-other"]  # another run's: kept

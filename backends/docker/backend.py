@@ -64,6 +64,7 @@ class DockerBackend:
     pipeline on the network of the cluster :meth:`cluster` built last."""
 
     name = "docker"
+    user_pipelines = False  # the driver container runs pipeline.job only (backends/docker/driver.py)
     capabilities = CAPABILITIES
 
     def __init__(self):

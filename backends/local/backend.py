@@ -29,6 +29,7 @@ class LocalBackend:
     """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`)."""
 
     name = "local"
+    user_pipelines = True
     capabilities = CAPABILITIES
 
     def cluster(self, shape: ClusterShape) -> KafkaCluster:

@@ -1,6 +1,6 @@
 """The pipeline on this machine: the local backend's :class:`backends.base.SparkApp`.
 
-The driver (``python -m pipeline.job``) runs under :class:`DriverSupervisor` in its own process group
+The driver (``python -m pipeline.job``, or a user's ``--pipeline-cmd``) runs under :class:`DriverSupervisor` in its own process group
 with the ``local-cluster`` master, workers and executor JVMs it starts. Executors are found in that
 group by their main class; a sink task's Python worker is found under its executor through the process
 tree (worker ← pyspark daemon ← executor JVM).
@@ -18,8 +18,9 @@ import psutil
 
 from backends.base import Executor, PipelineArgs
 from backends.local import processes
-from backends.local.supervisor import (EXECUTOR_MAIN, DriverSupervisor, collect_executor_logs, driver_argv,
-                                       executor_id, read_ready)
+from backends.local.supervisor import (EXECUTOR_MAIN, DriverSupervisor, checkpoint_ready, collect_executor_logs,
+                                       driver_argv, executor_id, read_ready)
+from pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
 
 
 class LocalSpark:
@@ -29,7 +30,12 @@ class LocalSpark:
         self.pipeline = pipeline
         self.log_dir = log_dir
         self.executor_dir = log_dir / "executors"
-        self.sup = DriverSupervisor(driver_argv(pipeline), log_dir, executor_dir=self.executor_dir)
+        # a user's pipeline runs where onceproof was started (its command names its script relative to
+        # there) and learns the run's hooks and sink log from the environment (pipeline/eos_sink.py)
+        user = {"cwd": pipeline.cwd or Path.cwd(),
+                "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
+            if pipeline.command else {}
+        self.sup = DriverSupervisor(driver_argv(pipeline), log_dir, executor_dir=self.executor_dir, **user)
 
     @property
     def checkpoint(self) -> Path:
@@ -44,6 +50,8 @@ class LocalSpark:
         self.sup.start()
 
     def ready(self) -> dict | None:
+        if self.pipeline.command:
+            return checkpoint_ready(self.pipeline.checkpoint, self.sup.pid)
         return read_ready(self.pipeline.control)
 
     def stop(self) -> None:
@@ -52,7 +60,7 @@ class LocalSpark:
         try:
             self.sup.stop()
         finally:
-            collect_executor_logs(self.pipeline.control, self.executor_dir)
+            collect_executor_logs(self.pipeline.control, self.executor_dir, self.sup.app_ids)
 
     def kill_now(self) -> None:
         self.sup.kill_now()

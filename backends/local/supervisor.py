@@ -1,5 +1,5 @@
-"""Runs the PySpark driver (``python -m pipeline.job``) and restarts it from the same checkpoint when it
-dies, as a cluster manager's supervise mode would.
+"""Runs the PySpark driver (``python -m pipeline.job``, or a user's ``--pipeline-cmd``) and restarts it
+from the same checkpoint when it dies, as a cluster manager's supervise mode would.
 
 The driver is started in its own process group: the Python driver, its JVM, the in-JVM
 ``local-cluster`` master and workers, every executor JVM and every Python worker share that group, so a
@@ -22,6 +22,7 @@ from backends.base import PipelineArgs
 from backends.local import jars, processes
 
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+APP_POLL_S = 2.0
 
 
 def driver_env(executor_dir: Path | None = None) -> dict[str, str]:
@@ -47,17 +48,26 @@ class DriverSupervisor:
     """Keeps one driver process alive until :meth:`stop`.
 
     Attributes:
-        argv: the driver's arguments after ``python -m pipeline.job``.
+        argv: the driver's whole command line (:func:`driver_argv`: the bundled pipeline or a user's ``--pipeline-cmd``
+            expanded), the same for every incarnation.
         log_dir: ``driver-<n>.log`` per incarnation goes here.
+        cwd: the driver's working directory (default ``log_dir``).
+        env: extra environment variables for the driver.
         restart_delay_s: pause before a restart, seconds.
         events: ``(time, "start"|"exit", pid, returncode)`` for every incarnation.
+        app_ids: Spark application ids seen on the executors' command lines (``--app-id``), every
+            incarnation's, polled every ``APP_POLL_S`` s: where a pipeline without onceproof's hooks left
+            its executor logs (:func:`collect_executor_logs`).
     """
 
     argv: list[str]
     log_dir: Path
     executor_dir: Path | None = None
+    cwd: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
     restart_delay_s: float = 1.0
     events: list[tuple] = field(default_factory=list)
+    app_ids: set[str] = field(default_factory=set)
     incarnations: int = 0
     _proc: object = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -84,13 +94,18 @@ class DriverSupervisor:
             # the sink keys its attempts by (incarnation, batch, partition, attempt): Spark restarts
             # attempt numbers at 0 in every new driver
             env["ONCEPROOF_DRIVER_INCARNATION"] = str(self.incarnations)
-            proc = processes.spawn([sys.executable, "-m", "pipeline.job", *self.argv], log_path=log,
-                                   env=env, cwd=self.log_dir)
+            env.update(self.env)
+            proc = processes.spawn(list(self.argv), log_path=log, env=env, cwd=self.cwd or self.log_dir)
             with self._lock:
                 self._proc = proc
             self.events.append((time.time(), "start", proc.pid, None))
+            next_poll = time.monotonic() + APP_POLL_S
             while proc.poll() is None and not self._stop.is_set():
                 time.sleep(0.2)
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + APP_POLL_S
+                    self.app_ids.update(app_id(p) for p in self.executors())
+                    self.app_ids.discard("?")
             if self._stop.is_set():
                 break
             self.events.append((time.time(), "exit", proc.pid, proc.returncode))
@@ -141,44 +156,70 @@ class DriverSupervisor:
         return sum(1 for e in self.events if e[1] == "exit")
 
 
-def executor_id(proc: psutil.Process) -> str:
-    """Spark executor id from an executor JVM's ``--executor-id`` argument ("?" if unreadable)."""
+def _arg(proc: psutil.Process, name: str) -> str:
     try:
         args = proc.cmdline()
-        return args[args.index("--executor-id") + 1]
+        return args[args.index(name) + 1]
     except (psutil.Error, ValueError, IndexError):
         return "?"
 
 
+def executor_id(proc: psutil.Process) -> str:
+    """Spark executor id from an executor JVM's ``--executor-id`` argument ("?" if unreadable)."""
+    return _arg(proc, "--executor-id")
+
+
+def app_id(proc: psutil.Process) -> str:
+    """Spark application id from an executor JVM's ``--app-id`` argument ("?" if unreadable)."""
+    return _arg(proc, "--app-id")
+
+
+def connector_jars() -> str:
+    """The Spark Kafka connector's classpath, comma-separated for ``spark.jars`` (resolved by Maven on
+    first use, :mod:`backends.local.jars`)."""
+    return ",".join(str(j) for j in jars.spark_kafka_classpath().jars)
+
+
 def driver_argv(pipeline: PipelineArgs) -> list[str]:
-    """Arguments for ``python -m pipeline.job`` (see ``pipeline/job.py --help``): the pipeline's options
-    and the Spark Kafka connector's jars (resolved on first use, :mod:`backends.local.jars`)."""
-    cp = jars.spark_kafka_classpath()
-    return pipeline.argv() + ["--jars", ",".join(str(j) for j in cp.jars)]
+    """The driver's command line: ``python -m pipeline.job`` with the pipeline's options (see
+    ``pipeline/job.py --help``) and the connector's jars; or, for a user's pipeline
+    (``pipeline.command``), that command with its placeholders filled (``backends/user_pipeline.py``)."""
+    if pipeline.command:
+        from backends.user_pipeline import PipelineCommand
+
+        return PipelineCommand.parse(pipeline.command).argv(
+            {"python": sys.executable, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
+             "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
+             "master": pipeline.master, "jars": connector_jars()})
+    return [sys.executable, "-m", "pipeline.job", *pipeline.argv(), "--jars", connector_jars()]
 
 
-def collect_executor_logs(control: Path, dest: Path) -> int:
+def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozenset[str] = frozenset()) -> int:
     """Keep each incarnation's executor *logs* and drop the rest of its work directory.
 
     ``local-cluster`` workers write each application's executor directories under
     ``<pyspark>/work/<app-id>/<executor-id>/`` (the worker's default work dir is ``$SPARK_HOME/work``);
     they hold ``stdout``/``stderr`` and copies of every ``--jars`` jar (≈ 20 MB per executor). Only the
     logs belong in a run (``dest/<app-id>/<executor-id>/stderr``); the whole application directory is
-    then removed, so nothing accumulates inside the virtualenv. Returns the number of applications
-    collected. Never raises for a missing or half-written directory.
+    then removed, so nothing accumulates inside the virtualenv. The applications: those the bundled
+    pipeline announced in ``control/driver.apps.jsonl``, and ``app_ids`` (seen on the executors' command
+    lines, :attr:`DriverSupervisor.app_ids`). Returns the number of applications collected. Never
+    raises for a missing or half-written directory.
     """
     import shutil
 
-    apps = control / "driver.apps.jsonl"
-    if not apps.exists():
-        return 0
+    apps = set(app_ids)  # and those the bundled pipeline announced
+    try:
+        for line in (control / "driver.apps.jsonl").read_text().splitlines():
+            try:
+                apps.add(json.loads(line)["app_id"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    except FileNotFoundError:
+        pass
     work = jars.pyspark_jars_dir().parent / "work"
     n = 0
-    for line in apps.read_text().splitlines():
-        try:
-            app = json.loads(line)["app_id"]
-        except (ValueError, KeyError):
-            continue
+    for app in sorted(apps):
         src = work / app
         if not src.is_dir():
             continue
@@ -201,3 +242,17 @@ def read_ready(control: Path) -> dict | None:
         return json.loads((control / "driver.ready").read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def checkpoint_ready(checkpoint: Path, pid: int | None) -> dict | None:
+    """Readiness of a pipeline without onceproof's hooks: a driver runs (``pid``) and its query has
+    started, i.e. Spark wrote ``<checkpoint>/metadata`` (``{"id": <query id>}``, written by
+    ``StreamExecution`` when ``writeStream.start()`` runs, before the first micro-batch). ``None`` before
+    that. Returns ``{"pid", "query_id", "source": "checkpoint"}``."""
+    if pid is None:
+        return None
+    try:
+        meta = json.loads((checkpoint / "metadata").read_text().splitlines()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    return {"pid": pid, "query_id": meta.get("id"), "source": "checkpoint"}

@@ -1,0 +1,175 @@
+"""The exactly-once Kafka sink as a library: one call inside your PySpark job's ``foreachBatch``.
+
+::
+
+    from pipeline.eos_sink import exactly_once_sink
+
+    sink = exactly_once_sink(bootstrap="broker:9092", input_topic="in", output_topic="out",
+                             checkpoint="/ckpt/my-query")
+    (df.writeStream.foreachBatch(sink)
+       .option("checkpointLocation", "/ckpt/my-query").start())
+
+``df`` must have the columns ``key`` (string or binary) and ``value`` (binary or string), as Spark's
+own Kafka sink wants; ``in_partition`` and ``in_offset`` (the input record's Kafka partition and
+offset, ints) are optional and, when present, become the ``op.input`` provenance header that lets the
+checker pair each output record with its input record.
+
+What it does (``pipeline/transactional_sink.py``, DESIGN §2; the design of Flink's
+``TwoPhaseCommitSinkFunction`` on Kafka transactions, KIP-98): each (micro-batch ``batchId``, Spark
+partition ``p``) is written in one Kafka transaction by the producer of ``transactional.id =
+<sink_id>-<p>``, and the same transaction commits a progress marker (``batchId + 1`` as the committed
+offset of group ``<sink_id>-marker-<p>`` on the progress topic). A retried task or a replayed batch
+first calls ``init_transactions()``, which fences every older producer of its id (producer epoch,
+KIP-98) and aborts its open transaction, then reads the marker and skips a (batch, partition) already
+committed. Provenance headers ``op.batch``, ``op.sink_partition``, ``op.attempt``, ``op.txn_id``,
+``op.sink``, ``op.incarnation`` (``pipeline/provenance.py``) go on every record.
+
+Guarantees, for readers at ``isolation.level=read_committed``:
+
+* every row of every micro-batch Spark runs to completion is visible exactly once, across task retries,
+  executor losses, driver restarts from the same checkpoint and broker failures, provided the batch is
+  deterministic (a replay of batch N reads the same input offsets, which Spark's offset log ensures for
+  the Kafka source, and computes the same rows per partition);
+* records of a failed attempt are never visible (its transaction is aborted, never committed);
+* per Spark partition, records keep the partition's order.
+
+Limits:
+
+* **No atomic visibility across partitions**: each Spark partition commits its own transaction, so a
+  reader can see partition 0 of batch N before partition 1 of it (Kafka has no cross-producer
+  transaction; KIP-939 proposes two-phase commit with an external coordinator). Every record is still
+  visible once.
+* The Spark partition → transactional.id mapping must stay stable across replays: a batch must have
+  the same number of partitions on every run of it (true for a narrow transform of the Kafka source,
+  one Spark partition per input Kafka partition; set ``spark.sql.shuffle.partitions`` before the first
+  run for a shuffled stream and never change it).
+* ``transaction.timeout.ms`` (``txn_timeout_ms``) bounds how long a dead attempt's open transaction
+  pins the output's last stable offset (LSO) and stalls read_committed readers; it must be ≤ the
+  brokers' ``transaction.max.timeout.ms`` (900,000 ms by default).
+* A fresh checkpoint gets a fresh sink id (``<checkpoint>/onceproof-sink-id``), so its batches, numbered
+  from 0 again, are not skipped under an older query's markers.
+
+Configuration (arguments of :func:`exactly_once_sink`); under ``onceproof run --pipeline-cmd`` two
+environment variables, set by the harness's supervisor, turn on its observation points: ``ONCEPROOF_SINK_LOG``
+(append one JSON line per transaction event, read by the checker for provenance and aborted-read checks)
+and ``ONCEPROOF_CONTROL_DIR`` (the fault hooks of ``pipeline/hooks.py``: a held pre-commit window for
+``kill-executor``, the commit-delay faults). Outside the harness both are unset and cost nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+from pipeline import hooks
+from pipeline.transactional_sink import SinkConfig, abort_leftovers, log_event, write_partition
+
+SINK_LOG_ENV = "ONCEPROOF_SINK_LOG"
+CONTROL_DIR_ENV = "ONCEPROOF_CONTROL_DIR"
+
+
+class ExactlyOnceSink:
+    """A ``foreachBatch`` function: ``sink(batch_df, batch_id)`` writes the batch exactly once.
+
+    Built by :func:`exactly_once_sink` (or directly from a :class:`SinkConfig`). ``guard`` =
+    ``(checkpoint, input topic)`` turns on the completeness check (``pipeline/completeness.py``): the
+    batch is cached, counted per input partition against Spark's offset log, and written from the same
+    cached rows; an incomplete batch raises :class:`pipeline.completeness.IncompleteBatch` before any
+    transaction begins, so Spark fails the batch and the restarted query replays it. It needs the
+    ``in_partition`` and ``in_offset`` columns. ``control``: the harness's hooks, run after every
+    partition committed and before Spark writes ``commits/<batchId>``.
+
+    Raises (from ``__call__``): ``pyspark`` errors wrapping :class:`pipeline.transactional_sink.SinkError`
+    when a partition cannot commit after Spark's task retries (``spark.task.maxFailures``).
+    """
+
+    def __init__(self, cfg: SinkConfig, guard: tuple[str, str] | None = None,
+                 control: hooks.ControlDir | None = None):
+        self.cfg = cfg
+        self.guard = guard
+        self.control = control or hooks.ControlDir(cfg.control_dir or None)
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        from pyspark import StorageLevel
+
+        from pipeline import completeness
+
+        write = partial(write_partition, self.cfg, batch_id)
+        if self.guard is None:
+            batch_df.rdd.foreachPartition(write)
+        else:
+            batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                try:
+                    completeness.verify(batch_df, Path(self.guard[0]), batch_id, self.guard[1])
+                except completeness.IncompleteBatch as e:
+                    log_event(self.cfg, "incomplete-batch", batch=batch_id, error=str(e))
+                    raise
+                batch_df.rdd.foreachPartition(write)
+            finally:
+                batch_df.unpersist()
+        self.control.after_sink_commit(batch_id)
+
+
+def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, checkpoint: str | os.PathLike,
+                      progress_topic: str | None = None, sink_id: str | None = None,
+                      txn_timeout_ms: int = 60000, verify_complete: bool = False,
+                      fence_on_start: bool = True) -> ExactlyOnceSink:
+    """The transactional Kafka sink for ``foreachBatch`` (module docstring: guarantees and limits).
+
+    Call it on the driver before ``writeStream.start()``, once per driver start.
+
+    Args:
+        bootstrap: Kafka bootstrap servers, ``host:port[,...]``.
+        input_topic: the query's input topic; its partition count (read from Kafka now) sizes the pool of
+            transactional ids fenced at start.
+        output_topic: where rows go.
+        checkpoint: the query's ``checkpointLocation``; the sink id is stored there
+            (``pipeline.job.default_sink_id``), so a restart from the same checkpoint keeps its ids.
+        progress_topic: the markers' topic (1 partition; created when missing); default
+            ``<output_topic>-progress``.
+        sink_id: prefix of every ``transactional.id`` and marker group; default: the checkpoint's.
+        txn_timeout_ms: the producers' ``transaction.timeout.ms``, ms (≥ 6000: ``message.timeout.ms`` is
+            5 s less).
+        verify_complete: refuse a batch whose rows do not cover the offset ranges Spark planned for it
+            (needs ``in_partition``/``in_offset``; only for an input topic without transactional writes,
+            ``pipeline/completeness.py``).
+        fence_on_start: settle every id of the pool now (``init_transactions()``), so a dead driver's
+            open transactions stop pinning the output's LSO at once rather than at their timeout.
+
+    Raises: ``RuntimeError`` when the input topic has no partition metadata;
+    ``confluent_kafka.KafkaException`` when Kafka does not answer (creating the progress topic,
+    fencing); ``ValueError`` for ``txn_timeout_ms`` < 6000.
+    """
+    from pipeline.job import default_sink_id, driver_incarnation, input_partitions
+
+    if txn_timeout_ms < 6000:
+        raise ValueError(f"txn_timeout_ms={txn_timeout_ms}: must be ≥ 6000 (message.timeout.ms is 5000 less)")
+    progress_topic = progress_topic or f"{output_topic}-progress"
+    _ensure_progress_topic(bootstrap, progress_topic)
+    cfg = SinkConfig(bootstrap=bootstrap, output_topic=output_topic, progress_topic=progress_topic,
+                     sink_id=sink_id or default_sink_id(Path(checkpoint), "onceproof-eos"),
+                     txn_timeout_ms=txn_timeout_ms, log_path=os.environ.get(SINK_LOG_ENV, ""),
+                     control_dir=os.environ.get(CONTROL_DIR_ENV, ""), incarnation=driver_incarnation())
+    if fence_on_start:
+        abort_leftovers(cfg, input_partitions(bootstrap, input_topic))
+    return ExactlyOnceSink(cfg, guard=(str(checkpoint), input_topic) if verify_complete else None)
+
+
+def _ensure_progress_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Create the 1-partition progress topic unless it exists (replication: up to 3, as many brokers as
+    there are). Raises ``confluent_kafka.KafkaException`` for any error but "already exists"."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    md = a.list_topics(timeout=timeout_s)
+    if topic in md.topics and md.topics[topic].error is None:
+        return
+    fut = a.create_topics([NewTopic(topic, 1, min(3, len(md.brokers)))], operation_timeout=timeout_s)[topic]
+    try:
+        fut.result(timeout=timeout_s)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
