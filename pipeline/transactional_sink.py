@@ -255,7 +255,7 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
             with_input = None  # rows carry in_partition/in_offset (optional: the library's users may drop them)
             for row in rows:
                 if with_input is None:
-                    with_input = "in_partition" in row.__fields__ and "in_offset" in row.__fields__
+                    with_input = hasattr(row, "in_partition") and hasattr(row, "in_offset")
                 headers = (base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
                            if with_input else base_headers)
                 while True:
