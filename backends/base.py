@@ -100,6 +100,7 @@ class PipelineArgs:
     ``trigger_ms``: micro-batch interval, ms; ``max_offsets``: records per batch; ``txn_timeout_ms``:
     the sink's ``transaction.timeout.ms``; ``pool_size``: transactional ids to clean up on start.
 
+    ``workload``: the transform between source and sink (``workloads/registry.py``).
     ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
     template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``pipeline.job``, which
     alone takes the options above that the template has no placeholder for (sink, trigger, ...).
@@ -121,6 +122,7 @@ class PipelineArgs:
     master: str
     command: str = ""
     cwd: Path | None = None
+    workload: str = "keyed"
 
     def argv(self) -> list[str]:
         """The options as ``pipeline.job`` arguments (a backend adds where the connector jars are)."""
@@ -130,7 +132,7 @@ class PipelineArgs:
                 "--progress-topic", self.progress_topic, "--sink-id", self.sink_id,
                 "--trigger-ms", str(self.trigger_ms), "--max-offsets", str(self.max_offsets),
                 "--txn-timeout-ms", str(self.txn_timeout_ms), "--pool-size", str(self.pool_size),
-                "--master", self.master]
+                "--master", self.master, "--workload", self.workload]
 
 
 class Cluster(Protocol):

@@ -44,11 +44,12 @@ Anomalies (one label per output row, except ``state-final-mismatch``, per key):
 * ``state-final-mismatch`` – a key with input whose last output aggregate (output order) is not the
   aggregate of its whole input, or which has no output at all (``why`` says which). Counted per key.
   The counter's analogue of ``lost``: what the job consumed but its output never showed.
-* ``state-repeat`` – informational, never makes a run invalid: a matching row whose prefix equals the
-  longest its key already showed (the same aggregate emitted again, e.g. a replayed micro-batch
-  written twice). The prefixes only have to be non-decreasing, so the state is right; without a
-  watermark Spark's update mode emits a key at most once per batch, so a repeat means a batch's output
-  was written twice. Counted per output row.
+* ``duplicate`` – a matching row whose prefix equals the longest its key already showed: the same
+  aggregate emitted again. The state is right (prefixes only have to be non-decreasing), but without a
+  watermark Spark's update mode emits a key at most once per micro-batch, and each emission of a key
+  holds at least one more record than the last, so a repeat means a batch's output was written twice
+  (a replayed batch through a sink without a replay marker: the at-least-once sink after a driver kill
+  in the commit window). Definite. Counted per output row.
 
 Precondition for the proofs above: each key's input seqs strictly increase in input order and each
 key lives in one input partition; ``stats`` counts keys that break it (``irregular_keys``,
@@ -56,7 +57,7 @@ key lives in one input partition; ``stats`` counts keys that break it (``irregul
 out of the prefixes (``stats.input_unparsable``).
 
 Verdict (as in ``checkers/exactly_once.py``, with ``state-final-mismatch`` in the role of ``lost``):
-``invalid`` if any definite anomaly (double-count, missed, regression, unexpected; the result's
+``invalid`` if any definite anomaly (double-count, missed, regression, unexpected, duplicate; the result's
 ``definite`` lists them) is found; otherwise ``unknown`` if recovery did not finish (a short last
 aggregate cannot be told from "not yet"); otherwise ``invalid`` if any ``state-final-mismatch``, else
 ``valid``.
@@ -77,9 +78,9 @@ MISSED = "state-missed"
 REGRESSION = "state-regression"
 FINAL = "state-final-mismatch"
 UNEXPECTED = "unexpected"
-REPEAT = "state-repeat"
+REPEAT = "duplicate"
 ANOMALIES = (DOUBLE, MISSED, REGRESSION, UNEXPECTED, FINAL, REPEAT)
-DEFINITE = (DOUBLE, MISSED, REGRESSION, UNEXPECTED)
+DEFINITE = (DOUBLE, MISSED, REGRESSION, UNEXPECTED, REPEAT)
 MAX_EXAMPLES = 10
 FIELDS = ("count", "sum", "max_seq")
 

@@ -15,22 +15,23 @@ from pathlib import Path
 import pandas as pd
 
 from checkers import compose, nearby
-from checkers.exactly_once import Recovery, check
+from checkers.exactly_once import Recovery
 from clients import topics
 from harness.recovery import RecoveryStatus
 from nemesis import coverage
 from store import readers
 from store.runfiles import INPUT, OUTPUT, RunFiles, stored
+from workloads import registry as workloads
 
 
 class CheckError(RuntimeError):
     """The data needed for a check is missing or unreadable."""
 
 
-def read_pair(bootstrap: str, input_topic: str, output_topic: str, timeout_s: float = 300.0
-              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+def read_pair(bootstrap: str, input_topic: str, output_topic: str, timeout_s: float = 300.0,
+              workload: str = "keyed") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """Read input (read_committed), output (read_committed) and output (read_uncommitted) into checker
-    frames; also returns incompleteness reasons."""
+    frames (the output's values decoded by ``workload``'s decoder); also returns incompleteness reasons."""
     reasons = []
     inp = topics.read_topic(bootstrap, input_topic, committed=True, timeout_s=timeout_s, with_headers=False)
     out = topics.read_topic(bootstrap, output_topic, committed=True, timeout_s=timeout_s, with_headers=True)
@@ -38,8 +39,8 @@ def read_pair(bootstrap: str, input_topic: str, output_topic: str, timeout_s: fl
     for name, r in ((input_topic, inp), (output_topic, out)):
         if not r.complete:
             reasons.append(f"reading {name} did not reach its end offsets within {timeout_s:.0f}s")
-    return (topics.decode_values(inp.frame), topics.decode_values(out.frame), topics.decode_values(unc.frame),
-            reasons)
+    decode = workloads.get(workload).decode
+    return topics.decode_values(inp.frame), decode(out.frame), decode(unc.frame), reasons
 
 
 def _save(frame: pd.DataFrame, path: Path) -> None:
@@ -131,9 +132,12 @@ def _input_moved(result: dict, reason: str) -> dict:
 def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Recovery, *,
                sink_log: pd.DataFrame | None = None, uncommitted: pd.DataFrame | None = None,
                live: pd.DataFrame | None = None, lso: dict | None = None, hw: dict | None = None,
-               nemesis: pd.DataFrame | None = None) -> dict:
-    """Every checker on already-read frames; the one place the composition is decided."""
-    base = check(hist, inp, out, rec)
+               nemesis: pd.DataFrame | None = None, workload: str = "keyed") -> dict:
+    """Every checker on already-read frames; the one place the composition is decided: the workload's
+    checker (``workloads/registry.py``), then the transaction checks (``checkers/compose.py``), then the
+    faults near each anomaly."""
+    base = workloads.get(workload).check(hist, inp, out, rec)
+    base["workload"] = workload
     result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso, hw=hw)
     return nearby.attach(result, out, inp, nemesis)
 
@@ -158,14 +162,14 @@ def probe(bootstrap: str, *topic_names: str, timeout_s: float = 10.0) -> None:
 
 
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
-               st: RecoveryStatus, live: pd.DataFrame | None = None) -> dict:
+               st: RecoveryStatus, live: pd.DataFrame | None = None, workload: str = "keyed") -> dict:
     """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``.
 
     When ``run_dir`` holds a run of our workload, a missing, empty or cut-short ``history.jsonl`` makes a
     valid verdict ``unknown``. When the input's end offsets moved after ``st`` was taken (a producer
     still writing), an invalid verdict resting only on ``lost``/``unexpected`` becomes ``unknown``.
     """
-    inp, out, unc, reasons = read_pair(bootstrap, input_topic, output_topic)
+    inp, out, unc, reasons = read_pair(bootstrap, input_topic, output_topic, workload=workload)
     problems: list[str] = []
     hist = _read(readers.read_history, run_dir, problems) if run_dir else pd.DataFrame()
     rec = Recovery(finished=st.finished and not reasons, reasons=st.reasons + reasons)
@@ -193,7 +197,7 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
              "input_end": st.input_end, "consumed": st.consumed, "output_lso": lso, "output_hw": hw}, indent=2))
     nem = _read(readers.read_nemesis, run_dir, problems) if files and files.nemesis.exists() else None
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), uncommitted=unc, live=live,
-                        lso=lso, hw=hw, nemesis=nem)
+                        lso=lso, hw=hw, nemesis=nem, workload=workload)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
     if problems:
         result.setdefault("warnings", []).extend(problems)
@@ -246,7 +250,8 @@ def check_saved(run_dir: Path) -> dict:
     nem = _read(readers.read_nemesis, run_dir, problems)
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir),
                         uncommitted=_read(readers.read_output_uncommitted, run_dir, advice=damaged),
-                        live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw, nemesis=nem)
+                        live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw, nemesis=nem,
+                        workload=str((test.get("config") or {}).get("workload") or "keyed"))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     if problems:
         result.setdefault("warnings", []).extend(problems)

@@ -318,6 +318,9 @@ def check(
                                                       "and for open output transactions to end"),
     results: Path = typer.Option(DEFAULT_ROOT, help="(live) results root: the check is stored as "
                                                     "<results>/check-<output-topic>/<time>/"),
+    workload: str = typer.Option("keyed", help="(live) what the output holds: keyed (every input record once, "
+                                               "in order per key) or counter (running count/sum/max_seq "
+                                               "aggregates per key, checked against input prefixes)"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
 ) -> None:
     """Check a stored run offline, or any pipeline's topics live.
@@ -335,16 +338,20 @@ def check(
     if (run_dir is None) == (not bootstrap):
         raise _usage("give either RUN_DIR or --bootstrap HOST:PORT (not both)")
     if run_dir is not None:
-        if group or settle:
+        if group or settle or workload != "keyed":
             raise _usage("only with --bootstrap (a stored run is checked as it was saved)",
-                         "--group" if group else "--settle")
+                         "--group" if group else "--settle" if settle else "--workload")
         rd = _require_run_dir(run_dir)
         _on_crash("check", RunFiles(rd).error_log("check"))
         result = checking.check_saved(rd)
         result["run_dir"] = str(rd)
     else:
+        from workloads import registry as workloads
+
+        if workload not in workloads.names():
+            raise _usage(f"unknown workload {workload!r}; choose one of {', '.join(workloads.names())}", "--workload")
         result = _check_live(bootstrap, input_topic, output_topic, group, settle, recovery_timeout, results,
-                             quiet=json_out)
+                             quiet=json_out, workload=workload)
     if json_out:
         print(json.dumps(result, indent=2, default=str))
     else:
@@ -357,7 +364,7 @@ def check(
 
 
 def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str, settle: float,
-                recovery_timeout: float, results: Path, quiet: bool) -> dict:
+                recovery_timeout: float, results: Path, quiet: bool, workload: str = "keyed") -> dict:
     """``check --bootstrap``: wait until caught up, read, check, and store a run directory
     (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
     from harness import checking, recovery
@@ -383,19 +390,21 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
     clients.setLevel(logging.INFO)
     argv = ["onceproof", "check", "--bootstrap", bootstrap, "--input-topic", input_topic, "--output-topic",
             output_topic, *(["--group", group] if group else []), *(["--settle", f"{settle:g}"] if settle else []),
-            "--recovery-timeout", f"{recovery_timeout:g}", "--results", str(results)]
+            "--recovery-timeout", f"{recovery_timeout:g}", "--results", str(results),
+            *(["--workload", workload] if workload != "keyed" else [])]
     name = rd.path.parent.name
     rd.write_json(TEST, {"kind": "check", "name": name, "replay": shlex.join(argv),
                                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                 "config": {"bootstrap": bootstrap, "input_topic": input_topic,
                                            "output_topic": output_topic, "group": group, "settle": settle,
-                                           "recovery_timeout": recovery_timeout, "nemesis": []}})
+                                           "recovery_timeout": recovery_timeout, "nemesis": [],
+                                           "workload": workload}})
     out.print(f"onceproof check {bootstrap} {input_topic} → {output_topic}: {rd.path}", soft_wrap=True)
     st = recovery.caught_up(bootstrap, input_topic, output_topic, group=group, settle_s=settle,
                             timeout_s=recovery_timeout,
                             progress=lambda s: out.print(f"  waiting ({s.seconds:.0f}s): {'; '.join(s.reasons)}",
                                                          soft_wrap=True))
-    result = checking.check_live(bootstrap, input_topic, output_topic, rd.path, st)
+    result = checking.check_live(bootstrap, input_topic, output_topic, rd.path, st, workload=workload)
     result.update(test=name, run_dir=str(rd.path), replay=shlex.join(argv))
     rd.write_json(RESULTS, result)
     try:

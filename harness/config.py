@@ -67,6 +67,12 @@ def _check_sink(v: str) -> str | None:
     return None if v in sinks.SINKS else f"unknown sink {v!r}; choose one of {', '.join(sinks.SINKS)}"
 
 
+def _check_workload(v: str) -> str | None:
+    from workloads import registry as workloads
+
+    return None if v in workloads.names() else f"unknown workload {v!r}; choose one of {', '.join(workloads.names())}"
+
+
 def _check_pipeline_cmd(v: str) -> str | None:
     if not v:
         return None
@@ -131,6 +137,9 @@ class TestConfig:
     sink: str = _opt("eos", "eos (transactional sink), at-least-once (Spark's Kafka sink), or eos-no-marker "
                             "(a mutant without the replay marker check)", check=_check_sink, example="at-least-once",
                      always=True)
+    workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
+                                  "order per key) or counter (a running count and sum per key in Spark state, "
+                                  "update mode)", check=_check_workload, example="counter")
     pipeline_cmd: str = _opt("", "run your own PySpark pipeline instead of the bundled one: its command line, "
                                  "with the placeholders {python} {bootstrap} {input_topic} {output_topic} "
                                  "{checkpoint} {master} {jars} (docs/pipeline-contract.md); restarted with the "
@@ -224,7 +233,7 @@ class TestConfig:
     def name(self) -> str:
         if self.test_name:
             return self.test_name
-        pipeline = self.sink
+        pipeline = self.sink if self.workload == "keyed" else f"{self.workload}-{self.sink}"
         if self.pipeline_cmd:  # the script's name (my_job.py → my_job), else "user"
             from backends.user_pipeline import PipelineCommand
 
@@ -328,6 +337,9 @@ class TestConfig:
             if self.sink != self.default_of(self._field("sink")):
                 raise ConfigError("--sink", "--sink chooses the bundled pipeline's sink; a --pipeline-cmd pipeline "
                                   "brings its own: drop --sink")
+            if self.workload != self.default_of(self._field("workload")):
+                raise ConfigError("--workload", "a --pipeline-cmd pipeline is checked as the keyed workload (its "
+                                  "contract, docs/pipeline-contract.md): drop --workload")
         if not catalog.is_all(self.nemesis):
             caps = self.sink_capabilities
             for spec in self.nemesis:

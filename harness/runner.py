@@ -46,7 +46,8 @@ from report.junit import write_junit
 from store import retention
 from store.runfiles import RESULTS, TEST
 from store.runs import RunDir
-from workloads.keyed import KeyedWorkload
+from workloads import registry as workloads
+from workloads.base import Client
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
 log = logging.getLogger("onceproof.runner")
@@ -81,7 +82,7 @@ class _Run:
     net: FaultNetwork | None = None
     spark: SparkApp | None = None
     live: LiveReader | None = None
-    workload: KeyedWorkload | None = None
+    workload: Client | None = None
     nem: NemesisRunner | None = None
     ctx: NemesisContext | None = None
     plan: list = field(default_factory=list)
@@ -127,7 +128,8 @@ def _setup(r: _Run) -> None:
                             sink_log=r.rd.sink, input_topic=INPUT, output_topic=OUTPUT,
                             progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
                             max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
-                            pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd())
+                            pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd(),
+                            workload=cfg.workload)
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
     td.push("driver stop", spark.stop)
     td.track(spark.kill_now)
@@ -152,8 +154,8 @@ def _run_phase(r: _Run) -> None:
     r.live = live = LiveReader(r.cluster.bootstrap, OUTPUT)
     td.push("live reader stop", live.stop)
     live.start()
-    r.workload = workload = KeyedWorkload(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate, keys=cfg.keys,
-                                          seed=cfg.seed)
+    r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate,
+                                                               keys=cfg.keys, seed=cfg.seed)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     r.ctx = ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
                                  output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
@@ -246,7 +248,8 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     done = _timed(r, "check_s")
     with r.console.status("reading topics at read_committed and checking"):
         live_frame = r.live.stop()
-        result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame)
+        result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
+                                     workload=cfg.workload)
     done()
     return result
 

@@ -5,8 +5,9 @@ does, and restarts it from the same checkpoint when it dies).
 
 Source: Spark's Kafka source on the input topic, ``kafka.isolation.level=read_committed``,
 ``startingOffsets=earliest``, ``failOnDataLoss=true``, at most ``--max-offsets`` records per micro-batch.
-Map: keeps the Kafka key and the JSON value's ``key`` and ``seq``, adds the input partition/offset and the
-input append time. Sinks (both inside ``foreachBatch``, see ``pipeline/transactional_sink.py`` for why):
+Transform: the workload's (``--workload``, ``workloads/registry.py``): ``keyed`` keeps the Kafka key and
+the JSON value's ``key`` and ``seq`` and adds the input partition/offset and append time; ``counter``
+keeps a running count and sum per key in Spark state (update mode). Sinks (both inside ``foreachBatch``, see ``pipeline/transactional_sink.py`` for why):
 
 * ``eos`` – the transactional sink of DESIGN §2.
 * ``at-least-once`` – Spark's own Kafka writer (``DataFrame.write.format("kafka")``), unchanged: the
@@ -31,6 +32,7 @@ from pathlib import Path
 from pipeline import hooks, provenance, sinks
 from pipeline.eos_sink import ExactlyOnceSink
 from pipeline.transactional_sink import SinkConfig, abort_leftovers
+from workloads import registry
 
 SINKS = tuple(sinks.SINKS)  # pipeline/sinks.py: each sink and its capabilities
 SINK_ID_FILE = "onceproof-sink-id"
@@ -57,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--txn-timeout-ms", type=int, default=60000)
     ap.add_argument("--control-dir", default="", help="fault-hook control directory")
     ap.add_argument("--sink-log", default="", help="append sink transaction events here (JSON lines)")
+    ap.add_argument("--workload", choices=registry.names(), default=registry.DEFAULT,
+                    help="the transform between source and sink: the workload's (workloads/registry.py)")
     ap.add_argument("--input-contiguous", action=argparse.BooleanOptionalAction, default=True,
                     help="the input topic has no transactional writes, so each batch's planned offset range "
                          "must arrive complete; the eos sink refuses an incomplete batch (see "
@@ -155,7 +159,7 @@ variable ``ONCEPROOF_SPARK_JAVA_OPTS`` replaces these options, and set to an emp
 the JVM's defaults (for a throughput benchmark)."""
 
 
-def build_spark(args: argparse.Namespace, partitions: int):
+def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] | None = None):
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.appName(f"onceproof-{args.sink}").master(args.master)
@@ -174,29 +178,9 @@ def build_spark(args: argparse.Namespace, partitions: int):
         b = b.config("spark.driver.extraJavaOptions", jopts).config("spark.executor.extraJavaOptions", jopts)
     if args.jars:
         b = b.config("spark.jars", args.jars)
+    for k, v in (conf or {}).items():  # the workload's (e.g. its state store provider)
+        b = b.config(k, v)
     return b.getOrCreate()
-
-
-def transform(src):
-    """Input rows (Kafka source schema) → ``key: string, value: binary (JSON), in_partition, in_offset``.
-
-    The output value is ``{"key", "seq", "in_partition", "in_offset", "in_ts"}`` with ``in_ts`` the input
-    record's append time in ms.
-    """
-    from pyspark.sql import functions as F
-
-    schema = "key STRING, seq LONG"
-    parsed = src.select(
-        F.col("key").cast("string").alias("kkey"),
-        F.from_json(F.col("value").cast("string"), schema).alias("v"),
-        F.col("partition").alias("in_partition"),
-        F.col("offset").alias("in_offset"),
-        (F.col("timestamp").cast("double") * 1000).cast("long").alias("in_ts"),
-    )
-    value = F.to_json(F.struct(F.col("v.key").alias("key"), F.col("v.seq").alias("seq"),
-                               "in_partition", "in_offset", "in_ts"))
-    return parsed.select(F.col("kkey").alias("key"), value.cast("binary").alias("value"),
-                         "in_partition", "in_offset")
 
 
 def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, incarnation: str, batch_df, batch_id: int) -> None:
@@ -206,14 +190,12 @@ def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, incarnation: 
     def h(name, col):
         return F.struct(F.lit(name).alias("key"), col.cast("string").cast("binary").alias("value"))
 
-    out = batch_df.select(
-        "key", "value",
-        F.array(h(provenance.BATCH, F.lit(batch_id)),
-                h(provenance.SINK_PARTITION, F.spark_partition_id()),
-                h(provenance.INPUT, F.concat_ws(":", F.col("in_partition").cast("string"),
-                                                F.col("in_offset").cast("string"))),
-                h(provenance.SINK, F.lit("at-least-once")),
-                h(provenance.INCARNATION, F.lit(incarnation))).alias("headers"))
+    headers = [h(provenance.BATCH, F.lit(batch_id)), h(provenance.SINK_PARTITION, F.spark_partition_id()),
+               h(provenance.SINK, F.lit("at-least-once")), h(provenance.INCARNATION, F.lit(incarnation))]
+    if "in_partition" in batch_df.columns:  # a workload whose rows keep their input record (workloads/base.py)
+        headers.append(h(provenance.INPUT, F.concat_ws(":", F.col("in_partition").cast("string"),
+                                                       F.col("in_offset").cast("string"))))
+    out = batch_df.select("key", "value", F.array(*headers).alias("headers"))
     (out.write.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
      .option("topic", args.output_topic).option("kafka.acks", "all").save())
     control.after_sink_commit(batch_id)
@@ -224,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     sink_id = resolve_sink_id(args)
     incarnation = driver_incarnation()
     pool = pool_size(args)
-    spark = build_spark(args, pool)
+    workload = registry.get(args.workload)
+    spark = build_spark(args, pool, workload.spark_conf)
     spark.sparkContext.setLogLevel("WARN")
     control = hooks.ControlDir(args.control_dir)
     cfg = SinkConfig(bootstrap=args.bootstrap, output_topic=args.output_topic,
@@ -240,14 +223,14 @@ def main(argv: list[str] | None = None) -> int:
            .option("kafka.isolation.level", "read_committed")
            .option("maxOffsetsPerTrigger", str(args.max_offsets))
            .load())
-    df = transform(src)
+    df = workload.transform(src)
     if args.sink in ("eos", "eos-no-marker"):
         abort_leftovers(cfg, pool)
-        guard = (args.checkpoint, args.input_topic) if args.input_contiguous else None
+        guard = (args.checkpoint, args.input_topic) if args.input_contiguous and workload.input_refs else None
         body = ExactlyOnceSink(cfg, guard, control)
     else:
         body = partial(alo_batch, args, control, incarnation)
-    query = (df.writeStream.foreachBatch(body)
+    query = (df.writeStream.foreachBatch(body).outputMode(workload.output_mode)
              .option("checkpointLocation", args.checkpoint)
              .trigger(processingTime=f"{args.trigger_ms} milliseconds")
              .queryName(f"onceproof-{args.sink}")

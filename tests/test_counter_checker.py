@@ -216,14 +216,14 @@ def test_regression_is_per_key():
     assert r["verdict"] == "valid"
 
 
-def test_repeated_aggregate_is_informational():
+def test_a_repeated_aggregate_is_a_duplicate_emission():
     inp = one_key_input(3)
     out = frame([agg_row("a", [0, 1], offset=0, batch="0"), agg_row("a", [0, 1], offset=1, batch="0"),
                  agg_row("a", [0, 1, 2], offset=2, batch="1")])
     r = check(EMPTY, inp, out)
-    assert r["verdict"] == "valid"
-    assert r["counts"]["state-repeat"] == 1 and r["counts"]["state-regression"] == 0
-    assert r["anomalies"]["state-repeat"][0]["after"]["offset"] == 0
+    assert r["counts"]["duplicate"] == 1 and r["counts"]["state-regression"] == 0
+    assert r["anomalies"]["duplicate"][0]["after"]["offset"] == 0
+    assert r["verdict"] == "invalid" and "duplicate" in r["definite"]
 
 
 def test_short_last_aggregate_invalid_when_recovered_unknown_when_not():

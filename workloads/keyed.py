@@ -1,4 +1,6 @@
-"""The keyed-sequence workload: each key gets the sequence 0, 1, 2, ... written to the input topic.
+"""The keyed-sequence workload: each key gets the sequence 0, 1, 2, ... written to the input topic, and
+the pipeline must deliver every record exactly once, in order per key (the :data:`WORKLOAD` object:
+generator and client, the pipeline's transform, the output decoder and ``checkers.exactly_once``).
 
 Generator: a seeded stream of ``(key, seq)``; keys are ``k0``..``k<n-1>`` chosen uniformly, ``seq``
 counts per key from 0 with no gaps in what is *attempted*.
@@ -160,3 +162,56 @@ class KeyedWorkload:
             self.stats.info += 1
             self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,
                                  "error": "no delivery report before close"})
+
+
+def transform(src):
+    """Input rows (Kafka source schema) → ``key: string, value: binary (JSON), in_partition, in_offset``.
+
+    The output value is ``{"key", "seq", "in_partition", "in_offset", "in_ts"}`` with ``in_ts`` the input
+    record's append time in ms.
+    """
+    from pyspark.sql import functions as F
+
+    schema = "key STRING, seq LONG"
+    parsed = src.select(
+        F.col("key").cast("string").alias("kkey"),
+        F.from_json(F.col("value").cast("string"), schema).alias("v"),
+        F.col("partition").alias("in_partition"),
+        F.col("offset").alias("in_offset"),
+        (F.col("timestamp").cast("double") * 1000).cast("long").alias("in_ts"),
+    )
+    value = F.to_json(F.struct(F.col("v.key").alias("key"), F.col("v.seq").alias("seq"),
+                               "in_partition", "in_offset", "in_ts"))
+    return parsed.select(F.col("kkey").alias("key"), value.cast("binary").alias("value"),
+                         "in_partition", "in_offset")
+
+
+class Keyed:
+    """The keyed workload (``workloads/base.py``): every input record once in the output, in order per key
+    (``checkers/exactly_once.py``, whose docstring names the anomalies)."""
+
+    name = "keyed"
+    summary = "every (key, seq) record passes through once, in order per key"
+    output_mode = "append"
+    spark_conf: dict[str, str] = {}
+    input_refs = True
+
+    def client(self, bootstrap: str, topic: str, history: HistoryWriter, *, rate: float, keys: int,
+               seed: int) -> KeyedWorkload:
+        return KeyedWorkload(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
+
+    def transform(self, src):
+        return transform(src)
+
+    def decode(self, frame):
+        from clients.topics import decode_values
+
+        return decode_values(frame)
+
+    def check(self, history, input, output, recovery=None) -> dict:
+        from checkers.exactly_once import check
+
+        return check(history, input, output, recovery)
+
+
+WORKLOAD = Keyed()
