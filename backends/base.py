@@ -100,7 +100,8 @@ class PipelineArgs:
     ``trigger_ms``: micro-batch interval, ms; ``max_offsets``: records per batch; ``txn_timeout_ms``:
     the sink's ``transaction.timeout.ms``; ``pool_size``: transactional ids to clean up on start.
 
-    ``workload``: the transform between source and sink (``workloads/registry.py``).
+    ``workload``: the transform between source and sink (``workloads/registry.py``). ``file_sink``: the
+    output directory of ``--sink file``.
     ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
     template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``pipeline.job``, which
     alone takes the options above that the template has no placeholder for (sink, trigger, ...).
@@ -123,6 +124,7 @@ class PipelineArgs:
     command: str = ""
     cwd: Path | None = None
     workload: str = "keyed"
+    file_sink: Path | None = None
 
     def argv(self) -> list[str]:
         """The options as ``pipeline.job`` arguments (a backend adds where the connector jars are)."""
@@ -132,7 +134,8 @@ class PipelineArgs:
                 "--progress-topic", self.progress_topic, "--sink-id", self.sink_id,
                 "--trigger-ms", str(self.trigger_ms), "--max-offsets", str(self.max_offsets),
                 "--txn-timeout-ms", str(self.txn_timeout_ms), "--pool-size", str(self.pool_size),
-                "--master", self.master, "--workload", self.workload]
+                "--master", self.master, "--workload", self.workload,
+                *(["--file-sink-path", str(self.file_sink)] if self.file_sink else [])]
 
 
 class Cluster(Protocol):
@@ -232,6 +235,13 @@ class SparkApp(Protocol):
     def kill_driver(self, pid: int) -> bool:
         """SIGKILL the driver ``pid`` (as :attr:`driver_pid` or the pipeline's own announcement gave it)
         with everything it started; True when it is gone. The supervisor restarts it."""
+
+    def freeze_driver(self, pid: int) -> bool:
+        """SIGSTOP the driver ``pid`` with everything it started (it stays exactly where it is until
+        :meth:`thaw_driver` or a kill); False when it is gone."""
+
+    def thaw_driver(self, pid: int) -> None:
+        """SIGCONT what :meth:`freeze_driver` stopped."""
 
     def restarts(self) -> int:
         """How many times the driver died and was restarted."""

@@ -43,6 +43,38 @@ def read_pair(bootstrap: str, input_topic: str, output_topic: str, timeout_s: fl
     return topics.decode_values(inp.frame), decode(out.frame), decode(unc.frame), reasons
 
 
+def read_file_sink(path: Path, file_read: str = "committed") -> tuple[pd.DataFrame, pd.DataFrame, dict, list[str]]:
+    """A file sink's output directory as checker frames: ``(view, listing, stats, problems)``. ``view`` is
+    the committed view (the files ``_spark_metadata`` lists: the sink's read_committed) or, with
+    ``file_read="listing"``, every data file in the directory (the mutant reader); ``listing`` is every
+    data file (the "uncommitted" view); ``stats`` is ``store.file_sink_log.stats`` (``orphan_files``, ...).
+
+    Raises: ``CheckError`` naming the directory when it is not a Spark file-sink output or its log is
+    damaged."""
+    from store import file_sink_log
+
+    if file_read not in ("committed", "listing"):
+        raise CheckError(f"unknown file reader {file_read!r}: use committed or listing")
+    problems: list[str] = []
+    try:
+        listing = file_sink_log.listing_view(path, problems)
+        view = listing if file_read == "listing" else file_sink_log.committed_view(path, problems)
+        st = file_sink_log.stats(path)
+    except (OSError, file_sink_log.FileSinkLogError) as e:
+        raise CheckError(f"{path}: {e}") from e
+    return view, listing, st, problems + list(st.get("problems") or [])
+
+
+def _file_sink_stats(result: dict, st: dict, file_read: str) -> dict:
+    """The file sink's counts into ``result["stats"]`` (``orphan_files`` is a statistic, not an anomaly)
+    and ``result["file_sink"]``."""
+    keep = ("committed_files", "data_files", "orphan_files", "missing_files", "committed_records",
+            "listed_records", "last_batch")
+    result.setdefault("stats", {}).update({f"file_sink_{k}" if k != "orphan_files" else k: st.get(k) for k in keep})
+    result["file_sink"] = {"read": file_read, **{k: st.get(k) for k in keep}}
+    return result
+
+
 def _save(frame: pd.DataFrame, path: Path) -> None:
     frame.astype({c: "string" for c in frame.columns if frame[c].dtype == object}).to_parquet(path, index=False)
 
@@ -162,7 +194,8 @@ def probe(bootstrap: str, *topic_names: str, timeout_s: float = 10.0) -> None:
 
 
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
-               st: RecoveryStatus, live: pd.DataFrame | None = None, workload: str = "keyed") -> dict:
+               st: RecoveryStatus, live: pd.DataFrame | None = None, workload: str = "keyed",
+               file_sink: Path | None = None, file_read: str = "committed") -> dict:
     """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``.
 
     When ``run_dir`` holds a run of our workload, a missing, empty or cut-short ``history.jsonl`` makes a
@@ -170,6 +203,10 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     still writing), an invalid verdict resting only on ``lost``/``unexpected`` becomes ``unknown``.
     """
     inp, out, unc, reasons = read_pair(bootstrap, input_topic, output_topic, workload=workload)
+    fs_stats = None
+    if file_sink is not None:  # the output is the directory, not the (empty) output topic
+        out, unc, fs_stats, fs_problems = read_file_sink(file_sink, file_read)
+        reasons = reasons + [f"file sink: {p}" for p in fs_problems if "torn" in p]
     problems: list[str] = []
     hist = _read(readers.read_history, run_dir, problems) if run_dir else pd.DataFrame()
     rec = Recovery(finished=st.finished and not reasons, reasons=st.reasons + reasons)
@@ -199,6 +236,8 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), uncommitted=unc, live=live,
                         lso=lso, hw=hw, nemesis=nem, workload=workload)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
+    if fs_stats is not None:
+        _file_sink_stats(result, fs_stats, file_read)
     if problems:
         result.setdefault("warnings", []).extend(problems)
     if workload_ran(run_dir):
@@ -210,9 +249,10 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     return result
 
 
-def check_saved(run_dir: Path) -> dict:
+def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
     """Re-check a stored run from its parquet snapshots, ``history.jsonl``, ``sink.jsonl`` and
-    ``recovery.json``.
+    ``recovery.json``. A ``--sink file`` run's output is read again from its ``file-sink/`` directory,
+    the way ``file_read`` says (``committed`` or ``listing``; default: as the run read it).
 
     A run of our workload (a ``test.json`` not of kind ``check``) whose ``history.jsonl`` is missing,
     empty or cut short gets at best ``unknown`` (the lost-write check could not run); a torn last line of
@@ -236,6 +276,17 @@ def check_saved(run_dir: Path) -> dict:
     damaged = f"; the run directory is damaged{_rerun(replay)}"
     inp = _read(readers.read_input, run_dir, advice=damaged)
     out = _read(readers.read_output, run_dir, advice=damaged)
+    unc = _read(readers.read_output_uncommitted, run_dir, advice=damaged)
+    config = test.get("config") or {}
+    fs_stats = None
+    if config.get("sink") == "file":
+        file_read = file_read or str(config.get("file_read") or "committed")
+        fs_dir = run_dir / "file-sink"
+        if not fs_dir.is_dir():
+            raise CheckError(f"{fs_dir} is gone: the file sink's output cannot be read again{_rerun(replay)}")
+        out, unc, fs_stats, fs_problems = read_file_sink(fs_dir, file_read)
+    elif file_read and file_read != "committed":
+        raise CheckError(f"{run_dir} is not a --sink file run: --file-read applies to file sinks only")
     rec, lso, hw = Recovery(), None, None
     r = _read(readers.read_recovery, run_dir)
     if r is not None:
@@ -249,10 +300,11 @@ def check_saved(run_dir: Path) -> dict:
     hist = _read(readers.read_history, run_dir, problems)
     nem = _read(readers.read_nemesis, run_dir, problems)
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir),
-                        uncommitted=_read(readers.read_output_uncommitted, run_dir, advice=damaged),
-                        live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw, nemesis=nem,
-                        workload=str((test.get("config") or {}).get("workload") or "keyed"))
+                        uncommitted=unc, live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw,
+                        nemesis=nem, workload=str(config.get("workload") or "keyed"))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
+    if fs_stats is not None:
+        _file_sink_stats(result, fs_stats, file_read)
     if problems:
         result.setdefault("warnings", []).extend(problems)
     if workload_ran(run_dir):

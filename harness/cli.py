@@ -321,6 +321,11 @@ def check(
     workload: str = typer.Option("keyed", help="(live) what the output holds: keyed (every input record once, "
                                                "in order per key) or counter (running count/sum/max_seq "
                                                "aggregates per key, checked against input prefixes)"),
+    file_sink: Optional[Path] = typer.Option(None, help="(live) the pipeline writes Spark's file sink: its output "
+                                                        "directory (with _spark_metadata) instead of --output-topic"),
+    file_read: str = typer.Option("committed", help="a file sink's output read as committed (the files its "
+                                                    "_spark_metadata log lists) or listing (every data file: the "
+                                                    "mutant reader of a careless downstream job)"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
 ) -> None:
     """Check a stored run offline, or any pipeline's topics live.
@@ -338,20 +343,26 @@ def check(
     if (run_dir is None) == (not bootstrap):
         raise _usage("give either RUN_DIR or --bootstrap HOST:PORT (not both)")
     if run_dir is not None:
-        if group or settle or workload != "keyed":
+        if group or settle or workload != "keyed" or file_sink:
             raise _usage("only with --bootstrap (a stored run is checked as it was saved)",
-                         "--group" if group else "--settle" if settle else "--workload")
+                         "--group" if group else "--settle" if settle else "--workload" if workload != "keyed"
+                         else "--file-sink")
         rd = _require_run_dir(run_dir)
         _on_crash("check", RunFiles(rd).error_log("check"))
-        result = checking.check_saved(rd)
+        result = checking.check_saved(rd, file_read=file_read if file_read != "committed" else None)
         result["run_dir"] = str(rd)
     else:
         from workloads import registry as workloads
 
         if workload not in workloads.names():
             raise _usage(f"unknown workload {workload!r}; choose one of {', '.join(workloads.names())}", "--workload")
+        if file_read not in ("committed", "listing"):
+            raise _usage(f"unknown file reader {file_read!r}; choose committed or listing", "--file-read")
+        if file_sink is not None and not (file_sink / "_spark_metadata").is_dir():
+            raise _usage(f"{file_sink} has no _spark_metadata: give the directory the file sink writes to "
+                         "(writeStream...option('path', ...))", "--file-sink")
         result = _check_live(bootstrap, input_topic, output_topic, group, settle, recovery_timeout, results,
-                             quiet=json_out, workload=workload)
+                             quiet=json_out, workload=workload, file_sink=file_sink, file_read=file_read)
     if json_out:
         print(json.dumps(result, indent=2, default=str))
     else:
@@ -364,7 +375,8 @@ def check(
 
 
 def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str, settle: float,
-                recovery_timeout: float, results: Path, quiet: bool, workload: str = "keyed") -> dict:
+                recovery_timeout: float, results: Path, quiet: bool, workload: str = "keyed",
+                file_sink: Path | None = None, file_read: str = "committed") -> dict:
     """``check --bootstrap``: wait until caught up, read, check, and store a run directory
     (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
     from harness import checking, recovery
@@ -391,20 +403,23 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
     argv = ["onceproof", "check", "--bootstrap", bootstrap, "--input-topic", input_topic, "--output-topic",
             output_topic, *(["--group", group] if group else []), *(["--settle", f"{settle:g}"] if settle else []),
             "--recovery-timeout", f"{recovery_timeout:g}", "--results", str(results),
-            *(["--workload", workload] if workload != "keyed" else [])]
+            *(["--workload", workload] if workload != "keyed" else []),
+            *(["--file-sink", str(file_sink), "--file-read", file_read] if file_sink else [])]
     name = rd.path.parent.name
     rd.write_json(TEST, {"kind": "check", "name": name, "replay": shlex.join(argv),
                                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                 "config": {"bootstrap": bootstrap, "input_topic": input_topic,
                                            "output_topic": output_topic, "group": group, "settle": settle,
                                            "recovery_timeout": recovery_timeout, "nemesis": [],
-                                           "workload": workload}})
+                                           "workload": workload,
+                                           "file_sink": str(file_sink) if file_sink else None}})
     out.print(f"onceproof check {bootstrap} {input_topic} → {output_topic}: {rd.path}", soft_wrap=True)
     st = recovery.caught_up(bootstrap, input_topic, output_topic, group=group, settle_s=settle,
                             timeout_s=recovery_timeout,
                             progress=lambda s: out.print(f"  waiting ({s.seconds:.0f}s): {'; '.join(s.reasons)}",
                                                          soft_wrap=True))
-    result = checking.check_live(bootstrap, input_topic, output_topic, rd.path, st, workload=workload)
+    result = checking.check_live(bootstrap, input_topic, output_topic, rd.path, st, workload=workload,
+                                 file_sink=file_sink.resolve() if file_sink else None, file_read=file_read)
     result.update(test=name, run_dir=str(rd.path), replay=shlex.join(argv))
     rd.write_json(RESULTS, result)
     try:

@@ -134,12 +134,18 @@ class TestConfig:
 
     __test__ = False  # not a pytest test class
 
-    sink: str = _opt("eos", "eos (transactional sink), at-least-once (Spark's Kafka sink), or eos-no-marker "
-                            "(a mutant without the replay marker check)", check=_check_sink, example="at-least-once",
+    sink: str = _opt("eos", "eos (transactional sink), at-least-once (Spark's Kafka sink), eos-no-marker "
+                            "(a mutant without the replay marker check), or file (Spark's file sink, read "
+                            "through its _spark_metadata log)", check=_check_sink, example="at-least-once",
                      always=True)
     workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
                                   "order per key) or counter (a running count and sum per key in Spark state, "
                                   "update mode)", check=_check_workload, example="counter")
+    file_read: str = _opt("committed", "--sink file: how the checker reads the output directory: committed (only "
+                                       "the files its _spark_metadata log lists, the sink's read_committed) or "
+                                       "listing (every data file, as a careless downstream job does: a mutant "
+                                       "reader)", check=lambda v: None if v in ("committed", "listing") else
+                          f"unknown file reader {v!r}; choose committed or listing", example="listing")
     pipeline_cmd: str = _opt("", "run your own PySpark pipeline instead of the bundled one: its command line, "
                                  "with the placeholders {python} {bootstrap} {input_topic} {output_topic} "
                                  "{checkpoint} {master} {jars} (docs/pipeline-contract.md); restarted with the "
@@ -329,6 +335,11 @@ class TestConfig:
         perform, and what to ask for instead.
         """
         backend = registry.get(self.backend)
+        if self.sink == "file" and self.workload != "keyed":
+            raise ConfigError("--workload", f"Spark's file sink only appends; the {self.workload} workload emits "
+                                            "in update mode: use --sink eos or at-least-once with it")
+        if self.file_read != "committed" and self.sink != "file":
+            raise ConfigError("--file-read", "only with --sink file")
         if self.pipeline_cmd:
             if not backend.user_pipelines:
                 raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "
@@ -346,8 +357,8 @@ class TestConfig:
                 fits = catalog.for_sink(catalog.expand(spec), caps)[0]
                 if not fits:  # a fault without a target only draws the targets that fit (target_choices)
                     missing = sorted(catalog.sink_needs(spec) - caps)
-                    fix = ("Drop it: onceproof cannot reach inside a --pipeline-cmd pipeline's sink" if self.pipeline_cmd
-                           else "Drop it, or use a sink that has it: " + ", ".join(
+                    fix = ("Drop it: onceproof cannot reach inside a --pipeline-cmd pipeline's sink"
+                           if self.pipeline_cmd else "Drop it, or use a sink that has it: " + ", ".join(
                                n for n, s in sinks.SINKS.items() if set(missing) <= s.capabilities))
                     raise ConfigError("--nemesis", f"{spec} cannot hit {self.sink_label}: it has no "
                                       f"{self._lacks(missing)}. {fix}")

@@ -39,6 +39,7 @@ from harness.teardown import Teardown
 from nemesis import catalog, coverage, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
+from pipeline import sinks
 from pipeline import job as pipeline_job
 from report.html import build_report
 from report.index import build_index
@@ -54,6 +55,7 @@ log = logging.getLogger("onceproof.runner")
 
 
 INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
+FILE_SINK_DIR = "file-sink"
 
 
 def versions(backend: Backend) -> dict[str, str]:
@@ -93,6 +95,11 @@ class _Run:
         return self.rd.checkpoint
 
     @property
+    def file_sink(self) -> Path | None:
+        """The file sink's output directory (``--sink file``), in the run directory."""
+        return self.rd.path / FILE_SINK_DIR if self.cfg.sink == "file" else None
+
+    @property
     def control(self) -> Path:
         return self.rd.control
 
@@ -129,7 +136,7 @@ def _setup(r: _Run) -> None:
                             progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
                             max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
                             pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd(),
-                            workload=cfg.workload)
+                            workload=cfg.workload, file_sink=r.file_sink)
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
     td.push("driver stop", spark.stop)
     td.track(spark.kill_now)
@@ -157,13 +164,15 @@ def _run_phase(r: _Run) -> None:
     r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate,
                                                                keys=cfg.keys, seed=cfg.seed)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
+    ctx_caps = cfg.sink_capabilities
     r.ctx = ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
                                  output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
                                  network=r.net,
                                  # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
                                  # pipeline.eos_sink honours, and the commit window is watched from outside
-                                 sink_capabilities=None if cfg.pipeline_cmd else cfg.sink_capabilities,
-                                 commit_window="watch" if cfg.pipeline_cmd else "hook")
+                                 sink_capabilities=None if cfg.pipeline_cmd else ctx_caps,
+                                 commit_window="hook" if sinks.DRIVER_HOOKS in ctx_caps else "watch",
+                                 file_sink=r.file_sink)
 
     def on_op(op):
         style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
@@ -249,7 +258,7 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     with r.console.status("reading topics at read_committed and checking"):
         live_frame = r.live.stop()
         result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
-                                     workload=cfg.workload)
+                                     workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read)
     done()
     return result
 

@@ -66,6 +66,10 @@ def summarize(result: dict, console: Console) -> None:
         console.print(f"input {st.get('input_records')} records, output {st.get('output_records')} records, "
                       f"{st.get('keys')} keys; sends ok={st.get('sends_ok')} info={st.get('sends_info')} "
                       f"fail={st.get('sends_fail')}; driver restarts={result.get('driver_restarts')}")
+    if result.get("file_sink"):
+        from report.html import file_sink_line
+
+        console.print(file_sink_line(result["file_sink"]))
     console.print(f"results: {result.get('run_dir')}")
 
 

@@ -6,11 +6,14 @@ Two ways to find the window, chosen by :attr:`nemesis.fault.NemesisContext.commi
 * ``hook`` (the bundled pipeline): deterministic, not hopeful. The nemesis arms the driver's hook
   (``pipeline/hooks.py``), the next batch holds in the window and announces ``{batch, pid}``, and the
   nemesis kills the whole driver process group there.
-* ``watch`` (a ``--pipeline-cmd`` pipeline, no hook in the user's code): the nemesis polls the
-  checkpoint's ``offsets/`` and ``commits/`` and the output's end offsets at read_committed (the LSO) every
-  ``poll_s`` s (:class:`nemesis.commit_window_watch.CommitWindowWatch`), and kills the driver when batch
-  N's output is visible (the LSO grew since ``offsets/N`` appeared) while ``commits/N`` is absent. A
-  batch that closes its window between two polls is let go and the next one is watched.
+* ``watch`` (a ``--pipeline-cmd`` pipeline, no hook in the user's code; the file sink, which is not
+  ``foreachBatch``): the nemesis polls the checkpoint's ``offsets/`` and ``commits/`` and the output's
+  committed end (the output topic's LSOs; for the file sink, the batches in ``_spark_metadata``) every
+  ``poll_s`` s (:class:`nemesis.commit_window_watch.CommitWindowWatch`, a tenth of that for a file
+  sink), and when batch N's output is visible while ``commits/N`` is absent it freezes the driver's
+  process group (SIGSTOP), looks again, and kills it if ``commits/N`` is still absent. A batch that
+  closed its window before the freeze is thawed and let go (``windows_missed``); the next one is
+  watched.
 
 Evidence: the batch, the driver pid, ``offsets/N`` present and ``commits/N`` absent both at the kill and
 after the driver is gone (so Spark must replay N), and (watch) the output offsets that grew.
@@ -78,8 +81,11 @@ class KillDriverInCommitWindow:
 
     def _watched(self, ctx: NemesisContext) -> Outcome:
         """The hook-free way: poll, and kill when :class:`CommitWindowWatch` sees the window open."""
-        ends = self.output_ends(ctx.cluster.bootstrap, ctx.output_topic)
+        ends = (_FileSinkEnds(ctx.file_sink) if ctx.file_sink is not None
+                else self.output_ends(ctx.cluster.bootstrap, ctx.output_topic))
+        poll_s = self.poll_s / 10 if ctx.file_sink is not None else self.poll_s  # a directory listing is cheap
         watch = CommitWindowWatch()
+        misses = 0
         deadline = time.monotonic() + self.window_timeout_s
         polls, errors = 0, 0
         while time.monotonic() < deadline and not ctx.stop.is_set():
@@ -89,12 +95,21 @@ class KillDriverInCommitWindow:
                 out = ends.read()
             except Exception:  # noqa: BLE001 - a broker fault may be under way: poll again
                 errors += 1
-                time.sleep(self.poll_s)
+                time.sleep(poll_s)
                 continue
             polls += 1
             batch = watch.observe(off, com, out)
-            if batch is not None and pid is not None and not checkpoint.has_commit(ctx.checkpoint, batch):
-                ev = {"mode": "watch", "batch": batch, "pid": pid,
+            if batch is not None and pid is not None:
+                # freeze the driver (its whole process group), then look again: a commits/N written
+                # between the poll and the freeze means the window closed; thaw and watch the next batch
+                frozen = ctx.spark.freeze_driver(pid)
+                if checkpoint.has_commit(ctx.checkpoint, batch):
+                    if frozen:
+                        ctx.spark.thaw_driver(pid)
+                    misses += 1
+                    watch = CommitWindowWatch()
+                    continue
+                ev = {"mode": "watch", "batch": batch, "pid": pid, "frozen": frozen, "windows_missed": misses,
                       "offsets_logged": checkpoint.has_offsets(ctx.checkpoint, batch),
                       "commit_logged_at_kill": False,
                       "output_end_at_offsets_logged": {str(p): o for p, o in sorted(watch.baseline.items())},
@@ -104,17 +119,38 @@ class KillDriverInCommitWindow:
                 ev["polls"] = polls
                 ok = ev["offsets_logged"] and not ev["commit_logged_after_kill"] and ev["driver_gone"]
                 return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"driver (batch {batch})", ev)
-            time.sleep(self.poll_s)
-        reason = {"polls": polls, "poll_errors": errors, "mode": "watch"}
+            time.sleep(poll_s)
+        reason = {"polls": polls, "poll_errors": errors, "mode": "watch", "windows_missed": misses}
         if ctx.stop.is_set():
             return Outcome(SKIPPED, "driver", {**reason, "reason": "the run ended before a batch reached the window"})
         return Outcome(NOT_EFFECTIVE, "driver",
                        {**reason, "reason": f"no batch's output was seen before its commits/N in "
-                                            f"{self.window_timeout_s}s (polling every {self.poll_s}s)"})
+                                            f"{self.window_timeout_s}s (polling every {poll_s}s)"})
 
     def heal(self, ctx: NemesisContext) -> None:
         """Disarm the hook so no later batch waits in the window."""
         (ctx.control / hooks.ARMED).unlink(missing_ok=True)
+
+
+class _FileSinkEnds:
+    """A file sink's committed output, as the watch's "end offsets": ``{0: batches in _spark_metadata}``
+    (the highest ``N`` or ``N.compact`` there, plus one; 0 for none). It grows when the driver commits
+    batch N to the sink's log, just before Spark's ``commits/N`` (``pipeline/file_sink.py``)."""
+
+    def __init__(self, path):
+        from pathlib import Path
+
+        self.log = Path(path) / "_spark_metadata"
+
+    def read(self) -> dict[int, int]:
+        import os
+
+        try:
+            names = os.listdir(self.log)
+        except FileNotFoundError:
+            return {0: 0}
+        ids = [int(n.removesuffix(".compact")) for n in names if n.removesuffix(".compact").isdigit()]
+        return {0: max(ids) + 1 if ids else 0}
 
 
 class _OutputEnds:

@@ -60,6 +60,7 @@ class NemesisContext:
     # how kill-driver-in-commit-window finds the window: "hook" (the bundled pipeline's, pipeline/hooks.py)
     # or "watch" (a --pipeline-cmd pipeline: the checkpoint and the output's LSO, nemesis/commit_window.py)
     commit_window: str = "hook"
+    file_sink: Path | None = None  # the file sink's output directory (--sink file), else None
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
     # set when an interrupted run tears down: heal only what teardown will not undo (no broker restarts)
     teardown: threading.Event = field(default_factory=threading.Event)

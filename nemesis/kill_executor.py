@@ -57,7 +57,7 @@ class KillExecutor:
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         partitions = max(1, len(ctx.sink_ids))
         part = rng.randrange(partitions)
-        if ctx.sink_capabilities is not None and sinks.PRECOMMIT_HOOK not in ctx.sink_capabilities:
+        if ctx.sink_capabilities is not None and not ctx.sink_capabilities & {sinks.PRECOMMIT_HOOK, sinks.WRITE_HOLD}:
             return self._random_victim(ctx, rng, part)  # no task will announce itself: do not wait for one
         t0 = time.time()
         (ctx.control / (hooks.PRECOMMIT_HOLD + ".tmp")).write_text(json.dumps({"ms": self.hold_ms, "partition": part}))

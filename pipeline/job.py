@@ -7,12 +7,15 @@ Source: Spark's Kafka source on the input topic, ``kafka.isolation.level=read_co
 ``startingOffsets=earliest``, ``failOnDataLoss=true``, at most ``--max-offsets`` records per micro-batch.
 Transform: the workload's (``--workload``, ``workloads/registry.py``): ``keyed`` keeps the Kafka key and
 the JSON value's ``key`` and ``seq`` and adds the input partition/offset and append time; ``counter``
-keeps a running count and sum per key in Spark state (update mode). Sinks (both inside ``foreachBatch``, see ``pipeline/transactional_sink.py`` for why):
+keeps a running count and sum per key in Spark state (update mode). Sinks (the first two inside
+``foreachBatch``, see ``pipeline/transactional_sink.py`` for why):
 
-* ``eos`` – the transactional sink of DESIGN §2.
+* ``eos`` – the transactional sink of DESIGN §2 (``pipeline/eos_sink.py``, also a library).
 * ``at-least-once`` – Spark's own Kafka writer (``DataFrame.write.format("kafka")``), unchanged: the
   same ``KafkaWriteTask`` that Spark's streaming Kafka sink uses, which the Spark docs call "at least
   once". Records carry the provenance headers through Spark's ``headers`` column.
+* ``file`` – Spark's own file sink, JSON lines under ``--file-sink-path`` with its ``_spark_metadata``
+  commit log (``pipeline/file_sink.py``).
 
 Identity: the sink id (prefix of every transactional.id and marker group) defaults to one stored in the
 checkpoint (``default_sink_id``), so a fresh checkpoint on a reused cluster never inherits the markers of
@@ -29,7 +32,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from pipeline import hooks, provenance, sinks
+from pipeline import file_sink, hooks, provenance, sinks
 from pipeline.eos_sink import ExactlyOnceSink
 from pipeline.transactional_sink import SinkConfig, abort_leftovers
 from workloads import registry
@@ -59,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--txn-timeout-ms", type=int, default=60000)
     ap.add_argument("--control-dir", default="", help="fault-hook control directory")
     ap.add_argument("--sink-log", default="", help="append sink transaction events here (JSON lines)")
+    ap.add_argument("--file-sink-path", default="", help="--sink file: the output directory (JSON lines and "
+                                                          "its _spark_metadata log)")
     ap.add_argument("--workload", choices=registry.names(), default=registry.DEFAULT,
                     help="the transform between source and sink: the workload's (workloads/registry.py)")
     ap.add_argument("--input-contiguous", action=argparse.BooleanOptionalAction, default=True,
@@ -224,17 +229,24 @@ def main(argv: list[str] | None = None) -> int:
            .option("maxOffsetsPerTrigger", str(args.max_offsets))
            .load())
     df = workload.transform(src)
-    if args.sink in ("eos", "eos-no-marker"):
-        abort_leftovers(cfg, pool)
-        guard = (args.checkpoint, args.input_topic) if args.input_contiguous and workload.input_refs else None
-        body = ExactlyOnceSink(cfg, guard, control)
+    if args.sink == "file":
+        if not args.file_sink_path:
+            raise SystemExit("--sink file needs --file-sink-path (the output directory)")
+        query = file_sink.write(df, path=args.file_sink_path, checkpoint=args.checkpoint,
+                                trigger_ms=args.trigger_ms, control_dir=args.control_dir, sink_log=args.sink_log,
+                                incarnation=incarnation)
     else:
-        body = partial(alo_batch, args, control, incarnation)
-    query = (df.writeStream.foreachBatch(body).outputMode(workload.output_mode)
-             .option("checkpointLocation", args.checkpoint)
-             .trigger(processingTime=f"{args.trigger_ms} milliseconds")
-             .queryName(f"onceproof-{args.sink}")
-             .start())
+        if args.sink in ("eos", "eos-no-marker"):
+            abort_leftovers(cfg, pool)
+            guard = (args.checkpoint, args.input_topic) if args.input_contiguous and workload.input_refs else None
+            body = ExactlyOnceSink(cfg, guard, control)
+        else:
+            body = partial(alo_batch, args, control, incarnation)
+        query = (df.writeStream.foreachBatch(body).outputMode(workload.output_mode)
+                 .option("checkpointLocation", args.checkpoint)
+                 .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+                 .queryName(f"onceproof-{args.sink}")
+                 .start())
     control.mark_ready({"query_id": str(query.id), "run_id": str(query.runId), "sink": args.sink,
                         "app_id": spark.sparkContext.applicationId, "sink_id": sink_id,
                         "incarnation": incarnation, "pool_size": pool})

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 TRANSACTIONS = "transactions"
 PRECOMMIT_HOOK = "precommit-hook"
 DRIVER_HOOKS = "driver-hooks"
+WRITE_HOLD = "write-hold"
 
 # what a sink without the capability lacks, as a message says it
 CAPABILITIES = {
     TRANSACTIONS: "Kafka transactions (KIP-98: no transaction coordinator, no transaction.timeout.ms)",
     PRECOMMIT_HOOK: "pre-commit hook (pipeline/hooks.py: between flush() and commit_transaction())",
     DRIVER_HOOKS: "after-commit hook in the driver (pipeline/hooks.py: before Spark's commits/N)",
+    WRITE_HOLD: "hold of a task in the middle of its writes (pipeline/file_sink.py)",
 }
 
 
@@ -41,6 +43,8 @@ SINKS: dict[str, Sink] = {s.name: s for s in (
     Sink("eos", "the transactional sink (pipeline/transactional_sink.py)", _TXN, "valid"),
     Sink("at-least-once", "Spark's own Kafka sink (no transactions)", frozenset({DRIVER_HOOKS}), "invalid"),
     Sink("eos-no-marker", "a mutant: the transactional sink without its replay marker check", _TXN, "invalid"),
+    Sink("file", "Spark's file sink (JSON lines) and its _spark_metadata commit log (pipeline/file_sink.py)",
+         frozenset({WRITE_HOLD}), "valid"),
 )}
 
 

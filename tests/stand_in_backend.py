@@ -181,6 +181,13 @@ class StandInSpark(_OnlyTheProtocol):
     def restarts(self) -> int:
         return 0
 
+    def freeze_driver(self, pid: int) -> bool:
+        self.calls.append(("freeze_driver", pid))
+        return True
+
+    def thaw_driver(self, pid: int) -> None:
+        self.calls.append(("thaw_driver", pid))
+
     def executors(self) -> list[Executor]:
         return list(self._executors)
 

@@ -119,6 +119,10 @@ def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
     want.pop("control")
     for k in ("command", "cwd"):  # a user's pipeline instead of pipeline.job: not the job's options
         want.pop(k)
+    assert want.pop("file_sink") is None and ns["file_sink_path"] == ""
+    p = dataclasses.replace(p, file_sink=tmp_path / "fs", workload="counter")
+    ns2 = vars(job.parse_args(p.argv()))
+    assert (ns2["file_sink_path"], ns2["workload"]) == (str(tmp_path / "fs"), "counter")
     for k, v in want.items():
         assert ns[k] == (str(v) if isinstance(v, Path) else v), k
 

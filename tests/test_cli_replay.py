@@ -60,10 +60,13 @@ def test_every_field_is_a_run_option_and_every_option_a_field():
     assert set(run_options()) == {f.name for f in fields(TestConfig)}
 
 
+COMPANIONS = {"file_read": {"sink": "file"}}  # options that only go with another's non-default value
+
+
 @pytest.mark.parametrize("name", sorted(run_options()))
 def test_each_option_survives_the_replay_command(name):
     f = next(f for f in fields(TestConfig) if f.name == name)
-    cfg = replace(TestConfig(), **{name: non_default(f)}).validate()
+    cfg = replace(TestConfig(), **{name: non_default(f), **COMPANIONS.get(name, {})}).validate()
     assert getattr(cfg, name) != TestConfig.default_of(f)
     replay = cfg.replay_command()
     assert run_options()[name] in shlex.split(replay) or any(w.startswith("--no-") for w in shlex.split(replay))
@@ -71,11 +74,15 @@ def test_each_option_survives_the_replay_command(name):
 
 
 def test_all_options_at_once_survive():
-    # --pipeline-cmd excludes --sink and the docker backend: it round-trips with every other option
+    # --pipeline-cmd excludes --sink, --workload and the docker backend, --file-read needs --sink file, which
+    # excludes --workload counter: each round-trips with every other option
     every = {f.name: non_default(f) for f in fields(TestConfig)}
-    cfg = TestConfig(**{k: v for k, v in every.items() if k != "pipeline_cmd"}).validate()
+    cfg = TestConfig(**{k: v for k, v in every.items() if k not in ("pipeline_cmd", "file_read")}).validate()
     assert parse_back(cfg) == cfg
-    cfg = TestConfig(**{k: v for k, v in every.items() if k not in ("sink", "backend")}).validate()
+    cfg = TestConfig(**{**{k: v for k, v in every.items() if k not in ("pipeline_cmd", "workload")},
+                        "sink": "file"}).validate()
+    assert cfg.file_read == "listing" and parse_back(cfg) == cfg
+    cfg = TestConfig(**{k: v for k, v in every.items() if k not in ("sink", "backend", "workload", "file_read")}).validate()
     assert cfg.pipeline_cmd and parse_back(cfg) == cfg
 
 

@@ -120,7 +120,8 @@ def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_
     assert (ev["mode"], ev["batch"], ev["pid"]) == ("watch", 3, 4242)
     assert ev["offsets_logged"] and not ev["commit_logged_at_kill"] and not ev["commit_logged_after_kill"]
     assert ev["output_end_at_offsets_logged"] == {"0": 10, "1": 20} and ev["output_end_at_kill"] == {"0": 10, "1": 27}
-    assert spark.calls == [("kill_driver", 4242)]
+    assert spark.calls == [("freeze_driver", 4242), ("kill_driver", 4242)]
+    assert ev["frozen"] and ev["windows_missed"] == 0
 
 
 def test_the_watch_never_kills_a_driver_whose_batches_are_all_committed(tmp_path):
@@ -188,3 +189,43 @@ def test_executor_logs_are_collected_for_applications_seen_only_on_executor_comm
     assert (dest / "app-2" / "0" / "stderr").read_text() == "app-2 log"
     assert not (dest / "app-1" / "0" / "big.jar").exists()
     assert sorted(p.name for p in (spark_home / "work").iterdir()) == ["app-other"]  # another run's: kept
+
+
+def test_a_window_that_closed_before_the_freeze_is_thawed_and_the_next_batch_is_taken(tmp_path):
+    import random
+
+    from nemesis.commit_window import KillDriverInCommitWindow
+    from tests.stand_in_backend import StandInSpark
+
+    ck = tmp_path / "ck"
+    _log(ck, "offsets", 0)
+
+    class CommitsAtFreeze(StandInSpark):
+        """Spark writes commits/0 just as the first freeze lands; batch 1 stays open."""
+
+        __slots__ = ()
+
+        def freeze_driver(self, pid):
+            if not (ck / "commits" / "0").exists():
+                _log(ck, "commits", 0)
+                _log(ck, "offsets", 1)
+            return super().freeze_driver(pid)
+
+    spark = CommitsAtFreeze(ck)
+    ends = _Ends([{0: 5}, {0: 6}, {0: 6}, {0: 6}, {0: 9}])  # batch 0's output, then batch 1's
+    out = KillDriverInCommitWindow(window_timeout_s=5, poll_s=0.001, output_ends=ends).invoke(
+        _watch_ctx(tmp_path, spark), random.Random(1))
+    assert out.outcome == "effective" and out.evidence["batch"] == 1, out
+    assert out.evidence["windows_missed"] == 1
+    assert spark.calls == [("freeze_driver", 4242), ("thaw_driver", 4242), ("freeze_driver", 4242),
+                           ("kill_driver", 4242)]
+
+
+def test_a_file_sinks_committed_end_is_its_metadata_log(tmp_path):
+    from nemesis.commit_window import _FileSinkEnds
+
+    assert _FileSinkEnds(tmp_path).read() == {0: 0}
+    (tmp_path / "_spark_metadata").mkdir()
+    for n in ("0", "1", "9.compact", ".10.abc.tmp", "10"):
+        (tmp_path / "_spark_metadata" / n).write_text("v1\n")
+    assert _FileSinkEnds(tmp_path).read() == {0: 11}

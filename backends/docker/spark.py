@@ -189,6 +189,25 @@ class DockerSpark(LocalSpark):
         The supervisor starts the next incarnation."""
         return self.sup.kill(pid)
 
+    def freeze_driver(self, pid: int) -> bool:
+        """``docker pause`` the driver container whose main process is ``pid`` (the cgroup freezer)."""
+        c = self.sup.container
+        if c is None or self.sup.pid != pid:
+            return False
+        try:
+            c.pause()
+            return True
+        except Exception:  # noqa: BLE001 - docker.errors.APIError: the container is gone or not running
+            return False
+
+    def thaw_driver(self, pid: int) -> None:
+        c = self.sup.container
+        if c is not None:
+            try:
+                c.unpause()
+            except Exception:  # noqa: BLE001 - docker.errors.APIError: gone, or not paused
+                pass
+
     def executors(self) -> list[Executor]:
         """The current application's executor JVMs in the worker containers (``docker top``; host pids)."""
         ready = read_ready(self.pipeline.control)

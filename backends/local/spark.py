@@ -1,7 +1,7 @@
 """The pipeline on this machine: the local backend's :class:`backends.base.SparkApp`.
 
-The driver (``python -m pipeline.job``, or a user's ``--pipeline-cmd``) runs under :class:`DriverSupervisor` in its own process group
-with the ``local-cluster`` master, workers and executor JVMs it starts. Executors are found in that
+The driver (``python -m pipeline.job``, or a user's ``--pipeline-cmd``) runs under
+:class:`DriverSupervisor` in its own process group with the ``local-cluster`` master, workers and executor JVMs it starts. Executors are found in that
 group by their main class; a sink task's Python worker is found under its executor through the process
 tree (worker ← pyspark daemon ← executor JVM).
 
@@ -69,6 +69,13 @@ class LocalSpark:
         """SIGKILL process group ``pid`` and wait (≤ 5 s); True when ``pid`` is gone."""
         processes.kill_group(pid)
         return not processes.alive(pid)
+
+    def freeze_driver(self, pid: int) -> bool:
+        """SIGSTOP process group ``pid`` (the driver, its JVM, master, workers, executors)."""
+        return processes.signal_group(pid, "SIGSTOP")
+
+    def thaw_driver(self, pid: int) -> None:
+        processes.signal_group(pid, "SIGCONT")
 
     def restarts(self) -> int:
         return self.sup.restarts()
