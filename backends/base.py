@@ -322,6 +322,8 @@ class Backend(Protocol):
     name: str
     user_pipelines: bool
     """Runs a user's ``--pipeline-cmd`` (:attr:`PipelineArgs.command`), not only the bundled pipeline."""
+    file_sinks: bool
+    """Runs ``--sink file`` (:attr:`PipelineArgs.file_sink`: executors write where the harness reads)."""
     capabilities: frozenset[str]
     """``fault:target`` specs (``kill-broker:leader``), ``fault:*`` for every target of a fault, or a
     bare name for a fault without targets (``kill-driver``)."""

@@ -335,6 +335,9 @@ class TestConfig:
         perform, and what to ask for instead.
         """
         backend = registry.get(self.backend)
+        if self.sink == "file" and not backend.file_sinks:
+            raise ConfigError("--sink", f"the {backend.name} backend cannot run Spark's file sink; use --backend "
+                              + ", ".join(n for n in registry.names() if registry.get(n).file_sinks))
         if self.sink == "file" and self.workload != "keyed":
             raise ConfigError("--workload", f"Spark's file sink only appends; the {self.workload} workload emits "
                                             "in update mode: use --sink eos or at-least-once with it")

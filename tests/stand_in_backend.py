@@ -211,6 +211,7 @@ class StandInBackend:
 
     name = "stand-in"
     user_pipelines = False
+    file_sinks = False
     capabilities = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
                               "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*"})
 

@@ -65,6 +65,7 @@ class DockerBackend:
 
     name = "docker"
     user_pipelines = False  # the driver container runs pipeline.job only (backends/docker/driver.py)
+    file_sinks = False  # the worker containers do not mount the run directory
     capabilities = CAPABILITIES
 
     def __init__(self):

@@ -30,6 +30,7 @@ class LocalBackend:
 
     name = "local"
     user_pipelines = True
+    file_sinks = True
     capabilities = CAPABILITIES
 
     def cluster(self, shape: ClusterShape) -> KafkaCluster:
