@@ -35,7 +35,7 @@ def summarize(result: dict, console: Console) -> None:
     t.add_column("count", justify="right")
     t.add_column("first example")
     counts = result.get("counts", {})
-    for a in ANOMALIES:
+    for a in list(counts) or ANOMALIES:  # the workload checker's anomalies, then the transaction checks
         ex = (result.get("anomalies", {}).get(a) or [None])[0]
         t.add_row(a, str(counts.get(a, "-")), _short(ex))
     console.print(t)

@@ -13,13 +13,15 @@ Rows written: the keyed workload's value fields, one JSON object per line: ``{"k
 "in_partition", "in_offset", "in_ts"}``.
 
 Fault hook (``kill-executor``): a sink task cannot be held between its writes and its commit from
-outside Spark's writer, so it is held *during* its writes. A Python UDF on the written rows counts each
-task's rows; at row :data:`HOLD_AFTER_ROWS` it claims the harness's pre-commit hold
-(``pipeline.hooks.precommit_delay``, the same control file and ``hold`` event in ``sink.jsonl``) and
-sleeps there, with the rows before it handed to the file writer (Python UDFs return results in batches
-of ``spark.sql.execution.python.udf.maxRecordsPerBatch`` = 100 rows) and partly on disk. The executor
-killed there leaves a partial data file that no log lists: an orphan, and duplicates for a listing
-reader once the retried task writes the same rows again.
+outside Spark's writer, so it is held *during* its writes, once part of its data file is on disk. A
+Python UDF on the written rows counts its task's rows; at row :data:`HOLD_AT_ROW`, when the harness
+asks for this partition, it waits (≤ :data:`DISK_WAIT_S` s) for the task's data file
+(``part-<partition>-*`` in the output directory, written to since the task's first row) to reach the
+disk, then claims the harness's pre-commit hold (``pipeline.hooks.precommit_delay``: the same control
+file, and a ``hold`` event in ``sink.jsonl``) and sleeps there. The executor killed there leaves a
+partial data file that no log lists: an orphan, and duplicates for a listing reader once the retried
+task writes the same rows again. A partition with fewer rows per micro-batch is never held.
+:data:`WRITE_BUFFER_BYTES` says how large a task's writes must be for that file to hold records.
 """
 
 from __future__ import annotations
@@ -27,21 +29,53 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 from pipeline import hooks
 
-HOLD_AFTER_ROWS = 250
-"""Rows a task hands to the file writer before it may be held: past the writer's buffers (Jackson's
-8,000-char buffer, the stream encoder's 8 KB and the file stream's 4 KB, at ~85 bytes a row), so the
-partial file a kill leaves holds records. A task with fewer rows is never held: give the file sink
-micro-batches of more than 250 rows per input partition (``--trigger-ms 10000`` at 300 records/s over 6
-partitions gives about 500)."""
+HOLD_AT_ROW = 2000
+"""The row of its partition at which a task may be held: by then the rows handed to the writer are past
+:data:`WRITE_BUFFER_BYTES` (at ~85 bytes a row, with the UDF some rows ahead of the writer; at row 1,200
+nothing was on disk yet, at row 2,000 the first 86,016 bytes were, measured on Spark 4.3)."""
+DISK_WAIT_S = 5.0
+SPARK_CONF = {
+    # the Python UDF hands rows back to the writer 20 at a time (default 100) through a 4 KB socket
+    # buffer (spark.buffer.size, default 64 KB), so the writer is never far behind the UDF
+    "spark.sql.execution.python.udf.maxRecordsPerBatch": "20",
+    "spark.buffer.size": "4096",
+}
+"""Spark settings of a file-sink pipeline."""
+
+WRITE_BUFFER_BYTES = 86_016
+"""Bytes a data file holds in memory before its first write to disk, measured on Spark 4.3 (JSON,
+local file system: the output stream's 64 KB ``io.file.buffer.size`` plus the encoder's and Jackson's
+buffers): a task must write more than this for a kill to leave records in its orphan. So the file sink
+needs micro-batches of more than :data:`HOLD_AT_ROW` rows per input partition, e.g. ``--rate 1800
+--max-offsets 40000 --trigger-ms 10000`` over 6 partitions (~3,000)."""
 
 
-def _hold_udf(control_dir: str, sink_log: str, incarnation: str):
-    """The identity on ``in_partition`` that holds a task at row :data:`HOLD_AFTER_ROWS` when the harness
-    asks (see the module docstring). One counter per (stage, partition, attempt) in the Python worker."""
-    counts: dict[tuple, int] = {}
+def _on_disk(path: str, partition: int, since: float) -> int:
+    """Bytes on disk of the largest data file of ``partition`` written to since ``since`` (epoch s; its
+    mtime), 0 for none."""
+    prefix = f"part-{partition:05d}-"
+    best = 0
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if e.name.startswith(prefix):
+                    st = e.stat()
+                    if st.st_mtime >= since and st.st_size > best:
+                        best = st.st_size
+    except OSError:
+        return 0
+    return best
+
+
+def _hold_udf(path: str, control_dir: str, sink_log: str, incarnation: str):
+    """The identity on ``in_partition`` that holds its task once the task's data file is partly on disk,
+    when the harness asks (module docstring). State per (stage, partition, attempt) in the Python worker:
+    rows seen, the time of the first, and whether it already held."""
+    tasks: dict[tuple, list] = {}
 
     def log(**fields):
         if not sink_log:
@@ -59,12 +93,29 @@ def _hold_udf(control_dir: str, sink_log: str, incarnation: str):
 
         ctx = TaskContext.get()
         k = (ctx.stageId(), ctx.partitionId(), ctx.attemptNumber())
-        n = counts[k] = counts.get(k, 0) + 1
-        if n == HOLD_AFTER_ROWS:
-            batch = ctx.getLocalProperty("streaming.sql.batchId")
-            where = {"batch": int(batch) if batch is not None else None, "partition": ctx.partitionId(),
-                     "attempt": ctx.attemptNumber(), "rows_written": n - 1}
-            hooks.precommit_delay(control_dir, where, log)
+        # rows seen and the first row's time. The task's data file was created before its first row;
+        # its mtime passes that time once a flush put data on disk, which an older file never does.
+        t = tasks.setdefault(k, [0, time.time()])
+        t[0] += 1
+        if t[0] != HOLD_AT_ROW:
+            return p
+        try:
+            asked = hooks._hold_partition(Path(control_dir) / hooks.PRECOMMIT_HOLD)
+        except FileNotFoundError:
+            return p
+        if asked is not None and asked != ctx.partitionId():
+            return p
+        # this worker runs ahead of the file writer: wait (bounded) for the rows handed back so far to
+        # reach the disk, so the file a kill leaves behind holds records
+        deadline = time.monotonic() + DISK_WAIT_S
+        size = _on_disk(path, ctx.partitionId(), t[1])
+        while not size and time.monotonic() < deadline:
+            time.sleep(0.05)
+            size = _on_disk(path, ctx.partitionId(), t[1])
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        where = {"batch": int(batch) if batch is not None else None, "partition": ctx.partitionId(),
+                 "attempt": ctx.attemptNumber(), "rows_handed_to_writer": t[0] - 1, "bytes_on_disk": size}
+        hooks.precommit_delay(control_dir, where, log)
         return p
 
     return hold
@@ -82,7 +133,8 @@ def write(df, *, path: str, checkpoint: str, trigger_ms: int, control_dir: str =
                                                    "in_ts LONG")
     rows = df.select(v.alias("v")).select("v.*")
     if control_dir:
-        hold = F.udf(_hold_udf(control_dir, sink_log, incarnation), LongType())
+        # a pickled (not Arrow) UDF: Arrow batches 10,000 rows, so no row would reach the writer before the hold
+        hold = F.udf(_hold_udf(path, control_dir, sink_log, incarnation), LongType(), useArrow=False)
         rows = rows.withColumn("in_partition", hold(F.col("in_partition")))
     return (rows.writeStream.format("json").option("path", path)
             .option("checkpointLocation", checkpoint)

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     incarnation = driver_incarnation()
     pool = pool_size(args)
     workload = registry.get(args.workload)
-    spark = build_spark(args, pool, workload.spark_conf)
+    spark = build_spark(args, pool, {**workload.spark_conf, **(file_sink.SPARK_CONF if args.sink == "file" else {})})
     spark.sparkContext.setLogLevel("WARN")
     control = hooks.ControlDir(args.control_dir)
     cfg = SinkConfig(bootstrap=args.bootstrap, output_topic=args.output_topic,

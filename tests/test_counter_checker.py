@@ -453,3 +453,18 @@ def test_the_counter_transform_on_real_spark_gives_what_the_decoder_and_checker_
     inp = pd.DataFrame({"key": [k for k, _ in recs], "seq": [s for _, s in recs], "partition": 0,
                         "offset": range(len(recs))})
     assert wl.check(EMPTY, inp, dec)["verdict"] == "valid"
+
+
+def test_the_counter_workload_counts_sends_and_an_acknowledged_send_missing_from_the_input():
+    from workloads import registry
+
+    inp = one_key_input(3)
+    out = frame([agg_row("a", [0, 1, 2], offset=0, batch="0")])
+    hist = pd.DataFrame({"type": ["invoke", "ok"] * 4 + ["invoke", "info"], "f": "send",
+                         "key": ["a"] * 10, "seq": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]})
+    r = registry.get("counter").check(hist, inp, out)
+    assert (r["stats"]["sends_ok"], r["stats"]["sends_info"], r["stats"]["sends_fail"]) == (4, 1, 0)
+    assert r["counts"]["lost-write"] == 1 and r["anomalies"]["lost-write"] == [{"key": "a", "seq": 3}]
+    assert r["verdict"] == "invalid" and "lost-write" in r["definite"]
+    clean = registry.get("counter").check(hist[hist["seq"] != 3], inp, out)
+    assert clean["verdict"] == "valid" and clean["counts"]["lost-write"] == 0

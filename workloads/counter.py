@@ -55,9 +55,27 @@ class Counter:
         return decode(frame)
 
     def check(self, history, input, output, recovery=None) -> dict:
+        """``checkers.counter.check``, plus the history's sends: ``stats`` ``sends_ok``/``sends_info``/
+        ``sends_fail`` and the definite ``lost-write`` (an ``ok`` send whose (key, seq) is not in the input
+        log), as the keyed checker reports them."""
         from checkers.counter import check
 
-        return check(history, input, output, recovery)
+        r = check(history, input, output, recovery)
+        sends = history[history["f"] == "send"] if len(history) and "f" in history.columns else history.iloc[0:0]
+        n = {t: int((sends["type"] == t).sum()) if len(sends) else 0 for t in ("ok", "info", "fail")}
+        r.setdefault("stats", {}).update(sends_ok=n["ok"], sends_info=n["info"], sends_fail=n["fail"])
+        lost = []
+        if n["ok"]:
+            ok = sends[sends["type"] == "ok"]
+            have = set(zip(input["key"].astype(str), input["seq"].astype("Int64")))
+            lost = [{"key": k, "seq": int(s)} for k, s in zip(ok["key"].astype(str), ok["seq"].astype("int64"))
+                    if (k, s) not in have]
+        r["counts"] = {**r["counts"], "lost-write": len(lost)}
+        r["anomalies"] = {**r["anomalies"], "lost-write": lost[:10]}
+        if lost:
+            r["definite"] = list(dict.fromkeys([*r.get("definite", []), "lost-write"]))
+            r.update(verdict="invalid", valid=False)
+        return r
 
 
 WORKLOAD = Counter()
