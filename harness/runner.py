@@ -146,12 +146,30 @@ def _setup(r: _Run) -> None:
         spark.start()
         deadline = time.monotonic() + cfg.startup_timeout
         while spark.ready() is None:
+            if spark.restarts() >= EARLY_EXITS:
+                raise RuntimeError(_early_exits(spark))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
                                    f"see {r.rd.logs}/driver-*.log")
             time.sleep(0.5)
         done()
     console.print(f"spark query up in {r.timings['spark_start_s']}s")
+
+
+EARLY_EXITS = 3
+"""Driver exits before the query first started that end the run at once (a broken --pipeline-cmd, a
+missing module): a driver that cannot start would otherwise be restarted until --startup-timeout."""
+
+
+def _early_exits(spark: SparkApp) -> str:
+    """Why the run stops: the driver's exits and the last lines of its newest log."""
+    log = spark.driver_log()
+    tail = ""
+    if log is not None:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        tail = "; its log ends: " + " | ".join(ln.strip() for ln in lines[-3:])
+    return (f"the Spark driver exited {spark.restarts()} times before its query started{tail} "
+            f"(see {log})")
 
 
 def _run_phase(r: _Run) -> None:

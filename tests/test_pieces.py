@@ -112,3 +112,20 @@ def test_decode_values_fast_path_and_fallback_agree():
     keep = [i for i in range(30) if i != 7]
     assert list(slow.loc[keep, "seq"]) == list(fast.loc[keep, "seq"])
     assert list(slow.loc[keep, "key"]) == list(fast.loc[keep, "key"])
+
+
+def test_the_pipeline_imports_without_pandas_or_pyarrow():
+    """The driver container of the Docker backend has pyspark and confluent-kafka, not pandas: what
+    ``pipeline.job`` imports (the workloads' transforms included) must not need them (seen: the counter
+    workload's first Docker run restarted its driver 121 times on ``No module named 'pandas'``)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; sys.modules['pandas'] = None; sys.modules['pyarrow'] = None; sys.modules['numpy'] = None\n"
+            "import pipeline.job, pipeline.eos_sink, pipeline.file_sink\n"
+            "from workloads import registry\n"
+            "[registry.get(n) for n in registry.names()]")
+    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]

@@ -229,3 +229,22 @@ def test_a_file_sinks_committed_end_is_its_metadata_log(tmp_path):
     for n in ("0", "1", "9.compact", ".10.abc.tmp", "10"):
         (tmp_path / "_spark_metadata" / n).write_text("v1\n")
     assert _FileSinkEnds(tmp_path).read() == {0: 11}
+
+
+def test_a_driver_that_keeps_exiting_before_its_query_starts_is_named_with_its_last_log_lines(tmp_path):
+    from harness.runner import _early_exits
+
+    log = tmp_path / "driver-3.log"
+    log.write_text("starting\n\nTraceback (most recent call last):\n  File \"my_job.py\", line 3\n"
+                   "ModuleNotFoundError: No module named 'pandas'\n")
+
+    class Spark:
+        def restarts(self):
+            return 3
+
+        def driver_log(self):
+            return log
+
+    why = _early_exits(Spark())
+    assert why.startswith("the Spark driver exited 3 times before its query started")
+    assert "No module named 'pandas'" in why and str(log) in why

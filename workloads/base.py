@@ -14,9 +14,10 @@ A new workload is a module under ``workloads/`` and one line in ``workloads/regi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import pandas as pd
+if TYPE_CHECKING:  # the pipeline imports this module on the driver, where pandas may be absent (Docker)
+    import pandas as pd
 
 
 class Client(Protocol):
