@@ -40,7 +40,7 @@ from nemesis import catalog, coverage, schedule
 from nemesis.fault import NemesisContext
 from nemesis.runner import NemesisRunner
 from pipeline import sinks
-from pipeline import job as pipeline_job
+from pipeline.identity import default_sink_id
 from report.html import build_report
 from report.index import build_index
 from report.junit import write_junit
@@ -343,7 +343,7 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
     """The run directory and ``test.json`` (config, replay command, versions, schedule), announced."""
     rd = RunDir(Path(cfg.results_root), cfg.name)
     os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
-    sink_id = pipeline_job.default_sink_id(rd.checkpoint, f"onceproof-{cfg.sink}")
+    sink_id = default_sink_id(rd.checkpoint, f"onceproof-{cfg.sink}")
     meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
             "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}

@@ -126,7 +126,7 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
             transactional ids fenced at start.
         output_topic: where rows go.
         checkpoint: the query's ``checkpointLocation``; the sink id is stored there
-            (``pipeline.job.default_sink_id``), so a restart from the same checkpoint keeps its ids.
+            (``pipeline.identity.default_sink_id``), so a restart from the same checkpoint keeps its ids.
         progress_topic: the markers' topic (1 partition; created when missing); default
             ``<output_topic>-progress``.
         sink_id: prefix of every ``transactional.id`` and marker group; default: the checkpoint's.
@@ -142,7 +142,7 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
     ``confluent_kafka.KafkaException`` when Kafka does not answer (creating the progress topic,
     fencing); ``ValueError`` for ``txn_timeout_ms`` < 6000.
     """
-    from pipeline.job import default_sink_id, driver_incarnation, input_partitions
+    from pipeline.identity import default_sink_id, driver_incarnation, input_partitions
 
     if txn_timeout_ms < 6000:
         raise ValueError(f"txn_timeout_ms={txn_timeout_ms}: must be ≥ 6000 (message.timeout.ms is 5000 less)")

@@ -27,19 +27,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
 from functools import partial
 from pathlib import Path
 
 from pipeline import file_sink, hooks, provenance, sinks
 from pipeline.eos_sink import ExactlyOnceSink
+from pipeline.identity import (INCARNATION_ENV, SINK_ID_FILE, default_sink_id, driver_incarnation,  # noqa: F401
+                               input_partitions)
 from pipeline.transactional_sink import SinkConfig, abort_leftovers
 from workloads import registry
 
 SINKS = tuple(sinks.SINKS)  # pipeline/sinks.py: each sink and its capabilities
-SINK_ID_FILE = "onceproof-sink-id"
-INCARNATION_ENV = "ONCEPROOF_DRIVER_INCARNATION"
 # eos-no-marker is a mutant: the transactional sink without its progress-marker check, so a replayed
 # batch is written again. It exists to prove the harness catches what the marker prevents.
 
@@ -76,72 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def default_sink_id(checkpoint: Path, prefix: str) -> str:
-    """The sink id of the query whose checkpoint is ``checkpoint``: read ``<checkpoint>/onceproof-sink-id``,
-    or create it as ``<prefix>-<8 random hex digits>``.
-
-    One id per checkpoint: a restarted driver (same checkpoint) keeps its id, so its transactional ids
-    fence the dead driver's producers and its markers skip what the dead driver committed; a fresh
-    checkpoint gets a new id, so its batches (numbered from 0 again) are not skipped under an older
-    query's markers on a reused cluster. The harness calls this before starting the driver to learn
-    the ids. Creates the directory if needed. The file appears atomically with its content (written to
-    a temporary file, then hard-linked into place, which fails if another process created it first: the
-    first writer wins and every caller returns its id).
-
-    Raises: ``OSError`` when the directory cannot be created or written; ``ValueError`` when the file
-    exists but is empty or not one line of text.
-    """
-    checkpoint = Path(checkpoint)
-    path = checkpoint / SINK_ID_FILE
-    if not path.exists():
-        checkpoint.mkdir(parents=True, exist_ok=True)
-        tmp = checkpoint / f".{SINK_ID_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        tmp.write_text(f"{prefix}-{secrets.token_hex(4)}\n")
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process won the race: use its id
-        except OSError:  # no hard links on this file system: rename (atomic, last writer wins)
-            if not path.exists():
-                os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-    sid = path.read_text().strip()
-    if not sid or "\n" in sid:
-        raise ValueError(f"{path}: expected one sink id, found {sid!r}")
-    return sid
-
-
 def resolve_sink_id(args: argparse.Namespace) -> str:
     """``--sink-id`` when given, else ``default_sink_id(<checkpoint>, "onceproof-<sink>")``."""
     return args.sink_id or default_sink_id(Path(args.checkpoint), f"onceproof-{args.sink}")
-
-
-def driver_incarnation(env: dict | None = None) -> str:
-    """This driver's incarnation number as a string: ``$ONCEPROOF_DRIVER_INCARNATION`` ("1", "2", ...,
-    set by the harness's supervisor for each driver it starts), or "0" when unset or empty."""
-    v = (os.environ if env is None else env).get(INCARNATION_ENV, "").strip()
-    return v or "0"
-
-
-def input_partitions(bootstrap: str, topic: str, timeout_s: float = 30.0) -> int:
-    """Number of partitions of ``topic`` from Kafka's metadata (``AdminClient.list_topics``).
-
-    The eos sink has one task, hence one transactional id, per input partition (Spark's Kafka source
-    makes one Spark partition per Kafka partition and the map is narrow), so this is the size of the id
-    pool that ``abort_leftovers`` settles at query start.
-
-    Raises: ``RuntimeError`` when the topic does not exist or its metadata carries an error;
-    ``confluent_kafka.KafkaException`` when the cluster does not answer within ``timeout_s`` seconds.
-    """
-    from confluent_kafka.admin import AdminClient
-
-    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(topic, timeout=timeout_s)
-    t = md.topics.get(topic)
-    if t is None or t.error is not None or not t.partitions:
-        raise RuntimeError(f"input topic {topic!r} has no partition metadata on {bootstrap}: "
-                           f"{t.error if t is not None else 'not found'}")
-    return len(t.partitions)
 
 
 def pool_size(args: argparse.Namespace) -> int:
