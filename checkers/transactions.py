@@ -274,8 +274,9 @@ def live_view(live: pd.DataFrame | None, sink_log: pd.DataFrame) -> dict:
     headers; one row per record *received*, so a re-delivered offset appears more than once.
     Returns ``{"counts": {"live-duplicate", "live-aborted-read"}, "anomalies": {...},
     "latency_ms": {"p50", "p99", "max", "n"}, "records": distinct output positions seen,
-    "rereads": receptions beyond the first of a position}``. ``live-duplicate`` counts (key, seq) pairs
-    held by two or more distinct output positions; each example lists every position once.
+    "rereads": receptions beyond the first of a position}``. ``live-duplicate`` counts input records held
+    by two or more distinct output positions (named by their ``op.input`` header when they carry one,
+    else by (key, seq)); each example lists every position once.
     """
     out = {"counts": {"live-duplicate": 0, "live-aborted-read": 0},
            "anomalies": {"live-duplicate": [], "live-aborted-read": []}, "latency_ms": {}, "records": 0,
@@ -285,12 +286,21 @@ def live_view(live: pd.DataFrame | None, sink_log: pd.DataFrame) -> dict:
     uniq = distinct_positions(live)
     out["records"], out["rereads"] = int(len(uniq)), int(len(live) - len(uniq))
     ok = uniq.dropna(subset=["seq"])
-    dup = ok[ok.duplicated(["key", "seq"], keep=False)]
+    # one input record seen at two output positions: copies carrying op.input are told apart by it (an
+    # input log holding the same (key, seq) twice owes two copies, checkers/exactly_once.py), the others
+    # by (key, seq)
+    ident = ok["seq"].astype("string")
+    if "op.input" in ok.columns:
+        ref = ok["op.input"].astype("string")
+        ident = ref.where(ref.notna(), "seq:" + ident)
+    ok = ok.assign(_ident=ident)
+    dup = ok[ok.duplicated(["key", "_ident"], keep=False)]
     if len(dup):
         dup = dup.sort_values([c for c in ("partition", "offset") if c in dup.columns], kind="stable")
-    pairs = dup.groupby(["key", "seq"], sort=False).size() if len(dup) else pd.Series(dtype=int)
+    pairs = dup.groupby(["key", "_ident"], sort=False).size() if len(dup) else pd.Series(dtype=int)
     out["counts"]["live-duplicate"] = int(len(pairs))
-    for (k, s), g in list(dup.groupby(["key", "seq"], sort=False))[:MAX_EXAMPLES]:
+    for (k, _i), g in list(dup.groupby(["key", "_ident"], sort=False))[:MAX_EXAMPLES]:
+        s = g["seq"].iloc[0]
         cols = [c for c in ("partition", "offset", "op.incarnation", "op.batch", "op.attempt", "op.txn_id",
                             "op.input", "seen_ms") if c in g]
         out["anomalies"]["live-duplicate"].append(

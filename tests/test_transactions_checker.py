@@ -148,6 +148,20 @@ def test_live_view_duplicates_aborted_and_latency():
     assert len(lv["anomalies"]["live-duplicate"][0]["copies"]) == 2
 
 
+def test_live_copies_of_two_input_records_with_the_same_key_and_seq_are_not_duplicates():
+    """An input log holding one (key, seq) twice (librdkafka#4953, seen in CI) owes two copies: the
+    live view tells them apart by op.input, as the exactly-once checker does."""
+    live = out_records(2).assign(**{"op.input": ["2:5086", "2:5087"]}, seen_ms=1000)
+    again = live.iloc[[0]].assign(offset=9, **{"op.input": "2:6256"})  # k0/0 again, from another input offset
+    lv = transactions.live_view(pd.concat([live, again], ignore_index=True), pd.DataFrame())
+    assert lv["counts"]["live-duplicate"] == 0
+    copy = live.iloc[[0]].assign(offset=10)  # the same input record at a second position: a duplicate
+    lv = transactions.live_view(pd.concat([live, again, copy], ignore_index=True), pd.DataFrame())
+    assert lv["counts"]["live-duplicate"] == 1
+    ex = lv["anomalies"]["live-duplicate"][0]
+    assert (ex["key"], ex["seq"], [c["offset"] for c in ex["copies"]]) == ("k0", 0, [0, 10])
+
+
 def test_live_rereads_of_one_offset_are_not_duplicates():
     live = out_records(4).assign(in_ts=1000, seen_ms=[1100, 1200, 1300, 1400])
     # (a) a rebalance re-delivers offsets 0 and 1 (same partition and offset, seen later): no duplicate
