@@ -275,11 +275,9 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
                          f"{advice}")
     damaged = f"; the run directory is damaged{_rerun(replay)}"
     inp = _read(readers.read_input, run_dir, advice=damaged)
-    out = _read(readers.read_output, run_dir, advice=damaged)
-    unc = _read(readers.read_output_uncommitted, run_dir, advice=damaged)
     config = test.get("config") or {}
     fs_stats = None
-    if config.get("sink") == "file":
+    if config.get("sink") == "file":  # the output is read again from the directory, not the snapshots
         file_read = file_read or str(config.get("file_read") or "committed")
         fs_dir = run_dir / "file-sink"
         if not fs_dir.is_dir():
@@ -287,6 +285,9 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
         out, unc, fs_stats, fs_problems = read_file_sink(fs_dir, file_read)
     elif file_read and file_read != "committed":
         raise CheckError(f"{run_dir} is not a --sink file run: --file-read applies to file sinks only")
+    else:
+        out = _read(readers.read_output, run_dir, advice=damaged)
+        unc = _read(readers.read_output_uncommitted, run_dir, advice=damaged)
     rec, lso, hw = Recovery(), None, None
     r = _read(readers.read_recovery, run_dir)
     if r is not None:

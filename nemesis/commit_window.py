@@ -138,19 +138,13 @@ class _FileSinkEnds:
     batch N to the sink's log, just before Spark's ``commits/N`` (``pipeline/file_sink.py``)."""
 
     def __init__(self, path):
-        from pathlib import Path
-
-        self.log = Path(path) / "_spark_metadata"
+        self.path = path
 
     def read(self) -> dict[int, int]:
-        import os
+        from store.file_sink_log import latest_batch
 
-        try:
-            names = os.listdir(self.log)
-        except FileNotFoundError:
-            return {0: 0}
-        ids = [int(n.removesuffix(".compact")) for n in names if n.removesuffix(".compact").isdigit()]
-        return {0: max(ids) + 1 if ids else 0}
+        last = latest_batch(self.path)
+        return {0: 0 if last is None else last + 1}
 
 
 class _OutputEnds:

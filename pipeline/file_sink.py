@@ -26,7 +26,6 @@ task writes the same rows again. A partition with fewer rows per micro-batch is 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -78,15 +77,9 @@ def _hold_udf(path: str, control_dir: str, sink_log: str, incarnation: str):
     tasks: dict[tuple, list] = {}
 
     def log(**fields):
-        if not sink_log:
-            return
-        line = json.dumps({"time": time.time(), "event": "hold", "pid": os.getpid(), "incarnation": incarnation,
-                           "sink": "file", **fields}) + "\n"
-        fd = os.open(sink_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+        from pipeline.transactional_sink import append_event
+
+        append_event(sink_log, incarnation, "hold", sink="file", **fields)
 
     def hold(p):
         from pyspark import TaskContext

@@ -104,17 +104,23 @@ class SinkConfig:
     incarnation: str = "0"
 
 
-def _log(cfg: SinkConfig, event: str, **fields) -> None:
-    if not cfg.log_path:
+def append_event(log_path: str, incarnation: str, event: str, **fields) -> None:
+    """Append one ``sink.jsonl`` event (``time``, ``event``, ``pid``, ``incarnation``, then ``fields``) to
+    ``log_path``; nothing when it is "". Also used by ``pipeline/file_sink.py``'s hold."""
+    if not log_path:
         return
-    line = json.dumps({"time": time.time(), "event": event, "pid": os.getpid(), "incarnation": cfg.incarnation,
+    line = json.dumps({"time": time.time(), "event": event, "pid": os.getpid(), "incarnation": incarnation,
                        **fields}) + "\n"
     # One write(2) of a short line with O_APPEND: lines from concurrent tasks do not interleave.
-    fd = os.open(cfg.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def _log(cfg: SinkConfig, event: str, **fields) -> None:
+    append_event(cfg.log_path, cfg.incarnation, event, **fields)
 
 
 def log_event(cfg: SinkConfig, event: str, **fields) -> None:

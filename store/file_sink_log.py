@@ -185,6 +185,16 @@ def _list_batches(meta: Path) -> dict[int, list[str]]:
     return out
 
 
+def latest_batch(path: str | os.PathLike) -> int | None:
+    """The highest batch id with a log file (``N`` or ``N.compact``) in ``<path>/_spark_metadata``, or
+    ``None`` when there is none or no such directory. One directory listing: cheap enough to poll."""
+    try:
+        batches = _list_batches(Path(path) / "_spark_metadata")
+    except FileNotFoundError:
+        return None
+    return max(batches) if batches else None
+
+
 def _newest_compact(batches: dict[int, list[str]]) -> int | None:
     ids = [b for b, names in batches.items() if any(n.endswith(COMPACT_SUFFIX) for n in names)]
     return max(ids) if ids else None

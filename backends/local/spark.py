@@ -32,7 +32,7 @@ class LocalSpark:
         self.executor_dir = log_dir / "executors"
         # a user's pipeline runs where onceproof was started (its command names its script relative to
         # there) and learns the run's hooks and sink log from the environment (pipeline/eos_sink.py)
-        user = {"cwd": pipeline.cwd or Path.cwd(),
+        user = {"cwd": pipeline.cwd or Path.cwd(), "watch_apps": True,
                 "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
             if pipeline.command else {}
         self.sup = DriverSupervisor(driver_argv(pipeline), log_dir, executor_dir=self.executor_dir, **user)

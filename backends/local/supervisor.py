@@ -55,9 +55,11 @@ class DriverSupervisor:
         env: extra environment variables for the driver.
         restart_delay_s: pause before a restart, seconds.
         events: ``(time, "start"|"exit", pid, returncode)`` for every incarnation.
-        app_ids: Spark application ids seen on the executors' command lines (``--app-id``), every
-            incarnation's, polled every ``APP_POLL_S`` s: where a pipeline without onceproof's hooks left
-            its executor logs (:func:`collect_executor_logs`).
+        watch_apps: poll the executors' command lines for ``--app-id`` every ``APP_POLL_S`` s, for a
+            pipeline that does not announce its Spark application (a user's; the bundled one writes
+            ``control/driver.apps.jsonl``).
+        app_ids: the application ids seen so, every incarnation's: where that pipeline left its executor
+            logs (:func:`collect_executor_logs`).
     """
 
     argv: list[str]
@@ -65,6 +67,7 @@ class DriverSupervisor:
     executor_dir: Path | None = None
     cwd: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    watch_apps: bool = False
     restart_delay_s: float = 1.0
     events: list[tuple] = field(default_factory=list)
     app_ids: set[str] = field(default_factory=set)
@@ -102,7 +105,7 @@ class DriverSupervisor:
             next_poll = time.monotonic() + APP_POLL_S
             while proc.poll() is None and not self._stop.is_set():
                 time.sleep(0.2)
-                if time.monotonic() >= next_poll:
+                if self.watch_apps and time.monotonic() >= next_poll:
                     next_poll = time.monotonic() + APP_POLL_S
                     self.app_ids.update(app_id(p) for p in self.executors())
                     self.app_ids.discard("?")
