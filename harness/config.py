@@ -12,6 +12,7 @@ and carried by :meth:`TestConfig.replay_command` (whenever it differs from its d
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -81,6 +82,44 @@ def _check_pipeline_cmd(v: str) -> str | None:
     try:
         PipelineCommand.parse(v)
     except PipelineCommandError as e:
+        return str(e)
+    return None
+
+
+def read_schedule(path: str | os.PathLike) -> list[dict]:
+    """The faults of a schedule file (``onceproof run --schedule``; written by ``onceproof shrink``): JSON
+    ``{"faults": [{"at_s": s, "f": "<fault[:target]>", "rng": "<target RNG key>"?}, ...]}``, ``at_s`` in
+    seconds from the pipeline's first committed batch. ``rng`` (optional) seeds the fault's choice of
+    target (broker, sink partition) as in the run it came from (``nemesis/runner.py``).
+
+    Raises: ``ValueError`` naming the file and what is wrong with it.
+    """
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{p}: no such schedule file (write one with `onceproof shrink RUN_DIR`)") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{p}: not a JSON schedule: {e}") from None
+    faults = doc.get("faults") if isinstance(doc, dict) else None
+    if not isinstance(faults, list):
+        raise ValueError(f'{p}: expected {{"faults": [{{"at_s": 12.5, "f": "kill-executor"}}, ...]}}')
+    out = []
+    for i, f in enumerate(faults):
+        if not isinstance(f, dict) or not isinstance(f.get("at_s"), (int, float)) or f["at_s"] < 0 \
+                or not math.isfinite(f["at_s"]) or not isinstance(f.get("f"), str):
+            raise ValueError(f"{p}: fault {i} needs a number at_s ≥ 0 (s) and a fault name f, got {f!r}")
+        catalog.parse(f["f"])  # ValueError naming the unknown fault or target
+        out.append({"at_s": float(f["at_s"]), "f": f["f"], "rng": f.get("rng")})
+    return sorted(out, key=lambda f: f["at_s"])
+
+
+def _check_schedule(v: str) -> str | None:
+    if not v:
+        return None
+    try:
+        read_schedule(v)
+    except ValueError as e:
         return str(e)
     return None
 
@@ -156,6 +195,10 @@ class TestConfig:
     nemesis: list[str] = _opt(help="comma-separated faults (name or name:target), 'all' or 'none'. "
                                    "See `onceproof faults`.", factory=list, parse=catalog.parse, fmt=_fmt_nemesis,
                               check=_check_nemesis, example=["kill-broker:leader", "kill-executor"], always=True)
+    schedule: str = _opt("", "replay an explicit fault schedule instead of planning one from --nemesis: a JSON "
+                             "file {\"faults\": [{\"at_s\", \"f\", \"rng\"}]} (onceproof shrink writes them)",
+                         check=_check_schedule,
+                         example=str(Path(__file__).resolve().parents[1] / "examples" / "schedule.json"))
     nemesis_interval: float = _opt(10.0, "seconds between faults (±25%, seeded)", lo=0, lo_open=True,
                                    always=True)
     time_limit: float = _opt(60.0, "seconds of workload and faults", lo=0, lo_open=True, always=True)
@@ -221,6 +264,8 @@ class TestConfig:
         return "a --pipeline-cmd pipeline's sink" if self.pipeline_cmd else f"the {self.sink} sink"
 
     def _split(self) -> tuple[list[str], dict[str, list[str]]]:
+        if self.schedule:
+            return list(dict.fromkeys(f["f"] for f in read_schedule(self.schedule))), {}
         if not catalog.is_all(self.nemesis) or self.sink not in sinks.SINKS:
             return list(self.nemesis), {}
         return catalog.for_sink(self.nemesis, self.sink_capabilities)
@@ -244,7 +289,9 @@ class TestConfig:
             from backends.user_pipeline import PipelineCommand
 
             pipeline = PipelineCommand.parse(self.pipeline_cmd).script_name() or "user"
-        if catalog.is_all(self.nemesis):
+        if self.schedule:
+            faults = f"schedule-{len(read_schedule(self.schedule))}-faults"
+        elif catalog.is_all(self.nemesis):
             faults = "all"
         elif len(self.nemesis) > 3:
             faults = f"{len(self.nemesis)}-faults"
@@ -354,9 +401,9 @@ class TestConfig:
             if self.workload != self.default_of(self._field("workload")):
                 raise ConfigError("--workload", "a --pipeline-cmd pipeline is checked as the keyed workload (its "
                                   "contract, docs/pipeline-contract.md): drop --workload")
-        if not catalog.is_all(self.nemesis):
+        if not catalog.is_all(self.nemesis) or self.schedule:
             caps = self.sink_capabilities
-            for spec in self.nemesis:
+            for spec in self.faults:
                 fits = catalog.for_sink(catalog.expand(spec), caps)[0]
                 if not fits:  # a fault without a target only draws the targets that fit (target_choices)
                     missing = sorted(catalog.sink_needs(spec) - caps)
@@ -376,12 +423,22 @@ class TestConfig:
         """The seeded fault schedule ``[(at_s, spec)]``, sized by the faults' expected durations
         (``nemesis.catalog.expected_s``) so that one turn of every spec fits the run.
 
+        With ``--schedule``, the file's faults at its times (:func:`read_schedule`), as they are.
+
         Raises: ``nemesis.schedule.PlanDoesNotFit`` naming the minimum ``--time-limit``.
         """
+        if self.schedule:
+            return [(f["at_s"], f["f"]) for f in read_schedule(self.schedule)]
         return schedule.plan(self.faults, self.nemesis_interval, self.time_limit, self.seed,
                              targets=self.target_choices(), max_run_factor=self.max_run_factor,
                              durations=lambda s: catalog.expected_s(s, hold_s=self.fault_hold,
                                                                     txn_timeout_ms=self.txn_timeout_ms))
+
+    def rng_keys(self) -> list[str | None] | None:
+        """Per planned fault, the key of the RNG that picks its target (``--schedule`` files carry the
+        original run's, so a shrunk schedule hits the same brokers and partitions); ``None`` without
+        ``--schedule`` (``nemesis/runner.py`` keys by seed and position)."""
+        return [f["rng"] for f in read_schedule(self.schedule)] if self.schedule else None
 
     # ------------------------------------------------------------------ replay
     def option_text(self, f: dataclasses.Field) -> list[str]:

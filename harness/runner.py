@@ -198,8 +198,9 @@ def _run_phase(r: _Run) -> None:
                       f"{brief(op['evidence'])}")
 
     specs = sorted({f for _, f in r.plan})
-    r.nem = nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms), r.plan, ctx, r.nem_hist,
-                                cfg.seed, on_op=on_op)
+    r.nem = nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms, partitions=cfg.partitions,
+                                              max_offsets=cfg.max_offsets), r.plan, ctx, r.nem_hist,
+                                cfg.seed, on_op=on_op, rng_keys=cfg.rng_keys())
     td.push("nemesis stop and heal", lambda: _heal_faults(r, teardown=True))
     workload.start()
     nem.start(progress=lambda: checkpoint.latest_commit(r.ckpt))

@@ -10,6 +10,8 @@ from nemesis.fault import Fault
 from nemesis.kill_driver import KillDriver
 from nemesis.kill_executor import KillExecutor
 from nemesis.network import Partition, SlowNetwork
+from nemesis.upgrade import Upgrade
+from nemesis.zombie import ZombieTask
 
 FAULTS = {
     KillExecutor.name: KillExecutor,
@@ -20,9 +22,16 @@ FAULTS = {
     CommitDelay.name: CommitDelay,
     Partition.name: Partition,
     SlowNetwork.name: SlowNetwork,
+    ZombieTask.name: ZombieTask,
+    Upgrade.name: Upgrade,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiproxy
+# Targeted faults: each aims at one protocol flaw (a zombie attempt, a restart into a changed split) and
+# costs a parked task plus an executor or driver restart per turn. They run when named, or in their
+# test-all package (nemesis/packages.py); ``all`` stays the general faults, so that its runs keep their
+# length (and make test its budget).
+TARGETED = {ZombieTask.name, Upgrade.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:
@@ -45,9 +54,10 @@ def target_choices(capabilities: frozenset[str] | None = None) -> dict[str, tupl
 
 
 def all_specs() -> list[str]:
-    """What ``--nemesis all`` means: every fault family and every target, each its own spec
-    (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``)."""
-    return [s for n in FAULTS for s in expand(n)]
+    """What ``--nemesis all`` means: every general fault family and every target, each its own spec
+    (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``); not the :data:`TARGETED`
+    faults."""
+    return [s for n in FAULTS if n not in TARGETED for s in expand(n)]
 
 
 def expand(spec: str) -> list[str]:

@@ -36,8 +36,9 @@ class NemesisRunner:
 
     def __init__(self, faults: dict[str, Fault], schedule: list[tuple[float, str]], ctx: NemesisContext,
                  history: HistoryWriter, seed: int, on_op: Callable[[dict], None] | None = None,
-                 recover_max_s: float = 90.0):
+                 recover_max_s: float = 90.0, rng_keys: list[str | None] | None = None):
         self.faults, self.schedule, self.ctx, self.history = faults, schedule, ctx, history
+        self.rng_keys = rng_keys or []
         self.seed, self.recover_max_s = seed, recover_max_s
         self.on_op = on_op or (lambda op: None)
         self._stop = threading.Event()
@@ -91,7 +92,11 @@ class NemesisRunner:
         for i, (at_s, name) in enumerate(self.schedule):
             if self._stop.wait(max(0.0, t0 + at_s - time.monotonic())):
                 return
-            invoke = {"process": "nemesis", "type": "invoke", "f": name, "planned_s": at_s}
+            # one RNG per op: a fault that draws more or fewer numbers cannot shift the targets of the
+            # ops after it, so a seed replays concrete targets (broker id, sink partition); a schedule
+            # file (onceproof shrink) carries each op's key, so a subset of a schedule keeps its targets
+            rng_key = (self.rng_keys[i] if i < len(self.rng_keys) else None) or f"targets-{self.seed}-{i}"
+            invoke = {"process": "nemesis", "type": "invoke", "f": name, "planned_s": at_s, "rng": rng_key}
             if i > 0:
                 since = time.monotonic()
                 self._waits = (self._waits[0], since)
@@ -104,9 +109,7 @@ class NemesisRunner:
             self.in_flight = name
             self.history.append(invoke)
             try:
-                # one RNG per op: a fault that draws more or fewer numbers cannot shift the targets of
-                # the ops after it, so a seed replays concrete targets (broker id, sink partition)
-                out = fault.invoke(self.ctx, random.Random(f"targets-{self.seed}-{i}"))
+                out = fault.invoke(self.ctx, random.Random(rng_key))
                 outcome = out.outcome
                 if self.ctx.stop.is_set() and outcome != "effective":
                     outcome = "skipped"  # cut short by the end of the run: not a fault that failed

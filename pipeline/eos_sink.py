@@ -39,10 +39,12 @@ Limits:
   reader can see partition 0 of batch N before partition 1 of it (Kafka has no cross-producer
   transaction; KIP-939 proposes two-phase commit with an external coordinator). Every record is still
   visible once.
-* The Spark partition → transactional.id mapping must stay stable across replays: a batch must have
-  the same number of partitions on every run of it (true for a narrow transform of the Kafka source,
-  one Spark partition per input Kafka partition; set ``spark.sql.shuffle.partitions`` before the first
-  run for a shuffled stream and never change it).
+* Rows that keep ``in_partition`` are written by input Kafka partition: the ``transactional.id`` and
+  marker of sink partition *p* belong to input partition *p*, so a replay is skipped exactly where it
+  was committed even when a restart splits the batch into other Spark partitions (another
+  ``minPartitions``, another Spark version). Rows without it are written by Spark partition index,
+  which must then stay stable across replays (a stateful stream: ``spark.sql.shuffle.partitions`` is
+  fixed by the checkpoint).
 * ``transaction.timeout.ms`` (``txn_timeout_ms``) bounds how long a dead attempt's open transaction
   pins the output's last stable offset (LSO) and stalls read_committed readers; it must be ≤ the
   brokers' ``transaction.max.timeout.ms`` (900,000 ms by default).
@@ -85,10 +87,12 @@ class ExactlyOnceSink:
     """
 
     def __init__(self, cfg: SinkConfig, guard: tuple[str, str] | None = None,
-                 control: hooks.ControlDir | None = None):
+                 control: hooks.ControlDir | None = None, input_topic: str | None = None):
         self.cfg = cfg
         self.guard = guard
         self.control = control or hooks.ControlDir(cfg.control_dir or None)
+        self.input_topic = input_topic or (guard[1] if guard else None)
+        self._admin = None
 
     def __call__(self, batch_df, batch_id: int) -> None:
         from pyspark import StorageLevel
@@ -97,7 +101,7 @@ class ExactlyOnceSink:
 
         write = partial(write_partition, self.cfg, batch_id)
         if self.guard is None:
-            batch_df.rdd.foreachPartition(write)
+            self._write(batch_df, write)
         else:
             batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
             try:
@@ -106,10 +110,54 @@ class ExactlyOnceSink:
                 except completeness.IncompleteBatch as e:
                     log_event(self.cfg, "incomplete-batch", batch=batch_id, error=str(e))
                     raise
-                batch_df.rdd.foreachPartition(write)
+                self._write(batch_df, write)
             finally:
                 batch_df.unpersist()
         self.control.after_sink_commit(batch_id)
+
+    def _write(self, batch_df, write) -> None:
+        """Run ``write`` (one transaction per sink partition) over the batch's sink partitions.
+
+        Rows that carry their input record (``in_partition``) are regrouped so that sink partition *p*
+        holds exactly the rows of input Kafka partition *p*, in input-offset order: the
+        ``transactional.id`` and marker of *p* then name an input topic-partition, whatever ranges Spark
+        split the batch into. Spark's partition index is not such a name: a restart with another
+        ``minPartitions`` (or a Spark version that splits ranges differently) replays batch N in other
+        ranges, and a marker keyed by index then skips rows never committed and rewrites committed
+        ones (issue 10's upgrade finding; the ``eos-index-keyed`` mutant keeps that behaviour). The
+        number of sink partitions is the input topic's partition count now, read from Kafka: partitions
+        are only ever added, so it exceeds every input partition of any batch, replayed or new, and the
+        index of input partition *p* is *p* (``partitionBy`` places key *k* at ``k % n``). Rows without
+        ``in_partition`` (a stateful workload's output) keep Spark's partitioning, which the checkpoint
+        fixes (``spark.sql.shuffle.partitions`` is stored in the offset log).
+        """
+        flaws = self.cfg.flaws
+        if flaws.nondeterministic:  # the eos-nondeterministic mutant: a replay splits the batch otherwise
+            from pyspark.sql import functions as F
+
+            n = batch_df.rdd.getNumPartitions()
+            batch_df.repartition(n, (F.rand() * n).cast("int")).rdd.foreachPartition(write)
+            return
+        if flaws.index_keyed or "in_partition" not in batch_df.columns or not self.input_topic:
+            batch_df.rdd.foreachPartition(write)
+            return
+        n = self._input_partitions()
+        (batch_df.rdd.map(lambda r: (r.in_partition, r))
+         .partitionBy(n, lambda k: k)
+         .foreachPartition(lambda it: write(sorted((r for _, r in it), key=lambda r: r.in_offset))))
+
+    def _input_partitions(self) -> int:
+        """The input topic's partition count from Kafka's metadata (one AdminClient, kept)."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.cfg.bootstrap, "log_level": 3})
+        md = self._admin.list_topics(self.input_topic, timeout=30)
+        t = md.topics.get(self.input_topic)
+        if t is None or t.error is not None or not t.partitions:
+            raise RuntimeError(f"input topic {self.input_topic!r} has no partition metadata: "
+                               f"{t.error if t is not None else 'not found'}")
+        return max(t.partitions) + 1
 
 
 def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, checkpoint: str | os.PathLike,
@@ -154,7 +202,8 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
                      control_dir=os.environ.get(CONTROL_DIR_ENV, ""), incarnation=driver_incarnation())
     if fence_on_start:
         abort_leftovers(cfg, input_partitions(bootstrap, input_topic))
-    return ExactlyOnceSink(cfg, guard=(str(checkpoint), input_topic) if verify_complete else None)
+    return ExactlyOnceSink(cfg, guard=(str(checkpoint), input_topic) if verify_complete else None,
+                           input_topic=input_topic)
 
 
 def _ensure_progress_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:

@@ -26,6 +26,11 @@ PRECOMMIT_DELAY = "precommit-delay-ms"   # every sink task sleeps this long betw
 PRECOMMIT_HOLD = "precommit-hold-ms"     # the first sink task to claim it holds its transaction this long
 NOTIFY_DELAY = "commit-notify-delay-ms"  # the driver sleeps this long between sink commit and commit log
 NOTIFY_LOG = "commit-notify.jsonl"
+ZOMBIE = "zombie.{stage}"              # the first sink task of the named partition to reach {stage} turns zombie
+ZOMBIE_RELEASE = "zombie.release"      # the nemesis lets every waiting zombie go on
+ZOMBIE_PIDS = "zombie.pids"            # one pid per line: what heal() kills if a zombie is still alive
+ZOMBIE_STAGES = ("preinit", "precommit")
+DRIVER_OVERRIDES = "driver-overrides.json"  # source options a restarted driver starts with (nemesis/upgrade.py)
 READY = "driver.ready"
 APPS = "driver.apps.jsonl"
 
@@ -138,3 +143,60 @@ def precommit_delay(control_dir: str, where: dict, log) -> int:
     if ms:
         time.sleep(ms / 1000)
     return ms
+
+
+def zombie_point(control_dir: str, stage: str, where: dict, rows, log, max_wait_s: float = 120.0):
+    """Zombie hook (``nemesis/zombie.py``), run by a sink task at ``stage``: ``preinit`` (before
+    ``init_transactions()``) or ``precommit`` (after ``flush()``, before the commit).
+
+    When ``<control>/zombie.<stage>`` (JSON ``{"partition": P}``) exists and this task writes sink
+    partition P, the task claims it (an atomic rename) and becomes a zombie: it reads all of ``rows``
+    into memory (they come from its executor, which is about to die), stops answering SIGHUP and SIGTERM
+    (PySpark's daemon SIGHUPs its workers when their executor dies), records its pid in
+    ``zombie.pids``, logs (``log(stage=, **where)``: a ``zombie`` event) and waits until
+    ``zombie.release`` exists (≤ ``max_wait_s`` s, so it never outlives the run for long; the fault's
+    heal also SIGKILLs it). Then it goes on with the rest of the task's protocol: a real task attempt
+    that Spark has given up on, still talking to Kafka — what a task on an executor cut off from the
+    driver (a GC pause, a partition) does. Returns ``rows`` (a list when the task turned zombie).
+    """
+    if not control_dir:
+        return rows
+    import signal
+
+    d = Path(control_dir)
+    spec = d / ZOMBIE.format(stage=stage)
+    try:
+        want = json.loads(spec.read_text() or "{}").get("partition")
+    except (FileNotFoundError, ValueError):
+        return rows
+    if want is not None and int(want) != where.get("partition"):
+        return rows
+    try:
+        os.rename(spec, d / f"{spec.name}.claimed-{os.getpid()}-{time.time_ns()}")
+    except FileNotFoundError:
+        return rows  # another task claimed it
+    if rows is not None:
+        rows = list(rows)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(d / ZOMBIE_PIDS, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    log(stage=stage, zombie_pid=os.getpid(), **where)
+    deadline = time.monotonic() + max_wait_s
+    while not (d / ZOMBIE_RELEASE).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log(stage=f"{stage}-released", zombie_pid=os.getpid(), **where)
+    return rows
+
+
+def driver_overrides(control_dir: str | os.PathLike | None) -> dict:
+    """The Kafka source options the next driver start must use instead of its command line's
+    (``<control>/driver-overrides.json``, written by the ``upgrade`` fault): ``{"min_partitions": int,
+    "max_offsets": int}``, each optional. ``{}`` when there is none or it is not a JSON object."""
+    if not control_dir:
+        return {}
+    try:
+        v = json.loads((Path(control_dir) / DRIVER_OVERRIDES).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return v if isinstance(v, dict) else {}

@@ -31,7 +31,8 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from pipeline import file_sink, hooks, provenance, sinks
+from pipeline import file_sink, hooks, mutants, provenance, sinks
+from pipeline.mutants import SHORT_TXN_TIMEOUT_MS
 from pipeline.eos_sink import ExactlyOnceSink
 from pipeline.identity import (INCARNATION_ENV, SINK_ID_FILE, default_sink_id, driver_incarnation,  # noqa: F401
                                input_partitions)
@@ -39,8 +40,8 @@ from pipeline.transactional_sink import SinkConfig, abort_leftovers
 from workloads import registry
 
 SINKS = tuple(sinks.SINKS)  # pipeline/sinks.py: each sink and its capabilities
-# eos-no-marker is a mutant: the transactional sink without its progress-marker check, so a replayed
-# batch is written again. It exists to prove the harness catches what the marker prevents.
+# The eos-* sinks other than eos are MUTANTS (pipeline/mutants.py): the transactional sink with one
+# deliberate flaw each, to prove the harness catches what the real sink's protocol prevents.
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--jars", default="", help="comma-separated jars (Spark's Kafka connector)")
     ap.add_argument("--trigger-ms", type=int, default=1000, help="processing-time trigger, ms")
     ap.add_argument("--max-offsets", type=int, default=5000, help="maxOffsetsPerTrigger, records")
+    ap.add_argument("--min-partitions", type=int, default=None,
+                    help="minPartitions of the Kafka source (default: one Spark partition per Kafka partition)")
     ap.add_argument("--txn-timeout-ms", type=int, default=60000)
     ap.add_argument("--control-dir", default="", help="fault-hook control directory")
     ap.add_argument("--sink-log", default="", help="append sink transaction events here (JSON lines)")
@@ -151,10 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_spark(args, pool, {**workload.spark_conf, **(file_sink.SPARK_CONF if args.sink == "file" else {})})
     spark.sparkContext.setLogLevel("WARN")
     control = hooks.ControlDir(args.control_dir)
+    flaws = mutants.flaws_of(args.sink)  # all off unless --sink names a mutant (pipeline/mutants.py)
+    overrides = hooks.driver_overrides(args.control_dir)  # a restart with changed options (nemesis/upgrade.py)
+    max_offsets = int(overrides.get("max_offsets") or args.max_offsets)
+    min_partitions = overrides.get("min_partitions", args.min_partitions)
     cfg = SinkConfig(bootstrap=args.bootstrap, output_topic=args.output_topic,
                      progress_topic=args.progress_topic, sink_id=sink_id,
-                     skip_marker_check=args.sink == "eos-no-marker",
-                     txn_timeout_ms=args.txn_timeout_ms, log_path=args.sink_log,
+                     flaws=flaws,
+                     txn_timeout_ms=SHORT_TXN_TIMEOUT_MS if flaws.short_txn_timeout else args.txn_timeout_ms, log_path=args.sink_log,
                      control_dir=args.control_dir, incarnation=incarnation)
     src = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", args.bootstrap)
@@ -162,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
            .option("startingOffsets", "earliest")
            .option("failOnDataLoss", "true")
            .option("kafka.isolation.level", "read_committed")
-           .option("maxOffsetsPerTrigger", str(args.max_offsets))
-           .load())
+           .option("maxOffsetsPerTrigger", str(max_offsets)))
+    if min_partitions:
+        src = src.option("minPartitions", str(int(min_partitions)))
+    src = src.load()
     df = workload.transform(src)
     if args.sink == "file":
         if not args.file_sink_path:
@@ -172,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
                                 trigger_ms=args.trigger_ms, control_dir=args.control_dir, sink_log=args.sink_log,
                                 incarnation=incarnation)
     else:
-        if args.sink in ("eos", "eos-no-marker"):
+        if sinks.get(args.sink).eos:
             abort_leftovers(cfg, pool)
             guard = (args.checkpoint, args.input_topic) if args.input_contiguous and workload.input_refs else None
-            body = ExactlyOnceSink(cfg, guard, control)
+            body = ExactlyOnceSink(cfg, guard, control, input_topic=args.input_topic)
         else:
             body = partial(alo_batch, args, control, incarnation)
         query = (df.writeStream.foreachBatch(body).outputMode(workload.output_mode)
@@ -185,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                  .start())
     control.mark_ready({"query_id": str(query.id), "run_id": str(query.runId), "sink": args.sink,
                         "app_id": spark.sparkContext.applicationId, "sink_id": sink_id,
-                        "incarnation": incarnation, "pool_size": pool})
+                        "incarnation": incarnation, "pool_size": pool, "overrides": overrides,
+                        "max_offsets": max_offsets, "min_partitions": min_partitions})
     print(f"query {query.id} started, sink={args.sink}, sink_id={sink_id}, incarnation={incarnation}, "
           f"pool={pool}", flush=True)
     query.awaitTermination()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.mutants import MUTANTS
+
 TRANSACTIONS = "transactions"
 PRECOMMIT_HOOK = "precommit-hook"
 DRIVER_HOOKS = "driver-hooks"
@@ -36,13 +38,24 @@ class Sink:
     summary: str
     capabilities: frozenset[str]
     expect: str  # "valid" (exactly once) or "invalid" (a weak sink or a mutant the harness must catch)
+    eos: bool = False  # the transactional sink or one of its mutants (pipeline/transactional_sink.py)
+    mutant: bool = False  # a deliberately broken sink (pipeline/mutants.py), never a default
+
+    @property
+    def targeted_by(self) -> str | None:
+        """The fault package (``nemesis/packages.py``) aimed at this sink's flaw: a mutant's, ``process``
+        for Spark's at-least-once sink (any task retry rewrites), else ``None``."""
+        from pipeline.mutants import MUTANTS
+
+        m = MUTANTS.get(self.name)
+        return m.package if m else ("process" if self.name == "at-least-once" else None)
 
 
 _TXN = frozenset({TRANSACTIONS, PRECOMMIT_HOOK, DRIVER_HOOKS})
 SINKS: dict[str, Sink] = {s.name: s for s in (
-    Sink("eos", "the transactional sink (pipeline/transactional_sink.py)", _TXN, "valid"),
+    Sink("eos", "the transactional sink (pipeline/transactional_sink.py)", _TXN, "valid", eos=True),
     Sink("at-least-once", "Spark's own Kafka sink (no transactions)", frozenset({DRIVER_HOOKS}), "invalid"),
-    Sink("eos-no-marker", "a mutant: the transactional sink without its replay marker check", _TXN, "invalid"),
+    *(Sink(m.name, f"a mutant: {m.summary}", _TXN, "invalid", eos=True, mutant=True) for m in MUTANTS.values()),
     Sink("file", "Spark's file sink (JSON lines) and its _spark_metadata commit log (pipeline/file_sink.py)",
          frozenset({WRITE_HOLD}), "valid"),
 )}

@@ -69,6 +69,7 @@ from typing import Iterable
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from pipeline import hooks, marker, provenance
+from pipeline.mutants import Flaws
 
 
 class SinkError(RuntimeError):
@@ -88,7 +89,7 @@ class SinkConfig:
         log_path: file receiving one JSON line per event (``sink.jsonl``; events in the module docstring),
             or "".
         control_dir: hook control directory, or "".
-        skip_marker_check: the ``eos-no-marker`` mutant; ignores the marker (replays are rewritten).
+        flaws: a mutant's deliberate flaws (``pipeline/mutants.py``); all off for the real sink.
         incarnation: driver incarnation ("1", "2", ... from ``ONCEPROOF_DRIVER_INCARNATION``; "0" when
             unset); logged on every event and sent as the ``op.incarnation`` header.
     """
@@ -100,8 +101,8 @@ class SinkConfig:
     txn_timeout_ms: int = 60000
     log_path: str = ""
     control_dir: str = ""
-    skip_marker_check: bool = False  # the eos-no-marker mutant: never skip an already committed batch
     incarnation: str = "0"
+    flaws: Flaws = Flaws()  # MUTANTS ONLY (pipeline/mutants.py): never set outside test-all --mutants
 
 
 def append_event(log_path: str, incarnation: str, event: str, **fields) -> None:
@@ -131,6 +132,14 @@ def log_event(cfg: SinkConfig, event: str, **fields) -> None:
 def transactional_id(sink_id: str, partition: int) -> str:
     """Stable transactional.id of sink partition ``partition``."""
     return f"{sink_id}-{partition}"
+
+
+def _attempt_txn_id(cfg: SinkConfig, partition: int, attempt: int) -> str:
+    """The transactional.id a task attempt uses: the stable one, except under the ``eos-no-fencing``
+    mutant (a fresh id per attempt, so no attempt fences another)."""
+    if cfg.flaws.fresh_txn_id:
+        return f"{cfg.sink_id}-{partition}-i{cfg.incarnation}-a{attempt}-{os.getpid()}-{time.time_ns() % 10**6}"
+    return transactional_id(cfg.sink_id, partition)
 
 
 def _producer(cfg: SinkConfig, txn_id: str) -> Producer:
@@ -168,6 +177,9 @@ def abort_leftovers(cfg: SinkConfig, pool_size: int) -> None:
     Args: pool_size: number of sink partitions (= partitions of the input topic, read from Kafka's
     metadata at query start by ``pipeline.job``; ids ``<sink_id>-0`` .. ``<sink_id>-<pool_size-1>``).
     """
+    if cfg.flaws.no_abort_on_start:  # the eos-no-abort-on-start mutant
+        _log(cfg, "fence-on-start-skipped", pool_size=pool_size)
+        return
     for p in range(pool_size):
         txn_id = transactional_id(cfg.sink_id, p)
         prod = _producer(cfg, txn_id)
@@ -224,8 +236,9 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
 
     ctx = TaskContext.get()
     part, attempt = ctx.partitionId(), ctx.attemptNumber()
-    txn_id = transactional_id(cfg.sink_id, part)
+    txn_id = _attempt_txn_id(cfg, part, attempt)
     where = {"batch": batch_id, "partition": part, "attempt": attempt, "txn_id": txn_id}
+    rows = hooks.zombie_point(cfg.control_dir, "preinit", where, rows, lambda **f: _log(cfg, "zombie", **f))
     prod = _producer(cfg, txn_id)
     t0 = time.monotonic()
     try:
@@ -240,11 +253,20 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
         except Exception as e:
             _log(cfg, "marker-error", **_error_fields(e), **where)
             raise SinkError(f"reading the marker failed in sink task {where}: {type(e).__name__}: {e}") from e
-        if done >= batch_id and not cfg.skip_marker_check:
+        already = (done == batch_id) if cfg.flaws.marker_equal else (done >= batch_id)  # mutant: ==
+        if already and not cfg.flaws.no_marker:
             _log(cfg, "skip", marker=done, **where)
             return
         stage = "begin"
         try:
+            if cfg.flaws.marker_first:  # the eos-marker-first mutant: "done" is visible before the data
+                stage = "marker-first"
+                prod.begin_transaction()
+                prod.send_offsets_to_transaction(marker.offsets_for(cfg.progress_topic, batch_id),
+                                                 cons.consumer_group_metadata(), 60)
+                prod.commit_transaction(60)
+                _log(cfg, "marker-first", marker=batch_id, **where)
+                stage = "begin"
             prod.begin_transaction()
             _log(cfg, "begin", marker=done, init_ms=round((time.monotonic() - t0) * 1000), **where)
             errors: list[KafkaError] = []
@@ -281,14 +303,16 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable) -> None:
                 raise SinkError(f"{len(errors)} delivery error(s), {remaining} undelivered: "
                                 f"{errors[:3]} at {where}")
             stage = "precommit-hook"
+            hooks.zombie_point(cfg.control_dir, "precommit", where, None, lambda **f: _log(cfg, "zombie", **f))
             delayed_ms = hooks.precommit_delay(cfg.control_dir, where, lambda **f: _log(cfg, "hold", **f))
             # A failure here is not an unknown outcome: send_offsets_to_transaction only adds the marker
             # (AddOffsetsToTxn + TxnOffsetCommit) to the open transaction. Nothing commits a Kafka
             # transaction but EndTxn(COMMIT), which only commit_transaction() sends (KIP-98), so up to
             # here the transaction is certainly not committed.
             stage = "send_offsets"
-            _retrying("send_offsets_to_transaction", prod.send_offsets_to_transaction,
-                      marker.offsets_for(cfg.progress_topic, batch_id), cons.consumer_group_metadata(), 60)
+            if not cfg.flaws.marker_first:
+                _retrying("send_offsets_to_transaction", prod.send_offsets_to_transaction,
+                          marker.offsets_for(cfg.progress_topic, batch_id), cons.consumer_group_metadata(), 60)
         except BaseException as e:
             _abort_or_abandon(cfg, prod, e, stage, where)
             if isinstance(e, KafkaException):

@@ -21,7 +21,7 @@ from backends.local.spark import LocalSpark
 # runs through its own toxiproxy proxy.
 CAPABILITIES = frozenset({
     "kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
-    "commit-delay:*", "partition:*", "slow-network:*",
+    "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*",
 })
 
 

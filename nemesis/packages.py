@@ -1,0 +1,49 @@
+"""Named fault packages (Jepsen's ``--nemesis`` packages for ``test-all``): each names the faults aimed
+at one class of failure, so a suite reads "eos × network" rather than a list of specs.
+
+* ``process`` – executor, driver and broker kills, and zombie tasks (a task that outlives its executor);
+* ``pause`` – brokers paused (SIGSTOP) and resumed;
+* ``network`` – partitions and slow links (toxiproxy);
+* ``commit`` – the commit window and every commit-delay target;
+* ``upgrade`` – a driver restarted mid-batch into a changed configuration;
+* ``all`` – every fault of every package.
+
+Pure data over ``nemesis/catalog.py``'s names.
+"""
+
+from __future__ import annotations
+
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "process": ("kill-executor", "kill-driver", "kill-broker", "zombie-task:precommit", "zombie-task:preinit"),
+    "pause": ("pause-broker",),
+    "network": ("partition", "slow-network"),
+    "commit": ("kill-driver-in-commit-window", "commit-delay:precommit", "commit-delay:notify",
+               "commit-delay:txn-timeout"),
+    "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets"),
+}
+
+
+def names() -> list[str]:
+    """Every package name, ``all`` last."""
+    return [*PACKAGES, "all"]
+
+
+def specs(package: str) -> list[str]:
+    """The fault specs of ``package`` (``all``: every package's, in order, without repeats).
+
+    Raises: ``ValueError`` naming the known packages.
+    """
+    if package == "all":
+        return list(dict.fromkeys(s for p in PACKAGES.values() for s in p))
+    try:
+        return list(PACKAGES[package])
+    except KeyError:
+        raise ValueError(f"unknown fault package {package!r}; choose from {', '.join(names())}") from None
+
+
+def parse(text: str) -> list[str]:
+    """``"process,network"`` → ``["process", "network"]``, each checked (``ValueError`` as :func:`specs`)."""
+    out = [p.strip() for p in text.split(",") if p.strip()]
+    for p in out:
+        specs(p)
+    return list(dict.fromkeys(out))

@@ -1,0 +1,107 @@
+"""MUTANTS: deliberately broken variants of the exactly-once sink. Never the default; never for real use.
+
+Each mutant is the transactional sink (``pipeline/transactional_sink.py``) with **one** flaw switched on
+(:class:`Flaws`), so that ``onceproof test-all --mutants`` can measure the harness's detection power:
+a checker and nemesis that never see a mutant fail prove nothing when they call the real sink valid.
+Every mutant names the fault package that targets its flaw and the anomaly it must produce; the
+detection table (``report/certificate.py``) shows, per mutant × package, how many seeds caught it.
+
+The flaws, and the protocol fact each one breaks:
+
+* ``no_marker`` (``eos-no-marker``): the progress marker is never checked, so a replayed batch
+  (a driver killed in the commit window, between the sink's commit and Spark's ``commits/N``) is
+  written again → ``duplicate``.
+* ``fresh_txn_id`` (``eos-no-fencing``): a new ``transactional.id`` per task attempt, so a retry never
+  fences the attempt it replaces (KIP-98 fencing is per transactional.id, by producer epoch). A zombie
+  attempt – a task whose executor Spark gave up on, still running – commits after its retry did
+  → ``duplicate``. Targeted by ``zombie-task:precommit`` (``nemesis/zombie.py``).
+* ``marker_first`` (``eos-marker-first``): the marker is committed in its own transaction *before* the
+  data's transaction, so a task killed between the two leaves "batch done" with no data; the retry
+  skips it → ``lost``. Targeted by ``kill-executor`` (which kills a task parked after ``flush()``).
+* ``marker_equal`` (``eos-marker-equal``): a (batch, partition) is skipped only when the marker equals
+  the batch, not when it is ≥. A zombie of batch N that starts after batch N+1 committed writes N
+  again → ``duplicate``. Targeted by ``zombie-task:preinit``.
+* ``no_abort_on_start`` (``eos-no-abort-on-start``): the query does not settle the id pool at start
+  (Flink's abort-on-restore). Every task's own ``init_transactions()`` still aborts its id's leftover
+  at the first batch, so the flaw only delays the output's LSO (a liveness cost): see the closing note
+  of issue 10 for why no end-state checker can catch it and the fault that would.
+* ``nondeterministic`` (``eos-nondeterministic``): the batch is re-split across sink partitions at
+  random (``repartition`` by ``rand()``) before writing, so a replay or a retried stage puts rows in
+  other partitions than the attempt that committed part of the batch: the marker skips rows never
+  written and rewrites rows already written → ``lost`` and ``duplicate``.
+* ``short_txn_timeout`` (``eos-short-txn-timeout``): ``transaction.timeout.ms`` = 6,000 ms, below the
+  faults' holds (``kill-executor`` parks a task 15 s, ``commit-delay:txn-timeout`` past the timeout).
+* ``index_keyed`` (``eos-index-keyed``): the sink before issue 10's fix: marker and ``transactional.id``
+  keyed by Spark's partition *index*. A restart that splits a replayed batch differently
+  (``upgrade:min-partitions``) skips rows never committed and rewrites committed ones.
+
+Pure data: no pyspark or Kafka import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Flaws:
+    """The flaws a sink runs with; all off is the correct sink. Picklable (part of ``SinkConfig``)."""
+
+    no_marker: bool = False
+    fresh_txn_id: bool = False
+    marker_first: bool = False
+    marker_equal: bool = False
+    no_abort_on_start: bool = False
+    nondeterministic: bool = False
+    short_txn_timeout: bool = False
+    index_keyed: bool = False
+
+    @property
+    def any(self) -> bool:
+        return any(getattr(self, f) for f in self.__dataclass_fields__)
+
+
+SHORT_TXN_TIMEOUT_MS = 6000  # eos-short-txn-timeout's transaction.timeout.ms (the sink's minimum)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutant sink: its ``--sink`` name, its flaw (a :class:`Flaws` field), what it breaks, the fault
+    package (``nemesis/packages.py``) that targets it and the anomaly it must produce there."""
+
+    name: str
+    flaw: str
+    summary: str
+    package: str
+    anomaly: str
+
+    @property
+    def flaws(self) -> Flaws:
+        return Flaws(**{self.flaw: True})
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("eos-no-marker", "no_marker", "the transactional sink without its replay marker check",
+           "commit", "duplicate"),
+    Mutant("eos-no-fencing", "fresh_txn_id", "a fresh transactional.id per task attempt: zombies are not fenced",
+           "process", "duplicate"),
+    Mutant("eos-marker-first", "marker_first", "the marker committed in its own transaction before the data",
+           "process", "lost"),
+    Mutant("eos-marker-equal", "marker_equal", "skips a batch only when marker == batchId, not ≥",
+           "process", "duplicate"),
+    Mutant("eos-no-abort-on-start", "no_abort_on_start", "a dead run's open transactions are not aborted at start",
+           "process", "none (liveness only)"),
+    Mutant("eos-nondeterministic", "nondeterministic", "a batch is re-split across sink partitions at random",
+           "process", "lost"),
+    Mutant("eos-short-txn-timeout", "short_txn_timeout",
+           f"transaction.timeout.ms = {SHORT_TXN_TIMEOUT_MS} ms, below the faults' holds", "commit",
+           "none (a timed-out transaction is retried)"),
+    Mutant("eos-index-keyed", "index_keyed", "marker and transactional.id keyed by Spark partition index "
+           "(the sink before issue 10's fix)", "upgrade", "duplicate"),
+)}
+
+
+def flaws_of(sink: str) -> Flaws:
+    """The flaws of sink ``sink``: a mutant's, else none (the correct sink, or a sink that is not eos)."""
+    m = MUTANTS.get(sink)
+    return m.flaws if m else Flaws()
