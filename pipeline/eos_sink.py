@@ -99,24 +99,23 @@ class ExactlyOnceSink:
 
         from pipeline import completeness
 
-        write = partial(write_partition, self.cfg, batch_id)
-        if self.guard is None:
-            self._write(batch_df, write)
-        else:
-            batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
-            try:
+        batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if self.guard is not None:
                 try:
                     completeness.verify(batch_df, Path(self.guard[0]), batch_id, self.guard[1])
                 except completeness.IncompleteBatch as e:
                     log_event(self.cfg, "incomplete-batch", batch=batch_id, error=str(e))
                     raise
-                self._write(batch_df, write)
-            finally:
-                batch_df.unpersist()
+            self._write(batch_df, batch_id)
+        finally:
+            batch_df.unpersist()
         self.control.after_sink_commit(batch_id)
 
-    def _write(self, batch_df, write) -> None:
-        """Run ``write`` (one transaction per sink partition) over the batch's sink partitions.
+    def _write(self, batch_df, batch_id: int) -> None:
+        """Write the (persisted) batch, one transaction per sink partition (``write_partition``), each
+        task checked against the row count the driver took of its partition first (a JVM-side count of
+        the cached batch: a task whose input stream ended early must not commit; ``write_partition``).
 
         Rows that carry their input record (``in_partition``) are regrouped so that sink partition *p*
         holds exactly the rows of input Kafka partition *p*, in input-offset order: the
@@ -131,19 +130,22 @@ class ExactlyOnceSink:
         ``in_partition`` (a stateful workload's output) keep Spark's partitioning, which the checkpoint
         fixes (``spark.sql.shuffle.partitions`` is stored in the offset log).
         """
+        from pyspark.sql import functions as F
+
         flaws = self.cfg.flaws
         if flaws.nondeterministic:  # the eos-nondeterministic mutant: a replay splits the batch otherwise
-            from pyspark.sql import functions as F
-
             n = batch_df.rdd.getNumPartitions()
+            write = partial(write_partition, self.cfg, batch_id)
             batch_df.repartition(n, (F.rand() * n).cast("int")).rdd.foreachPartition(write)
             return
         if flaws.index_keyed or "in_partition" not in batch_df.columns or not self.input_topic:
-            batch_df.rdd.foreachPartition(write)
+            expected = _counts(batch_df, F.spark_partition_id())
+            batch_df.rdd.foreachPartition(partial(write_partition, self.cfg, batch_id, expected=expected))
             return
-        n = self._input_partitions()
+        expected = _counts(batch_df, F.col("in_partition"))
+        write = partial(write_partition, self.cfg, batch_id, expected=expected)
         (batch_df.rdd.map(lambda r: (r.in_partition, r))
-         .partitionBy(n, lambda k: k)
+         .partitionBy(self._input_partitions(), lambda k: k)
          .foreachPartition(lambda it: write(sorted((r for _, r in it), key=lambda r: r.in_offset))))
 
     def _input_partitions(self) -> int:
@@ -158,6 +160,12 @@ class ExactlyOnceSink:
             raise RuntimeError(f"input topic {self.input_topic!r} has no partition metadata: "
                                f"{t.error if t is not None else 'not found'}")
         return max(t.partitions) + 1
+
+
+def _counts(batch_df, by) -> dict[int, int]:
+    """``{sink partition: rows}`` of the (cached) batch, counted in the JVM: by ``spark_partition_id()``
+    (the partitions ``batch_df.rdd`` has) or by ``in_partition`` (the input Kafka partition)."""
+    return {int(r[0]): int(r[1]) for r in batch_df.groupBy(by.alias("p")).count().collect()}
 
 
 def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, checkpoint: str | os.PathLike,
