@@ -255,6 +255,10 @@ class SparkApp(Protocol):
     def kill_executor(self, executor: Executor) -> str | None:
         """SIGKILL ``executor`` and wait (≤ 10 s). Returns why it failed, ``None`` when it is gone."""
 
+    def kill_task(self, task_pid: int) -> bool:
+        """SIGKILL the Python task process ``task_pid`` (one a sink task announced, e.g. a zombie that
+        outlived its executor) if it is still a PySpark worker; True when it was killed."""
+
     def driver_log(self) -> Path | None:
         """The newest driver incarnation's log (Spark's driver log lines), ``None`` before the first."""
 

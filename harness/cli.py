@@ -605,6 +605,15 @@ def shrink(
         if argv[:2] != ["onceproof", "run"]:
             raise ValueError(f"not a run command: {command}")
         args = argv[2:]
+        # a candidate's workload needs to last only until its last fault (+ 10 s), not the whole original
+        # --time-limit: same seed, same schedule offsets, a shorter tail (the run still goes on until every
+        # fault of the schedule had its turn)
+        from harness.config import read_schedule
+
+        last = max((f["at_s"] for f in read_schedule(args[args.index("--schedule") + 1])), default=0.0)
+        if "--time-limit" in args:
+            i = args.index("--time-limit")
+            args[i + 1] = f"{min(float(args[i + 1]), max(15.0, last + 10)):g}"
         results = Path(args[args.index("--results") + 1]) if "--results" in args else DEFAULT_ROOT
         name = args[args.index("--test-name") + 1]
         t0 = time.time()

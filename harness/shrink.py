@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Generic, Sequence, TypeVar
 
+from store.runfiles import NEMESIS, RESULTS, TEST
+
 T = TypeVar("T")
 
 SHRINK_JSON = "shrink.json"
@@ -148,7 +150,7 @@ def schedule_of(run_dir: Path) -> list[dict]:
     unreadable, an invoke op lacks ``planned_s``, or there is no invoke op.
     """
     run_dir = Path(run_dir)
-    nem, test_json = run_dir / "nemesis.jsonl", run_dir / "test.json"
+    nem, test_json = run_dir / NEMESIS, run_dir / TEST
     if not nem.is_file():
         raise ValueError(f"{nem}: missing; is {run_dir} a run directory?")
     test = _read_json(test_json)
@@ -245,7 +247,7 @@ def _verdict_of(run_dir: Path | None) -> tuple[str, dict]:
     if run_dir is None:
         return "crashed", {}
     try:
-        results = _read_json(Path(run_dir) / "results.json")
+        results = _read_json(Path(run_dir) / RESULTS)
     except ValueError:
         return "crashed", {}
     return str(results.get("verdict", "unknown")), results
@@ -275,7 +277,7 @@ def shrink(run_dir: Path, *, max_runs: int, out_dir: Path, run: Callable[[str], 
     if max_runs < 0:
         raise ValueError(f"max_runs must be >= 0, not {max_runs}")
     schedule = schedule_of(run_dir)
-    results = _read_json(run_dir / "results.json")
+    results = _read_json(run_dir / RESULTS)
     verdict = results.get("verdict")
     if verdict != "invalid":
         raise ValueError(f"shrink needs a failing (invalid) run; {run_dir}'s verdict is {verdict}: "
@@ -283,9 +285,9 @@ def shrink(run_dir: Path, *, max_runs: int, out_dir: Path, run: Callable[[str], 
     target = failure_class(results)
     if not target:
         raise ValueError(f"{run_dir} is invalid but shows no definite anomaly to reproduce; nothing to shrink")
-    base_replay = _read_json(run_dir / "test.json").get("replay")
+    base_replay = _read_json(run_dir / TEST).get("replay")
     if not base_replay:
-        raise ValueError(f"{run_dir / 'test.json'}: no replay command")
+        raise ValueError(f"{run_dir / TEST}: no replay command")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     doc: dict = {"run_dir": str(run_dir), "original": schedule, "failure_class": sorted(target),

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import time
 
 from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
@@ -127,12 +126,7 @@ class ZombieTask:
             return
         if not ctx.teardown.is_set():
             time.sleep(1.0)  # a released zombie finishes its last Kafka call and exits by itself
-        import psutil
-
+        if ctx.spark is None:
+            return
         for pid in pids:
-            try:
-                proc = psutil.Process(pid)
-                if "pyspark" in " ".join(proc.cmdline()):  # not a pid reused by something else since
-                    proc.send_signal(signal.SIGKILL)
-            except psutil.Error:
-                pass
+            ctx.spark.kill_task(pid)

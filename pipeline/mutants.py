@@ -28,7 +28,8 @@ The flaws, and the protocol fact each one breaks:
 * ``nondeterministic`` (``eos-nondeterministic``): the batch is re-split across sink partitions at
   random (``repartition`` by ``rand()``) before writing, so a replay or a retried stage puts rows in
   other partitions than the attempt that committed part of the batch: the marker skips rows never
-  written and rewrites rows already written → ``lost`` and ``duplicate``.
+  written and rewrites rows already written → ``lost`` and ``duplicate``. Targeted by a restart on a
+  partly committed batch (``upgrade``, whose turns always land there).
 * ``short_txn_timeout`` (``eos-short-txn-timeout``): ``transaction.timeout.ms`` = 6,000 ms, below the
   faults' holds (``kill-executor`` parks a task 15 s, ``commit-delay:txn-timeout`` past the timeout).
 * ``index_keyed`` (``eos-index-keyed``): the sink before issue 10's fix: marker and ``transactional.id``
@@ -92,7 +93,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("eos-no-abort-on-start", "no_abort_on_start", "a dead run's open transactions are not aborted at start",
            "process", "none (liveness only)"),
     Mutant("eos-nondeterministic", "nondeterministic", "a batch is re-split across sink partitions at random",
-           "process", "lost"),
+           "upgrade", "lost"),
     Mutant("eos-short-txn-timeout", "short_txn_timeout",
            f"transaction.timeout.ms = {SHORT_TXN_TIMEOUT_MS} ms, below the faults' holds", "commit",
            "none (a timed-out transaction is retried)"),

@@ -47,12 +47,14 @@ from report.html import VERDICT_COLORS, esc, page
 from report.junit import _clean
 from store import readers
 from store.compact import read_text
+from store import runfiles
 from store.runfiles import RESULTS, RunFiles
 
 SUITE_NAME = "onceproof-suite"
 RULE = "PASS requires every exactly-once cell to be valid and every mutant cell to be caught"
 EXPECTS = ("valid", "invalid")
-MD, HTML, JUNIT = "certificate.md", "certificate.html", "junit.xml"
+MD, HTML = "certificate.md", "certificate.html"
+JUNIT = runfiles.JUNIT  # the suite's junit.xml: the same name as a run's
 
 # a failed cell's exit code by verdict; a passed cell's is 0. The numbers are the run's own exit codes,
 # so the max is also the worst: crashed (255) > unknown (2) > invalid, or a mutant that came out valid (1)

@@ -194,6 +194,9 @@ class StandInSpark(_OnlyTheProtocol):
     def executor_of(self, task_pid: int) -> Executor | None:
         return self._executors[0]
 
+    def kill_task(self, task_pid: int) -> bool:
+        return False
+
     def kill_executor(self, executor: Executor) -> str | None:
         self.calls.append(("kill_executor", executor.id))
         self._executors.remove(executor)

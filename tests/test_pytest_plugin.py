@@ -476,7 +476,7 @@ def test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expect
     pytester.makepyfile(test_mutant="""
         import pytest
 
-        @pytest.mark.onceproof(sink="eos-no-marker", nemesis="kill-driver-in-commit-window", time_limit=45,
+        @pytest.mark.onceproof(sink="eos-no-marker", nemesis="kill-driver-in-commit-window", time_limit=20,
                                seed=3, expect="invalid")
         def test_the_mutant_is_caught(onceproof_run):
             r = onceproof_run()

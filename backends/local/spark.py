@@ -109,6 +109,19 @@ class LocalSpark:
             return "still alive 10 s after SIGKILL"
         return None
 
+    def kill_task(self, task_pid: int) -> bool:
+        """SIGKILL ``task_pid`` if it is still a PySpark worker (its command line names pyspark: a pid
+        reused by another process since is left alone)."""
+        try:
+            p = psutil.Process(task_pid)
+            if "pyspark" not in " ".join(p.cmdline()):
+                return False
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=5)
+        except (psutil.Error, psutil.TimeoutExpired):
+            return False
+        return True
+
     def driver_log(self) -> Path | None:
         """The most recently written ``driver-<n>.log``."""
         logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
