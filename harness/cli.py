@@ -625,7 +625,8 @@ def shrink(
         return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 
     try:
-        res = shrinker.shrink(run_dir, max_runs=max_runs, out_dir=out, run=run_candidate, echo=console.print,
+        res = shrinker.shrink(run_dir, max_runs=max_runs, out_dir=out, run=run_candidate,
+                              echo=lambda line: console.print(line, markup=False, highlight=False),
                               test_name=f"{run_dir.parent.name}-shrink")
     except ValueError as e:
         raise _usage(str(e)) from None

@@ -63,7 +63,8 @@ def versions(backend: Backend) -> dict[str, str]:
     own Kafka client and Python."""
     import confluent_kafka
 
-    return {**backend.versions(), "confluent-kafka": confluent_kafka.version()[0],
+    v = confluent_kafka.version()  # a string in 2.16 ("2.16.1"), a (string, int) tuple before
+    return {**backend.versions(), "confluent-kafka": v if isinstance(v, str) else v[0],
             "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version()}
 
 

@@ -25,6 +25,22 @@ CAPABILITIES = frozenset({
 })
 
 
+def java_version() -> str:
+    """``java -version``'s first line (e.g. ``openjdk version "17.0.13" 2024-10-15``) and the binary's
+    path, or ``?`` when there is no ``java`` on PATH."""
+    import subprocess
+
+    java = shutil.which("java")
+    if not java:
+        return "?"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+        first = (out.stderr or out.stdout).strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return java
+    return f"{first} ({java})"
+
+
 class LocalBackend:
     """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`)."""
 
@@ -60,8 +76,7 @@ class LocalBackend:
         import pyspark
 
         return {"kafka": jars.kafka_version(), "pyspark": pyspark.__version__,
-                "spark-sql-kafka": jars.spark_kafka_classpath().version,
-                "java": shutil.which("java") or "?"}
+                "spark-sql-kafka": jars.spark_kafka_classpath().version, "java": java_version()}
 
     def prepare(self) -> list[str]:
         """Resolve and cache the Kafka broker and Spark connector jars (Maven Central)."""
