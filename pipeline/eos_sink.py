@@ -134,7 +134,7 @@ class ExactlyOnceSink:
 
         flaws = self.cfg.flaws
         if flaws.nondeterministic:  # the eos-nondeterministic mutant: a replay splits the batch otherwise
-            n = batch_df.rdd.getNumPartitions()
+            n = max(1, batch_df.rdd.getNumPartitions())  # an empty first batch has 0 partitions
             write = partial(write_partition, self.cfg, batch_id)
             batch_df.repartition(n, (F.rand() * n).cast("int")).rdd.foreachPartition(write)
             return
