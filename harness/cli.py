@@ -593,6 +593,8 @@ def shrink(
     the minimal schedule (`onceproof run ... --schedule FILE`).
     """
     from harness import shrink as shrinker
+    from harness import suite
+    from store.runs import runs_of
 
     _on_crash("shrink", None)
     run_dir = _require_run_dir(run_dir)
@@ -616,13 +618,9 @@ def shrink(
             args[i + 1] = f"{min(float(args[i + 1]), max(15.0, last + 10)):g}"
         results = Path(args[args.index("--results") + 1]) if "--results" in args else DEFAULT_ROOT
         name = args[args.index("--test-name") + 1]
-        t0 = time.time()
-        subprocess.run([sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())",
-                        "run", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        d = results / name
-        runs = [p for p in d.iterdir() if p.is_dir() and not p.is_symlink() and p.stat().st_mtime >= t0 - 1] \
-            if d.is_dir() else []
-        return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
+        before = runs_of(results, name)
+        subprocess.run(suite.run_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return suite.new_run(results, name, before)
 
     try:
         res = shrinker.shrink(run_dir, max_runs=max_runs, out_dir=out, run=run_candidate,

@@ -38,7 +38,7 @@ from rich.table import Table
 from nemesis import catalog, packages, schedule
 from pipeline import sinks
 from report import certificate
-from store.runs import RunDir
+from store.runs import RunDir, runs_of
 
 CELL_STOP_GRACE_S = 150.0  # a Ctrl-C'd cell's own teardown is bounded (harness/teardown.py); then SIGKILL
 
@@ -132,13 +132,23 @@ def _fitting(specs: list[str], sink: str) -> list[str]:
     return [s for s in specs if catalog.for_sink(catalog.expand(s), caps)[0]]
 
 
+def run_argv(run_args: list[str]) -> list[str]:
+    """The argv of ``onceproof run <run_args>`` as this Python runs it (no console script needed)."""
+    return [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())", "run", *run_args]
+
+
+def new_run(results_root: Path, test: str, before: list[Path]) -> Path | None:
+    """The newest run directory of ``test`` (``store.runs.runs_of``) that is not in ``before`` (the runs
+    listed before a run started), or ``None`` when that run made none (it crashed first)."""
+    return next((r for r in runs_of(results_root, test) if r not in before), None)
+
+
 def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
     """The ``onceproof run`` argv of ``cell`` (as this Python runs it), results under ``runs_dir``;
     ``extra``: the user's further ``run`` options, passed as they are."""
-    return [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())", "run",
-            "--sink", cell.sink, "--workload", cell.workload, "--nemesis", ",".join(cell_specs(cell)),
-            "--seed", str(cell.seed), "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
-            "--results", str(runs_dir), *extra]
+    return run_argv(["--sink", cell.sink, "--workload", cell.workload, "--nemesis", ",".join(cell_specs(cell)),
+                     "--seed", str(cell.seed), "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
+                     "--results", str(runs_dir), *extra])
 
 
 def _versions(backend: str) -> dict[str, str]:
@@ -150,14 +160,6 @@ def _versions(backend: str) -> dict[str, str]:
     except Exception as e:  # noqa: BLE001 - the certificate says so rather than failing the suite
         v = {"error": repr(e)}
     return {**v, "os": platform.platform()}
-
-
-def _newest_run(runs_dir: Path, name: str, since: float) -> Path | None:
-    d = runs_dir / name
-    if not d.is_dir():
-        return None
-    runs = [p for p in d.iterdir() if p.is_dir() and not p.is_symlink() and p.stat().st_mtime >= since - 1]
-    return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 
 
 class Suite:
@@ -221,7 +223,7 @@ class Suite:
         with Live(self._table(None, time.monotonic()), console=self.console, refresh_per_second=1,
                   transient=not self.console.is_terminal) as live:
             for i, cell in enumerate(self.cells):
-                t0, wall0 = time.monotonic(), time.time()
+                t0, before = time.monotonic(), runs_of(self.runs_dir, cell.name)
                 log = self.dir / "cells" / f"{i + 1:03d}-{cell.name}-seed{cell.seed}.log"
                 log.parent.mkdir(exist_ok=True)
                 argv = run_command(cell, self.runs_dir, self.extra)
@@ -240,7 +242,7 @@ class Suite:
                         self._stop_child()
                 code = self._child.returncode
                 self._child = None
-                run_dir = _newest_run(self.runs_dir, cell.name, wall0)
+                run_dir = new_run(self.runs_dir, cell.name, before)
                 rec = certificate.cell_from_run(run_dir, sink=cell.sink, workload=cell.workload,
                                                 package=cell.package, seed=cell.seed, expect=cell.expect,
                                                 exit_code=code, elapsed_s=round(time.monotonic() - t0, 1),

@@ -115,7 +115,8 @@ class Upgrade:
         ready = None
         deadline = time.monotonic() + self.restart_wait_s
         while time.monotonic() < deadline and not ctx.stop.wait(0.5):
-            for e in sink_events(ctx.control.parent, killed_at):
+            events = sink_events(ctx.control.parent, killed_at)  # one read of sink.jsonl per poll
+            for e in events:
                 if e.get("batch") == batch and e["event"] in ("commit", "skip") \
                         and e.get("incarnation") != held.get("incarnation"):
                     replay.setdefault(e["partition"], e["event"])
@@ -125,8 +126,7 @@ class Upgrade:
                 except (FileNotFoundError, ValueError):
                     ready = None
             # every sink partition of the replay done, or the pipeline moved on past it
-            if len(replay) >= pool or any(e["event"] == "commit" and e.get("batch", -1) > batch
-                                          for e in sink_events(ctx.control.parent, killed_at)):
+            if len(replay) >= pool or any(e["event"] == "commit" and e.get("batch", -1) > batch for e in events):
                 break
         ev["replay"] = {str(k): v for k, v in sorted(replay.items())}
         ev["restarted_with"] = ready and {k: ready.get(k) for k in ("incarnation", "min_partitions", "max_offsets")}
