@@ -10,6 +10,10 @@ transaction is committed) when our function returns, and Spark has not written `
 ``{"batch": N, "pid": ...}``), removes the armed file, and holds the batch for up to ``hold_s`` seconds so the nemesis can
 SIGKILL it there. If nobody kills it, it writes ``.missed`` and carries on, and the nemesis reports the
 fault as not taken.
+
+Graceful stop (``upgrade:graceful``): when ``driver-stop.json`` names the running driver incarnation,
+``pipeline.job.await_query`` calls ``query.stop()`` and records it in ``driver-stopped.json``; the
+driver process then exits (code 0) and its supervisor restarts it from the same checkpoint.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ ZOMBIE_RELEASE = "zombie.release"      # the nemesis lets every waiting zombie g
 ZOMBIE_PIDS = "zombie.pids"            # one pid per line: what heal() kills if a zombie is still alive
 ZOMBIE_STAGES = ("preinit", "precommit")
 DRIVER_OVERRIDES = "driver-overrides.json"  # source options a restarted driver starts with (nemesis/upgrade.py)
+DRIVER_STOP = "driver-stop.json"        # {"incarnation": n}: that driver incarnation stops its query (query.stop())
+DRIVER_STOPPED = "driver-stopped.json"  # what the driver did about it: {"incarnation", "stage", "stop_s", ...}
 READY = "driver.ready"
 APPS = "driver.apps.jsonl"
 
@@ -77,10 +83,59 @@ class ControlDir:
         except FileNotFoundError:
             pass
 
+    def stop_requested(self, incarnation: str | int) -> bool:
+        """True when ``<control>/driver-stop.json`` exists and names driver incarnation ``incarnation``
+        (``{"incarnation": n}``, written by the ``upgrade:graceful`` fault). A request naming another
+        incarnation (an earlier driver's, left behind) is not this driver's; a torn or missing file, or no
+        control directory, is no request."""
+        if self.path is None:
+            return False
+        req = read_control(self.path, DRIVER_STOP)
+        return req is not None and str(req.get("incarnation")) == str(incarnation)
+
+    def mark_stopped(self, incarnation: str | int, **info) -> None:
+        """Write ``<control>/driver-stopped.json`` atomically (a temporary file, then ``os.replace``):
+        ``{"incarnation", "pid", "time" (epoch s), **info}``; ``pipeline.job.await_query`` writes it with
+        ``stage="stopping"`` before ``query.stop()`` and ``stage="stopped"`` (``stop_s``, ``error``) after."""
+        if self.path is None:
+            return
+        self._write(DRIVER_STOPPED, {"incarnation": str(incarnation), "pid": os.getpid(), "time": time.time(),
+                                     **info})
+
     def _write(self, name: str, obj: dict) -> None:
-        tmp = self.path / (name + ".tmp")
-        tmp.write_text(json.dumps(obj))
-        os.replace(tmp, self.path / name)
+        write_control(self.path, name, obj)
+
+
+def write_control(control_dir: str | os.PathLike, name: str, obj) -> None:
+    """Write ``obj`` as JSON to ``<control_dir>/<name>`` atomically (``<name>.tmp``, then ``os.replace``):
+    a reader polling the file sees the old content or the new, never a torn one."""
+    d = Path(control_dir)
+    tmp = d / (name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, d / name)
+
+
+def read_control(control_dir: str | os.PathLike, name: str) -> dict | None:
+    """The JSON object in ``<control_dir>/<name>``, or ``None`` when the file is missing, torn or not an
+    object."""
+    try:
+        v = json.loads((Path(control_dir) / name).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def release_holds(control_dir: str | os.PathLike) -> int:
+    """Let every task parked by a claimed pre-commit hold go on at once (``precommit_delay`` waits only
+    while its ``precommit-hold-ms.claimed-*`` file exists) and withdraw an unclaimed hold. Returns the
+    number of claimed holds released."""
+    d = Path(control_dir)
+    (d / PRECOMMIT_HOLD).unlink(missing_ok=True)
+    n = 0
+    for f in d.glob(f"{PRECOMMIT_HOLD}.claimed-*"):
+        f.unlink(missing_ok=True)
+        n += 1
+    return n
 
 
 def _read_ms(path: Path) -> int:
@@ -122,8 +177,9 @@ def precommit_delay(control_dir: str, where: dict, log) -> int:
     Sleeps ``<control>/precommit-delay-ms`` ms if that file exists. If ``precommit-hold-ms`` exists, the
     first task to claim it (an atomic rename) holds its open transaction that long instead — long enough,
     when the nemesis asks, to outlive ``transaction.timeout.ms``, or to be killed while it holds it
-    (``kill-executor``, which names the sink partition that may claim it). ``log(**fields)`` records a hold.
-    Returns the milliseconds slept.
+    (``kill-executor``, which names the sink partition that may claim it) — or until the nemesis releases
+    it (:func:`release_holds` deletes the claimed file). ``log(**fields)`` records a hold.
+    Returns the milliseconds of the hold asked for (or of the delay slept).
     """
     if not control_dir:
         return 0
@@ -135,7 +191,10 @@ def precommit_delay(control_dir: str, where: dict, log) -> int:
             os.rename(d / PRECOMMIT_HOLD, claimed)
             hold = _hold_ms(claimed)
             log(hold_ms=hold, **where)
-            time.sleep(hold / 1000)
+            deadline = time.monotonic() + hold / 1000
+            while claimed.exists() and (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(0.05, left))
+            claimed.unlink(missing_ok=True)
             return hold
     except FileNotFoundError:
         pass
@@ -195,8 +254,4 @@ def driver_overrides(control_dir: str | os.PathLike | None) -> dict:
     "max_offsets": int}``, each optional. ``{}`` when there is none or it is not a JSON object."""
     if not control_dir:
         return {}
-    try:
-        v = json.loads((Path(control_dir) / DRIVER_OVERRIDES).read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return v if isinstance(v, dict) else {}
+    return read_control(control_dir, DRIVER_OVERRIDES) or {}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -103,7 +104,15 @@ variable ``ONCEPROOF_SPARK_JAVA_OPTS`` replaces these options, and set to an emp
 the JVM's defaults (for a throughput benchmark)."""
 
 
+STOP_TIMEOUT_S = 60
+"""``spark.sql.streaming.stopTimeout``: how long ``query.stop()`` waits for the query's micro-batch
+thread to end (Spark cancels the running batch's jobs and interrupts the thread, then waits; the default
+0 waits for ever). Past it ``stop()`` raises and :func:`await_query` records the error."""
+
+
 def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] | None = None):
+    """The driver's SparkSession on ``args.master`` (``partitions`` shuffle partitions), with ``conf``
+    (the workload's and the sink's settings) on top of the harness's defaults."""
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.appName(f"onceproof-{args.sink}").master(args.master)
@@ -113,6 +122,7 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
          .config("spark.task.maxFailures", "8")
          .config("spark.sql.shuffle.partitions", str(partitions))
          .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+         .config("spark.sql.streaming.stopTimeout", str(STOP_TIMEOUT_S * 1000))
          .config("spark.network.timeout", "60s")
          .config("spark.executor.heartbeatInterval", "5s")
          .config("spark.deploy.maxExecutorRetries", "1000")
@@ -143,6 +153,35 @@ def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, incarnation: 
     (out.write.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
      .option("topic", args.output_topic).option("kafka.acks", "all").save())
     control.after_sink_commit(batch_id)
+
+
+def await_query(query, control: hooks.ControlDir, incarnation: str, poll_s: float = 1.0) -> int:
+    """Wait for ``query`` (a started ``StreamingQuery``) to end, or stop it when the harness asks.
+
+    Every ``poll_s`` seconds (``query.awaitTermination(poll_s)``) it looks for a stop request naming this
+    driver incarnation (:meth:`hooks.ControlDir.stop_requested`, ``<control>/driver-stop.json``, written
+    by ``upgrade:graceful``). On one it writes ``driver-stopped.json`` with ``stage="stopping"``, calls
+    ``query.stop()`` (which cancels the running micro-batch and waits up to :data:`STOP_TIMEOUT_S` for
+    its thread) and writes ``driver-stopped.json`` again: ``stage="stopped"``, ``stop_s`` (seconds
+    ``stop()`` took), ``error`` (``None``, or what ``stop()`` raised).
+
+    Returns the process's exit code: 0 when the query ended on its own or was stopped, 1 when
+    ``stop()`` raised. Either way the driver exits and its supervisor restarts it from the checkpoint.
+    Raises what ``awaitTermination`` raises for a query that failed (``StreamingQueryException``).
+    """
+    while not query.awaitTermination(poll_s):
+        if not control.stop_requested(incarnation):
+            continue
+        control.mark_stopped(incarnation, stage="stopping")
+        t0, error = time.monotonic(), None
+        try:
+            query.stop()
+        except Exception as e:  # noqa: BLE001 - recorded for the harness; the process exits either way
+            error = f"{type(e).__name__}: {e}"
+        control.mark_stopped(incarnation, stage="stopped", stop_s=round(time.monotonic() - t0, 3), error=error)
+        print(f"query stopped on request ({'ok' if error is None else error})", flush=True)
+        return 0 if error is None else 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,11 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     control.mark_ready({"query_id": str(query.id), "run_id": str(query.runId), "sink": args.sink,
                         "app_id": spark.sparkContext.applicationId, "sink_id": sink_id,
                         "incarnation": incarnation, "pool_size": pool, "overrides": overrides,
-                        "max_offsets": max_offsets, "min_partitions": min_partitions})
+                        "max_offsets": max_offsets, "min_partitions": min_partitions,
+                        "pyspark": spark.version})
     print(f"query {query.id} started, sink={args.sink}, sink_id={sink_id}, incarnation={incarnation}, "
           f"pool={pool}", flush=True)
-    query.awaitTermination()
-    return 0
+    return await_query(query, control, incarnation)
 
 
 if __name__ == "__main__":
