@@ -246,6 +246,15 @@ class SparkApp(Protocol):
     def restarts(self) -> int:
         """How many times the driver died and was restarted."""
 
+    def set_runtime(self, version: str | None) -> str:
+        """Choose the PySpark the *next* driver start runs (the running driver is left alone; it changes
+        when the driver next dies or stops): ``"previous"`` = the previous minor release, in an
+        environment the backend builds once and caches (``backends/local/runtimes.py``; the first call
+        can take a minute), ``None`` = the harness's own. Returns that version (e.g. ``"4.2.1"``).
+
+        Raises: ``BackendError`` naming the fix when the runtime cannot be built, or when this backend has
+        no second runtime."""
+
     def executors(self) -> list[Executor]:
         """The current driver's live executors."""
 

@@ -1,4 +1,5 @@
-"""Go binaries the backends build once from their modules (toxiproxy's server, the Compose v2 plugin).
+"""Go binaries the backends build once from their modules (toxiproxy's server, the Compose v2 plugin);
+:func:`built_once` also builds the second PySpark runtime (``backends/local/runtimes.py``).
 
 The pattern both need: a binary in ``<cache>/<name>-<version>/`` that is reused while its ``.complete``
 stamp exists; otherwise a build into a ``.partial`` sibling under a file lock (several processes may ask

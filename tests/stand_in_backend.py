@@ -150,13 +150,20 @@ class StandInNetwork(_OnlyTheProtocol):
 
 
 class StandInSpark(_OnlyTheProtocol):
-    __slots__ = ("calls", "_driver", "_checkpoint", "_executors")
+    """``runtimes``: what :meth:`set_runtime` answers (``None`` = the own version, ``"previous"``); a value
+    that is an exception is raised instead (a runtime that cannot be built)."""
+
+    __slots__ = ("calls", "_driver", "_checkpoint", "_executors", "runtimes", "runtime")
+
+    OWN, PREVIOUS = "4.3.0-stand-in", "4.2.1-stand-in"
 
     def __init__(self, checkpoint: Path, driver: int | None = 4242):
         self.calls: list[tuple] = []
         self._driver = driver
         self._checkpoint = checkpoint
         self._executors = [Executor("0", 5000), Executor("1", 5001)]
+        self.runtimes: dict = {None: self.OWN, "previous": self.PREVIOUS}
+        self.runtime = self.OWN  # what the next driver start would run
 
     checkpoint = property(lambda self: self._checkpoint)
     driver_pid = property(lambda self: self._driver)
@@ -178,8 +185,20 @@ class StandInSpark(_OnlyTheProtocol):
         self._driver = None
         return True
 
+    def next_driver(self, pid: int) -> None:
+        """Not protocol: what the supervisor does for a test's stand-in pipeline (a new driver ``pid``)."""
+        self._driver = pid
+
     def restarts(self) -> int:
         return 0
+
+    def set_runtime(self, version: str | None) -> str:
+        self.calls.append(("set_runtime", version))
+        got = self.runtimes[version]
+        if isinstance(got, BaseException):
+            raise got
+        self.runtime = got
+        return got
 
     def freeze_driver(self, pid: int) -> bool:
         self.calls.append(("freeze_driver", pid))

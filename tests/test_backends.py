@@ -90,6 +90,7 @@ def _members(proto: type) -> set[str]:
 @pytest.mark.parametrize("proto,impl", [
     ("Cluster", "backends.local.kafka:KafkaCluster"),
     ("SparkApp", "backends.local.spark:LocalSpark"),
+    ("SparkApp", "backends.docker.spark:DockerSpark"),
     ("FaultNetwork", "backends.local.faultproxy:ProxyNetwork"),
     ("Backend", "backends.local.backend:LocalBackend"),
     ("Cluster", "tests.stand_in_backend:StandInCluster"),

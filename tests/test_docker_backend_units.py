@@ -258,3 +258,15 @@ def test_the_compose_cli_is_the_plugin_then_v1_then_none(tmp_path, monkeypatch, 
     assert (None if got is None else [Path(got[0]).name, *got[1:]]) == want
     monkeypatch.setenv(COMPOSE_ENV, "docker-compose --verbose")  # the override wins, whatever answers
     assert compose_command() == ["docker-compose", "--verbose"]
+
+
+def test_the_docker_backend_has_no_second_pyspark_runtime_and_says_so():
+    from backends.base import BackendError
+    from backends.docker.spark import DockerSpark
+
+    app = object.__new__(DockerSpark)  # no engine: set_runtime needs only the image
+    app.image = "onceproof/spark:4.3.0"
+    assert app.set_runtime(None) == "4.3.0"
+    with pytest.raises(BackendError, match="Docker backend has no second PySpark runtime.*local backend"):
+        app.set_runtime("previous")
+    assert not can_perform(CAPABILITIES, "upgrade:pyspark")

@@ -184,6 +184,15 @@ class DockerSpark(LocalSpark):
             if c is not None:
                 self.site.remove(c)
 
+    def set_runtime(self, version: str | None) -> str:
+        """Only the image's own PySpark: ``None`` returns its version; any other raises ``BackendError``
+        (the Docker backend has no second runtime: its driver runs in the ``onceproof/spark`` image, one
+        PySpark per image; ``upgrade:pyspark`` is for the local backend)."""
+        if version is None:
+            return self.image.rpartition(":")[2]
+        raise BackendError(f"the Docker backend has no second PySpark runtime (asked for {version!r}): its driver "
+                           f"runs the one PySpark of {self.image}; run upgrade:pyspark on the local backend")
+
     def kill_driver(self, pid: int) -> bool:
         """``docker kill`` the driver container whose main process is ``pid``; True when ``pid`` is gone.
         The supervisor starts the next incarnation."""

@@ -90,14 +90,15 @@ def kafka_classpath() -> Classpath:
     return _resolve("kafka", kafka_version(), DEPS / "kafka" / "pom.xml")
 
 
-def spark_kafka_classpath() -> Classpath:
-    """Spark's Kafka connector jars, minus artifacts the PySpark wheel already ships.
+def spark_kafka_classpath(pyspark_jars: Path | None = None) -> Classpath:
+    """Spark's Kafka connector jars, minus artifacts the PySpark wheel already ships (the one whose
+    ``pyspark/jars`` is ``pyspark_jars``; default: this interpreter's).
 
     Raises: ``ResolveError``.
     """
     pom = DEPS / "spark-kafka" / "pom.xml"
     cp = _resolve("spark-sql-kafka", _pom_property(pom, "spark.kafka.version"), pom)
-    shipped = {_artifact(j.name) for j in pyspark_jars_dir().glob("*.jar")}
+    shipped = {_artifact(j.name) for j in (pyspark_jars or pyspark_jars_dir()).glob("*.jar")}
     keep = tuple(j for j in cp.jars if _artifact(j.name) not in shipped)
     return Classpath(cp.name, cp.version, keep)
 

@@ -12,12 +12,13 @@ Logs: ``driver-<n>.log`` per driver incarnation in ``log_dir``; each executor's 
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import psutil
 
 from backends.base import Executor, PipelineArgs
-from backends.local import processes
+from backends.local import jars, processes, runtimes
 from backends.local.supervisor import (EXECUTOR_MAIN, DriverSupervisor, checkpoint_ready, collect_executor_logs,
                                        driver_argv, executor_id, read_ready)
 from pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
@@ -36,6 +37,7 @@ class LocalSpark:
                 "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
             if pipeline.command else {}
         self.sup = DriverSupervisor(driver_argv(pipeline), log_dir, executor_dir=self.executor_dir, **user)
+        self.pyspark_dirs = [jars.pyspark_jars_dir().parent]  # every runtime's: where executor logs land
 
     @property
     def checkpoint(self) -> Path:
@@ -56,11 +58,13 @@ class LocalSpark:
 
     def stop(self) -> None:
         """Stop the driver's process group (≤ 15 s for the supervision thread, then SIGKILL), then keep
-        each executor's logs and drop its work directory."""
+        each executor's logs and drop its work directory, and remove a second runtime's half-built
+        environment that no build is writing (one a killed harness left)."""
         try:
             self.sup.stop()
         finally:
-            collect_executor_logs(self.pipeline.control, self.executor_dir, self.sup.app_ids)
+            collect_executor_logs(self.pipeline.control, self.executor_dir, self.sup.app_ids, self.pyspark_dirs)
+            runtimes.discard_partial()
 
     def kill_now(self) -> None:
         self.sup.kill_now()
@@ -79,6 +83,27 @@ class LocalSpark:
 
     def restarts(self) -> int:
         return self.sup.restarts()
+
+    def set_runtime(self, version: str | None) -> str:
+        """The next driver start runs PySpark ``version``: ``"previous"`` (the cached previous minor,
+        :func:`runtimes.previous_version`, built on first use: ~40 s cold), an explicit version
+        (``"4.2.1"``), or ``None`` (this interpreter's). The supervisor gets the runtime's interpreter
+        for the driver and its Python workers, and the connector's jars minus what that PySpark ships;
+        a ``--pipeline-cmd`` pipeline gets it through its ``{python}`` placeholder.
+
+        Returns the version. Raises: ``runtimes.RuntimeBuildError`` (a ``BackendError``) naming the fix.
+        """
+        if version is None:
+            import pyspark
+
+            python, pyspark_dir, ver = sys.executable, jars.pyspark_jars_dir().parent, pyspark.__version__
+        else:
+            rt = runtimes.ensure(runtimes.previous_version() if version == "previous" else version)
+            python, pyspark_dir, ver = str(rt.python), rt.pyspark_dir, rt.version
+        self.sup.use_runtime(driver_argv(self.pipeline, python, pyspark_dir / "jars"), python)
+        if pyspark_dir not in self.pyspark_dirs:
+            self.pyspark_dirs.append(pyspark_dir)
+        return ver
 
     def executors(self) -> list[Executor]:
         """Live executor JVMs of the current driver."""

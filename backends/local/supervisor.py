@@ -25,9 +25,10 @@ EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 APP_POLL_S = 2.0
 
 
-def driver_env(executor_dir: Path | None = None) -> dict[str, str]:
-    """Environment for the driver: loopback only, this interpreter for Python workers, executor logs
-    (the local-cluster workers' work dirs) under ``executor_dir``."""
+def driver_env(executor_dir: Path | None = None, python: str | None = None) -> dict[str, str]:
+    """Environment for the driver: loopback only, ``python`` (default: this interpreter) for the driver
+    and its Python workers, executor logs (the local-cluster workers' work dirs) under ``executor_dir``."""
+    python = python or sys.executable
     env = dict(os.environ)
     if executor_dir is not None:
         executor_dir.mkdir(parents=True, exist_ok=True)
@@ -35,8 +36,8 @@ def driver_env(executor_dir: Path | None = None) -> dict[str, str]:
     env.update({
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_HOSTNAME": "localhost",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": python,
         "PYTHONUNBUFFERED": "1",
     })
     env.pop("SPARK_HOME", None)  # the pip-installed pyspark finds its own
@@ -45,11 +46,15 @@ def driver_env(executor_dir: Path | None = None) -> dict[str, str]:
 
 @dataclass
 class DriverSupervisor:
-    """Keeps one driver process alive until :meth:`stop`.
+    """Keeps one driver process alive until :meth:`stop`: whenever the driver exits — killed, crashed,
+    or stopped on request with exit code 0 (``upgrade:graceful``) — the next incarnation starts after
+    ``restart_delay_s``, unless :meth:`stop` was called.
 
     Attributes:
         argv: the driver's whole command line (:func:`driver_argv`: the bundled pipeline or a user's ``--pipeline-cmd``
-            expanded), the same for every incarnation.
+            expanded), the same for every incarnation until :meth:`use_runtime` changes it.
+        python: the interpreter of the driver's Python workers (``PYSPARK_PYTHON``), the one ``argv``
+            runs: this interpreter, or a cached second PySpark runtime (``backends/local/runtimes.py``).
         log_dir: ``driver-<n>.log`` per incarnation goes here.
         cwd: the driver's working directory (default ``log_dir``).
         env: extra environment variables for the driver.
@@ -65,6 +70,7 @@ class DriverSupervisor:
     argv: list[str]
     log_dir: Path
     executor_dir: Path | None = None
+    python: str = field(default_factory=lambda: sys.executable)
     cwd: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     watch_apps: bool = False
@@ -89,16 +95,24 @@ class DriverSupervisor:
             p = self._proc
             return p.pid if p is not None and p.poll() is None else None
 
+    def use_runtime(self, argv: list[str], python: str) -> None:
+        """Start every later incarnation with ``argv`` and ``python`` (the running one is left alone: it
+        changes at its next restart, after a crash, a kill or a stop)."""
+        with self._lock:
+            self.argv, self.python = list(argv), python
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.incarnations += 1
             log = self.log_dir / f"driver-{self.incarnations}.log"
-            env = driver_env(self.executor_dir)
+            with self._lock:
+                argv, python = list(self.argv), self.python
+            env = driver_env(self.executor_dir, python)
             # the sink keys its attempts by (incarnation, batch, partition, attempt): Spark restarts
             # attempt numbers at 0 in every new driver
             env["ONCEPROOF_DRIVER_INCARNATION"] = str(self.incarnations)
             env.update(self.env)
-            proc = processes.spawn(list(self.argv), log_path=log, env=env, cwd=self.cwd or self.log_dir)
+            proc = processes.spawn(argv, log_path=log, env=env, cwd=self.cwd or self.log_dir)
             with self._lock:
                 self._proc = proc
             self.events.append((time.time(), "start", proc.pid, None))
@@ -177,27 +191,32 @@ def app_id(proc: psutil.Process) -> str:
     return _arg(proc, "--app-id")
 
 
-def connector_jars() -> str:
+def connector_jars(pyspark_jars: Path | None = None) -> str:
     """The Spark Kafka connector's classpath, comma-separated for ``spark.jars`` (resolved by Maven on
-    first use, :mod:`backends.local.jars`)."""
-    return ",".join(str(j) for j in jars.spark_kafka_classpath().jars)
+    first use, :mod:`backends.local.jars`), minus what the PySpark in ``pyspark_jars`` (default: this
+    interpreter's ``pyspark/jars``) ships."""
+    return ",".join(str(j) for j in jars.spark_kafka_classpath(pyspark_jars).jars)
 
 
-def driver_argv(pipeline: PipelineArgs) -> list[str]:
+def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars: Path | None = None) -> list[str]:
     """The driver's command line: ``python -m pipeline.job`` with the pipeline's options (see
     ``pipeline/job.py --help``) and the connector's jars; or, for a user's pipeline
-    (``pipeline.command``), that command with its placeholders filled (``backends/user_pipeline.py``)."""
+    (``pipeline.command``), that command with its placeholders filled (``backends/user_pipeline.py``).
+    ``python`` (default: this interpreter) and ``pyspark_jars`` (its ``pyspark/jars``) name a second
+    PySpark runtime (:mod:`backends.local.runtimes`)."""
+    python = python or sys.executable
     if pipeline.command:
         from backends.user_pipeline import PipelineCommand
 
         return PipelineCommand.parse(pipeline.command).argv(
-            {"python": sys.executable, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
+            {"python": python, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
              "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
-             "master": pipeline.master, "jars": connector_jars()})
-    return [sys.executable, "-m", "pipeline.job", *pipeline.argv(), "--jars", connector_jars()]
+             "master": pipeline.master, "jars": connector_jars(pyspark_jars)})
+    return [python, "-m", "pipeline.job", *pipeline.argv(), "--jars", connector_jars(pyspark_jars)]
 
 
-def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozenset[str] = frozenset()) -> int:
+def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozenset[str] = frozenset(),
+                          pyspark_dirs: list[Path] | None = None) -> int:
     """Keep each incarnation's executor *logs* and drop the rest of its work directory.
 
     ``local-cluster`` workers write each application's executor directories under
@@ -206,8 +225,10 @@ def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozens
     logs belong in a run (``dest/<app-id>/<executor-id>/stderr``); the whole application directory is
     then removed, so nothing accumulates inside the virtualenv. The applications: those the bundled
     pipeline announced in ``control/driver.apps.jsonl``, and ``app_ids`` (seen on the executors' command
-    lines, :attr:`DriverSupervisor.app_ids`). Returns the number of applications collected. Never
-    raises for a missing or half-written directory.
+    lines, :attr:`DriverSupervisor.app_ids`). ``pyspark_dirs``: the ``pyspark`` package directories
+    whose ``work/`` to look in (default: this interpreter's; a second runtime's workers write under its
+    own). Returns the number of applications collected. Never raises for a missing or half-written
+    directory.
     """
     import shutil
 
@@ -220,11 +241,11 @@ def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozens
                 continue
     except FileNotFoundError:
         pass
-    work = jars.pyspark_jars_dir().parent / "work"
+    works = [d / "work" for d in (pyspark_dirs or [jars.pyspark_jars_dir().parent])]
     n = 0
     for app in sorted(apps):
-        src = work / app
-        if not src.is_dir():
+        src = next((w / app for w in works if (w / app).is_dir()), None)
+        if src is None:
             continue
         for f in src.glob("*/*"):
             if f.is_file() and f.name in ("stdout", "stderr"):
