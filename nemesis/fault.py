@@ -87,6 +87,29 @@ def sink_events(run_dir: Path, since: float) -> list[dict]:
     return [e for e in read_sink(run_dir, problems=[]) if e.get("time", 0) >= since]
 
 
+def park_task(ctx: NemesisContext, partition: int, ms: int, wait_s: float) -> dict | None:
+    """Park the next sink task of sink partition ``partition`` in the pre-commit hook for up to ``ms``
+    ms (``<control>/precommit-hold-ms`` = ``{"ms", "partition"}``, ``pipeline.hooks.precommit_delay``)
+    and wait up to ``wait_s`` seconds for it to claim the hold. Returns the task's ``hold`` event from
+    ``sink.jsonl`` (``batch``, ``partition``, ``attempt``, ``incarnation``, ``pid``, ``time``, ...), or
+    ``None`` with the hold withdrawn when no task came (or the run is stopping)."""
+    import time
+
+    from pipeline import hooks
+
+    t0 = time.time()
+    hooks.write_control(ctx.control, hooks.PRECOMMIT_HOLD, {"ms": ms, "partition": partition})
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not ctx.stop.is_set():
+        held = next((e for e in sink_events(ctx.control.parent, t0)
+                     if e["event"] == "hold" and e.get("partition") == partition), None)
+        if held is not None:
+            return held
+        ctx.stop.wait(0.1)
+    (ctx.control / hooks.PRECOMMIT_HOLD).unlink(missing_ok=True)
+    return None
+
+
 def hold(ctx: NemesisContext, seconds: float) -> float:
     """Sleep ``seconds`` unless the run is stopping; returns the seconds actually held."""
     import time

@@ -18,12 +18,11 @@ reports a task lost on it (``ExecutorLostFailure``).
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import time
 
-from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
+from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
 from pipeline import hooks, sinks
 
 
@@ -59,16 +58,7 @@ class KillExecutor:
         part = rng.randrange(partitions)
         if ctx.sink_capabilities is not None and not ctx.sink_capabilities & {sinks.PRECOMMIT_HOOK, sinks.WRITE_HOLD}:
             return self._random_victim(ctx, rng, part)  # no task will announce itself: do not wait for one
-        t0 = time.time()
-        (ctx.control / (hooks.PRECOMMIT_HOLD + ".tmp")).write_text(json.dumps({"ms": self.hold_ms, "partition": part}))
-        (ctx.control / (hooks.PRECOMMIT_HOLD + ".tmp")).replace(ctx.control / hooks.PRECOMMIT_HOLD)
-        held = None
-        deadline = time.monotonic() + self.wait_for_task_s
-        while held is None and time.monotonic() < deadline and not ctx.stop.is_set():
-            held = next((e for e in sink_events(ctx.control.parent, t0) if e["event"] == "hold" and e.get("partition") == part),
-                        None)
-            if held is None:
-                time.sleep(0.1)
+        held = park_task(ctx, part, self.hold_ms, self.wait_for_task_s)
         if held is None:
             self.heal(ctx)
             if ctx.stop.is_set():

@@ -5,7 +5,8 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
 * ``pause`` – brokers paused (SIGSTOP) and resumed;
 * ``network`` – partitions and slow links (toxiproxy);
 * ``commit`` – the commit window and every commit-delay target;
-* ``upgrade`` – a driver restarted mid-batch into a changed configuration;
+* ``upgrade`` – a driver stopped mid-batch (killed, or ``query.stop()``) and restarted from its checkpoint
+  into a changed configuration or the previous PySpark;
 * ``all`` – every fault of every package.
 
 Pure data over ``nemesis/catalog.py``'s names.
@@ -19,7 +20,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "network": ("partition", "slow-network"),
     "commit": ("kill-driver-in-commit-window", "commit-delay:precommit", "commit-delay:notify",
                "commit-delay:txn-timeout"),
-    "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets"),
+    "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),
 }
 
 
