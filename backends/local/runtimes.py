@@ -25,7 +25,9 @@ The build goes into ``pyspark-<version>.partial`` under a file lock (``backends/
 ``built_once``), is checked (``import pyspark`` must report ``<version>``), renamed into place, and its
 ``.complete`` stamp is written last: a build cut short (an error, a kill, a teardown) is never used, and
 is removed by the next build or by :func:`discard_partial`. Measured on 2 cores: 38 s cold (PyPI ships
-PySpark as a ~400 MB source distribution that pip turns into a wheel), about 7 s from pip's cache.
+PySpark as a ~400 MB source distribution that pip turns into a wheel; 68 s at ``nice 19`` beside a
+running cluster suite), 5-7 s from pip's cache; 486 MB on disk. A local ``SparkSession`` of the built
+4.2.1 runtime reports ``spark.version`` 4.2.1 and runs and stops a streaming query.
 """
 
 from __future__ import annotations
