@@ -28,7 +28,7 @@ Targets:
   exits 0; the supervisor restarts it. The parked task is released as soon as the driver acknowledges
   the request (or after :data:`ACK_S` s), so the stop lands while the batch is in flight. No
   ``stopped`` within ``graceful_wait_s`` (75 s): the driver is SIGKILLed instead and the turn is not
-  exercised.
+  exercised (what happens to a ``--pipeline-cmd`` pipeline, which has no such hook).
 * ``pyspark`` – the restarted driver runs the previous PySpark minor (``SparkApp.set_runtime``: the
   local backend builds and caches it, ``backends/local/runtimes.py``), then the harness's own again on
   the next turn; the driver is SIGKILLed as for ``min-partitions``. If the restarted driver does not
