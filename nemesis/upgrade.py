@@ -125,8 +125,7 @@ class Upgrade:
         pid = ctx.spark.driver_pid
         held = park_task(ctx, part, 60000, self.wait_for_task_s) if pid is not None else None
         if held is None:
-            if runtime is not None:  # nothing happened: the next restart (another fault's) keeps its runtime
-                ctx.spark.set_runtime("previous" if self.previous_runtime else None)
+            self._restore(ctx, runtime)
             why = "no driver running" if pid is None else f"no task of sink partition {part} reached the hook"
             return Outcome(SKIPPED, target, {"reason": why})
         batch, old = held["batch"], held.get("incarnation")
@@ -139,16 +138,14 @@ class Upgrade:
             hooks.write_control(ctx.control, hooks.DRIVER_OVERRIDES, ev["overrides"])
         if runtime is not None:
             ev["runtime"] = runtime
-        restarts = ctx.spark.restarts()
+        restarts, since = ctx.spark.restarts(), time.time()
         if target == "graceful":
-            since = time.time()
             graceful = self._stop(ctx, pid, ev)
         else:
-            since = time.time()
             ev["driver_gone"] = ctx.spark.kill_driver(pid)
             hooks.release_holds(ctx.control)
             if not ev["driver_gone"]:
-                self._rollback(ctx, runtime, pid=None)
+                self._restore(ctx, runtime)
                 return Outcome(NOT_EFFECTIVE, target, {**ev, "reason": "the driver survived SIGKILL"})
         replay, ready, moved_on = self._await_restart(ctx, batch, old, since, pool)
         ev["replay"] = {str(k): v for k, v in sorted(replay.items())}
@@ -252,6 +249,12 @@ class Upgrade:
             if len(replay) >= pool or moved_on:
                 break
         return replay, ready, moved_on
+
+    def _restore(self, ctx: NemesisContext, runtime: dict | None) -> None:
+        """After a ``pyspark`` turn that stopped no driver: the next restart (another fault's) runs what it
+        would have run before the turn."""
+        if runtime is not None:
+            ctx.spark.set_runtime("previous" if self.previous_runtime else None)
 
     def _rollback(self, ctx: NemesisContext, runtime: dict | None, pid: int | None) -> None:
         """Back to the harness's own PySpark after a failed ``pyspark`` turn (nothing to do for the other
