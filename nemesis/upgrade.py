@@ -27,7 +27,8 @@ Targets:
   (``spark.sql.streaming.stopTimeout`` = 60 s) — writes ``driver-stopped.json`` (``stopped``) and
   exits 0; the supervisor restarts it. The parked task is released as soon as the driver acknowledges
   the request (or after :data:`ACK_S` s), so the stop lands while the batch is in flight. No
-  ``stopped`` within ``graceful_wait_s`` (75 s): the driver is SIGKILLed instead and the turn is not
+  ``stopped`` within ``graceful_wait_s`` (75 s), ``stop()`` raising, or a driver process still alive
+  :data:`EXIT_WAIT_S` (30 s) after ``stopped``: the driver is SIGKILLed instead and the turn is not
   exercised (what happens to a ``--pipeline-cmd`` pipeline, which has no such hook).
 * ``pyspark`` – the restarted driver runs the previous PySpark minor (``SparkApp.set_runtime``: the
   local backend builds and caches it, ``backends/local/runtimes.py``), then the harness's own again on
@@ -57,6 +58,7 @@ from pipeline import hooks, sinks
 
 TARGETS = ("min-partitions", "max-offsets", "graceful", "pyspark")
 OPTIONS = {"min-partitions": "min_partitions", "max-offsets": "max_offsets"}  # target → driver.ready key
+EXIT_WAIT_S = 30.0  # for the driver process to exit after its query stopped
 ACK_S = 10.0  # how long a graceful stop request waits for the driver's "stopping" before the task goes on
 FIRST_BUILD_S = 40.0  # the previous PySpark's environment, built on the first pyspark turn (38 s measured)
 EXPECTED_S = {"min-partitions": 40.0, "max-offsets": 40.0, "graceful": 60.0, "pyspark": 60.0 + FIRST_BUILD_S}
@@ -195,7 +197,8 @@ class Upgrade:
     def _stop(self, ctx: NemesisContext, pid: int, ev: dict) -> bool:
         """Ask the running driver incarnation to stop its query, release the parked task once it
         acknowledges (≤ :data:`ACK_S` s), wait ≤ ``graceful_wait_s`` for ``stopped``, withdraw the
-        request; without a clean ``stopped``, SIGKILL the driver instead. Fills ``ev`` (``stop_request``,
+        request, and wait ≤ :data:`EXIT_WAIT_S` for the driver process to exit; without a clean
+        ``stopped`` and exit, SIGKILL the driver instead. Fills ``ev`` (``stop_request``,
         ``graceful_stop``, and ``fallback_kill`` with ``reason`` when it came to that). True when the
         driver stopped through ``query.stop()``."""
         ready = hooks.read_control(ctx.control, hooks.READY) or {}
@@ -218,13 +221,21 @@ class Upgrade:
         (ctx.control / hooks.DRIVER_STOP).unlink(missing_ok=True)
         ev["graceful_stop"] = stopped and {**stopped, "seconds": round(stopped["time"] - asked, 2)}
         if stopped is not None and not stopped.get("error"):
-            return True
-        gone = ctx.spark.kill_driver(pid)
-        ev["fallback_kill"] = {"driver_gone": gone}
-        ev["reason"] = (f"query.stop() failed: {stopped['error']}" if stopped is not None else
-                        f"the driver did not report stopped within {self.graceful_wait_s:.0f} s of the request"
-                        if not ctx.stop.is_set() else "the run ended before the driver reported stopped") \
-            + "; SIGKILLed instead"
+            t1 = time.monotonic()  # the driver process exits after stop(); the supervisor restarts it
+            while ctx.spark.driver_pid == pid and time.monotonic() - t1 < EXIT_WAIT_S and not ctx.stop.wait(0.2):
+                pass
+            if ctx.spark.driver_pid != pid:
+                ev["graceful_stop"]["exit_s"] = round(time.monotonic() - t1, 2)
+                return True
+            why = f"the driver stopped its query but did not exit within {EXIT_WAIT_S:.0f} s"
+        elif stopped is not None:
+            why = f"query.stop() failed: {stopped['error']}"
+        elif ctx.stop.is_set():
+            why = "the run ended before the driver reported stopped"
+        else:
+            why = f"the driver did not report stopped within {self.graceful_wait_s:.0f} s of the request"
+        ev["fallback_kill"] = {"driver_gone": ctx.spark.kill_driver(pid)}
+        ev["reason"] = why + "; SIGKILLed instead"
         return False
 
     def _await_restart(self, ctx: NemesisContext, batch: int, old, since: float,

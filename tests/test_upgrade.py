@@ -276,3 +276,16 @@ def test_expected_durations_and_the_package():
         "upgrade:min-partitions": 40.0, "upgrade:max-offsets": 40.0, "upgrade:graceful": 60.0,
         "upgrade:pyspark": 100.0}
     assert catalog.expected_s("upgrade") == 100.0
+
+
+def test_a_driver_that_stops_its_query_but_does_not_exit_is_killed(pipeline, monkeypatch):
+    from nemesis import upgrade
+
+    monkeypatch.setattr(upgrade, "EXIT_WAIT_S", 0.5)
+    monkeypatch.setattr(StandInSpark, "next_driver", lambda self, pid: None)  # the old driver's process stays
+    ctx, spark, p = pipeline()
+    out = _upgrade("graceful").invoke(ctx, random.Random(1))
+    ev = out.evidence
+    assert out.outcome == EFFECTIVE and not out.exercised, ev
+    assert ev["graceful_stop"]["stage"] == "stopped" and "did not exit" in ev["reason"]
+    assert ("kill_driver", 4242) in spark.calls
