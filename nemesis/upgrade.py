@@ -70,6 +70,9 @@ def _same(a, b) -> bool:
 
 
 class Upgrade:
+    """The ``upgrade`` fault (module docstring): one turn parks a task, stops the driver mid-batch and
+    checks the restarted incarnation; ``target`` fixes the target, ``None`` draws one per turn."""
+
     name = "upgrade"
     target_choices = TARGETS
 
