@@ -53,7 +53,7 @@ soak: setup
 # eos as the control, 3 seeds) and the eos certificate (4 packages × 2 seeds); see README for the time
 certify: setup
 	$(BIN)/onceproof test-all --mutants --test-count 3
-	$(BIN)/onceproof test-all --sink eos --nemesis-package process,network,commit,upgrade --test-count 2
+	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit --test-count 2 --time-limit 60
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
 # Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under
