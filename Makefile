@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit bench soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit bench bench-pipeline bench-overhead soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -43,6 +43,14 @@ unit: setup $(CHROMIUM)
 
 bench: setup
 	$(BIN)/python bench/checker_bench.py
+
+# issue 11: eos vs Spark's own sink at saturation, latency at 300 records/s, the raw Kafka limit (see bench/README.md)
+bench-pipeline: setup
+	$(BIN)/python bench/pipeline_bench.py --json bench/pipeline.json
+
+# issue 11: the default run's wall time − time limit, median of 3 (see bench/README.md)
+bench-overhead: setup
+	$(BIN)/python bench/overhead.py --json bench/overhead.json
 
 # issue 7's acceptance: seeds 1-10 × {eos, at-least-once} under --nemesis all (eos about 8 min a run,
 # at-least-once about 6: about 2 h 15 min)

@@ -1,0 +1,89 @@
+"""The harness's overhead on the default run (issue 11, item 2): wall time − ``--time-limit``, and where it
+goes, over ``--repeat`` runs (median).
+
+Run from the repo root (``make bench-overhead``)::
+
+    .venv/bin/python bench/overhead.py                 # the default `make run`, 3 times: ~7 min
+    .venv/bin/python bench/overhead.py --repeat 1 --json /tmp/o.json
+
+Each repeat is the README's default run (``make run``: ``--sink eos --nemesis
+kill-executor,kill-driver-in-commit-window --time-limit 60 --seed 1``) as a child process, timed from
+outside (wall s, process start to exit). The phases come from the run's ``results.json`` ``timings``
+(the runner times them: ``cluster_start_s`` Kafka up and topics created, ``spark_start_s`` driver start
+to query ready, ``recovery_s``, ``check_s``, ``teardown_s``); ``run_phase_s`` is what is left of
+``total_s``, the workload and nemesis phase (the time limit, plus any extension until every planned fault
+had its turn), and ``other_s`` = wall − ``total_s`` (interpreter and CLI start, report writing).
+
+Target: median overhead ≤ 45 s. Output: a table and, with ``--json``, every repeat and the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUN = ["--sink", "eos", "--nemesis", "kill-executor,kill-driver-in-commit-window", "--time-limit", "60",
+               "--seed", "1"]
+PHASES = ("cluster_start_s", "spark_start_s", "run_phase_s", "recovery_s", "check_s", "teardown_s", "other_s")
+
+
+def one(results: Path, run_args: list[str], time_limit: float) -> dict:
+    """One timed run → ``{"wall_s", "overhead_s", "verdict", <phase>: s}``.
+
+    Raises: ``RuntimeError`` when the run stored no ``results.json``."""
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "run", *run_args, "--results", str(results)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    wall = time.monotonic() - t0
+    done = sorted(results.glob("*/*/results.json"), key=lambda f: f.stat().st_mtime)
+    if not done:
+        raise RuntimeError(f"the run stored no results.json (exit {p.returncode}): {p.stdout[-2000:]}")
+    res = json.loads(done[-1].read_text())
+    t = dict(res.get("timings", {}))
+    fixed = sum(t.get(k, 0.0) for k in ("cluster_start_s", "spark_start_s", "recovery_s", "check_s", "teardown_s"))
+    t["run_phase_s"] = round(t.get("total_s", wall) - fixed, 1)
+    t["other_s"] = round(wall - t.get("total_s", wall), 1)
+    return {"wall_s": round(wall, 1), "overhead_s": round(wall - time_limit, 1), "verdict": res.get("verdict"),
+            "exit": p.returncode, **{k: t.get(k) for k in PHASES}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("run_args", nargs="*", help="the run's options instead of the default run's (after --)")
+    a = ap.parse_args(argv)
+    run_args = a.run_args or DEFAULT_RUN
+    time_limit = float(run_args[run_args.index("--time-limit") + 1]) if "--time-limit" in run_args else 30.0
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
+        for i in range(a.repeat):
+            rd = Path(tmp) / f"r{i}"
+            rd.mkdir()
+            rows.append(one(rd, run_args, time_limit))
+            print(f"repeat {i + 1}/{a.repeat}: {rows[-1]}", flush=True)
+    med = {k: statistics.median(r[k] for r in rows if r.get(k) is not None)
+           for k in ("wall_s", "overhead_s", *PHASES) if any(r.get(k) is not None for r in rows)}
+    print("\n| | " + " | ".join(med) + " |")
+    print("|---" * (len(med) + 1) + "|")
+    for i, r in enumerate(rows):
+        print(f"| run {i + 1} ({r['verdict']}) | " + " | ".join(str(r.get(k)) for k in med) + " |")
+    print("| **median** | " + " | ".join(f"{v:.1f}" for v in med.values()) + " |")
+    print(f"\noverhead (wall − time limit {time_limit:.0f} s), median of {len(rows)}: {med['overhead_s']:.1f} s "
+          f"(target ≤ 45 s: {'met' if med['overhead_s'] <= 45 else 'NOT met'})")
+    if a.json:
+        a.json.write_text(json.dumps({"run": run_args, "repeats": rows, "median": med,
+                                      "load_avg_at_end": os.getloadavg()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

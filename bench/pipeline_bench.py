@@ -1,0 +1,236 @@
+"""Benchmark of the pipeline itself: the eos sink against Spark's own (at-least-once) Kafka sink, the
+steady-state visibility latency, and the machine's physical limit (issue 11, item 1).
+
+Run from the repo root (``make bench-pipeline``)::
+
+    .venv/bin/python bench/pipeline_bench.py --json bench/pipeline.json
+
+Phases, one after another on this machine (each a real ``onceproof run`` with ``--nemesis none``: its own
+KRaft cluster and Spark ``local-cluster``; the run's stored ``output.parquet`` carries, per output
+record, its append time ``timestamp`` and its input record's append time ``in_ts``, both ms):
+
+1. **saturate** ``eos`` and ``at-least-once``: ``--rate`` (default 4,000 records/s) offered for
+   ``--saturate-s`` (60 s) with ``maxOffsetsPerTrigger`` lifted (``--max-offsets`` 1,000,000, so the
+   at-least-once sink is no longer capped at 5,000 per 1 s trigger). Throughput = the median of the
+   per-second output counts over the steady part: from 10 s after the first output record to the last
+   input record (the input backlog is non-empty there when the pipeline is saturated; ``saturated``
+   says whether the backlog grew, i.e. output < offered).
+2. **latency** ``eos`` and ``at-least-once`` at 300 records/s for ``--latency-s`` (90 s): visibility
+   latency = output append time − input append time, over input records appended ≥ ``--warmup-s``
+   (20 s) after the first output record (the start-up backlog is excluded: it measures Spark's start,
+   not the sink); p50/p99/max in seconds.
+3. **raw**: the physical limit: ``onceproof cluster up`` (3 brokers, like a run), one idempotent
+   confluent-kafka producer (acks=all) writes ``--raw-records`` (300,000) 60-byte records to a
+   6-partition topic, and a read_committed consumer reads them back; records/s of each and of the
+   pair (produce + consume time).
+
+Output: a table and, with ``--json FILE``, ``{"eos_over_alo_throughput": r, "phases": {...},
+"latency": {...}, "raw": {...}, "targets": {...}}``. Exit 0 always after a complete measurement (the
+targets are reported, not asserted: a benchmark measures); 1 when a phase's run failed to produce
+output. Why our own script rather than a benchmark framework: each phase is a whole cluster run of
+minutes, timed from the broker's own append timestamps, which no generic timer sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+ONCEPROOF = [sys.executable, "-m", "harness.cli"]
+
+
+def _run(args: list[str], results: Path, name: str, timeout_s: float) -> Path:
+    """One ``onceproof run`` → its run directory (``results/<name>/<timestamp>/``).
+
+    Raises: ``RuntimeError`` when the run crashed (exit 255) or stored no ``output.parquet``."""
+    argv = [*ONCEPROOF, "run", *args, "--nemesis", "none", "--test-name", name, "--results", str(results),
+            "--keep-last", "1"]
+    t0 = time.monotonic()
+    print(f"  $ onceproof {' '.join(argv[3:])}", flush=True)
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    runs = sorted(d for d in (results / name).iterdir() if d.is_dir() and d.name != "latest")
+    if p.returncode == 255 or not runs or not (runs[-1] / "output.parquet").exists():
+        raise RuntimeError(f"{name}: the run failed (exit {p.returncode}): {p.stdout[-2000:]}{p.stderr[-2000:]}")
+    print(f"    exit {p.returncode} in {time.monotonic() - t0:.0f}s → {runs[-1]}", flush=True)
+    return runs[-1]
+
+
+def throughput(out: pd.DataFrame, offered: float) -> dict:
+    """Sustained output records/s of one run's ``output.parquet`` (columns ``timestamp``, ``in_ts``, ms).
+
+    Steady part: whole seconds from 10 s after the first output record to the last input record's second.
+    Returns ``{"records_per_s": median, "p10", "p90", "steady_s", "offered_per_s", "saturated"}``;
+    ``records_per_s`` is NaN when the steady part is shorter than 5 s."""
+    sec = (out["timestamp"] // 1000).astype("int64")
+    start, end = int(sec.min()) + 10, int(out["in_ts"].max() // 1000)
+    counts = sec.value_counts().reindex(range(start, end + 1), fill_value=0)
+    steady = counts.to_numpy()
+    if len(steady) < 5:
+        return {"records_per_s": float("nan"), "steady_s": len(steady), "offered_per_s": offered}
+    med = float(np.median(steady))
+    # backlog at the end of the steady part: input appended by then minus output appended by then
+    backlog = int((out["in_ts"] // 1000 <= end).sum() - (sec <= end).sum())
+    return {"records_per_s": med, "p10": float(np.percentile(steady, 10)), "p90": float(np.percentile(steady, 90)),
+            "steady_s": len(steady), "offered_per_s": offered, "backlog_at_end": backlog,
+            "saturated": bool(med < 0.95 * offered)}
+
+
+def latency(out: pd.DataFrame, warmup_s: float) -> dict:
+    """Visibility latency (output append − input append, s) of input records appended ≥ ``warmup_s``
+    after the first output record. Returns ``{"p50_s", "p99_s", "max_s", "records"}``."""
+    t0 = out["timestamp"].min() + warmup_s * 1000
+    lat = (out.loc[out["in_ts"] >= t0, "timestamp"] - out.loc[out["in_ts"] >= t0, "in_ts"]) / 1000.0
+    if lat.empty:
+        return {"p50_s": float("nan"), "p99_s": float("nan"), "max_s": float("nan"), "records": 0}
+    return {"p50_s": round(float(lat.quantile(0.5)), 3), "p99_s": round(float(lat.quantile(0.99)), 3),
+            "max_s": round(float(lat.max()), 3), "records": int(len(lat))}
+
+
+def _output(run_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(run_dir / "output.parquet", columns=["timestamp", "in_ts"])
+
+
+def raw_limit(records: int, work: Path) -> dict:
+    """The physical limit: produce ``records`` with one idempotent producer (acks=all), then read them
+    back at read_committed, on a fresh ``onceproof cluster up``. Returns records/s of each and the pair."""
+    from confluent_kafka import Consumer, Producer
+
+    from clients import topics
+
+    cdir = work / "raw-cluster"
+    up = subprocess.run([*ONCEPROOF, "cluster", "up", "--dir", str(cdir)], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+    try:
+        if up.returncode != 0:
+            raise RuntimeError(f"cluster up failed: {up.stdout[-1500:]}{up.stderr[-1500:]}")
+        bootstrap = up.stdout.strip().splitlines()[-1].split()[-1]
+        topics.create_topics(bootstrap, {"raw": 6}, replication=3)
+        value = b'{"key":"k1234","seq":123456,"t":1795432879269,"pad":"xx"}'
+        p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                      "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+        t0 = time.monotonic()
+        for i in range(records):
+            while True:
+                try:
+                    p.produce("raw", key=f"k{i % 10000}".encode(), value=value)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            if i % 10000 == 0:
+                p.poll(0)
+        if p.flush(120) != 0:
+            raise RuntimeError("raw produce: records still unacknowledged after 120 s")
+        produce_s = time.monotonic() - t0
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "raw-bench", "isolation.level": "read_committed",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe(["raw"])
+        n, t0 = 0, time.monotonic()
+        deadline = t0 + 300
+        while n < records and time.monotonic() < deadline:
+            n += sum(1 for m in c.consume(10000, 1.0) if m.error() is None)
+        consume_s = time.monotonic() - t0
+        c.close()
+        return {"records": records, "consumed": n, "produce_s": round(produce_s, 2), "consume_s": round(consume_s, 2),
+                "produce_per_s": round(records / produce_s), "consume_per_s": round(n / consume_s),
+                "pair_per_s": round(records / (produce_s + consume_s))}
+    finally:
+        subprocess.run([*ONCEPROOF, "cluster", "down", "--dir", str(cdir)], cwd=ROOT, capture_output=True,
+                       timeout=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, help="write the numbers here")
+    ap.add_argument("--rate", type=float, default=4000.0, help="offered load of the saturate phase, records/s")
+    ap.add_argument("--saturate-s", type=float, default=60.0)
+    ap.add_argument("--latency-s", type=float, default=90.0)
+    ap.add_argument("--warmup-s", type=float, default=20.0)
+    ap.add_argument("--max-offsets", type=int, default=1_000_000, help="maxOffsetsPerTrigger of every phase")
+    ap.add_argument("--raw-records", type=int, default=300_000)
+    ap.add_argument("--sinks", default="eos,at-least-once")
+    ap.add_argument("--phases", default="saturate,latency,raw")
+    a = ap.parse_args(argv)
+    phases = set(a.phases.split(","))
+    sinks = a.sinks.split(",")
+    out: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                             "load_avg_at_start": os.getloadavg()},
+                 "settings": vars(a) | {"json": str(a.json)}, "phases": {}, "latency": {}}
+    with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
+        work = Path(tmp)
+        try:
+            if "saturate" in phases:
+                for s in sinks:
+                    print(f"saturate {s}: {a.rate:.0f} records/s for {a.saturate_s:.0f}s", flush=True)
+                    rd = _run(["--sink", s, "--rate", str(a.rate), "--time-limit", str(a.saturate_s),
+                               "--max-offsets", str(a.max_offsets)], work, f"saturate-{s}", 1800)
+                    out["phases"][s] = throughput(_output(rd), a.rate) | {"sink_init_ms": _init_ms(rd)}
+            if "latency" in phases:
+                for s in sinks:
+                    print(f"latency {s}: 300 records/s for {a.latency_s:.0f}s", flush=True)
+                    rd = _run(["--sink", s, "--rate", "300", "--time-limit", str(a.latency_s),
+                               "--max-offsets", str(a.max_offsets)], work, f"latency-{s}", 1800)
+                    out["latency"][s] = latency(_output(rd), a.warmup_s)
+            if "raw" in phases:
+                print(f"raw: {a.raw_records} records produced and read at read_committed", flush=True)
+                out["raw"] = raw_limit(a.raw_records, work)
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    eos, alo = out["phases"].get("eos", {}), out["phases"].get("at-least-once", {})
+    if eos and alo:
+        out["eos_over_alo_throughput"] = round(eos["records_per_s"] / alo["records_per_s"], 3)
+    out["targets"] = {"eos_over_alo_throughput >= 0.8": out.get("eos_over_alo_throughput", 0) >= 0.8,
+                      "eos p99 <= 5 s at 300/s": out["latency"].get("eos", {}).get("p99_s", 1e9) <= 5.0}
+    _table(out)
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1))
+        print(f"wrote {a.json}")
+    return 0
+
+
+def _init_ms(run_dir: Path) -> float | None:
+    """Median ``init_ms`` of the eos sink's tasks (``sink.jsonl`` ``begin`` events), ms; None for other sinks."""
+    vals = []
+    p = run_dir / "sink.jsonl"
+    if p.exists():
+        for line in p.read_text().splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if "init_ms" in e:
+                vals.append(e["init_ms"])
+    return float(np.median(vals)) if vals else None
+
+
+def _table(out: dict) -> None:
+    print("\n| phase | sink | records/s (median) | p10–p90 | saturated | sink init ms |")
+    print("|---|---|---|---|---|---|")
+    for s, v in out["phases"].items():
+        print(f"| saturate | {s} | {v['records_per_s']:.0f} | {v.get('p10', 0):.0f}–{v.get('p90', 0):.0f} | "
+              f"{v.get('saturated')} | {v.get('sink_init_ms')} |")
+    for s, v in out["latency"].items():
+        print(f"| latency 300/s | {s} | p50 {v['p50_s']} s, p99 {v['p99_s']} s, max {v['max_s']} s "
+              f"({v['records']} records) | | | |")
+    if "raw" in out:
+        r = out["raw"]
+        print(f"| raw | confluent-kafka | produce {r['produce_per_s']}, read_committed {r['consume_per_s']}, "
+              f"pair {r['pair_per_s']} | | | |")
+    if "eos_over_alo_throughput" in out:
+        print(f"\neos / at-least-once throughput: {out['eos_over_alo_throughput']}")
+    print(f"targets: {out['targets']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
