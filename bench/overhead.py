@@ -25,7 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -59,17 +58,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", type=Path, default=ROOT / "results" / "bench-overhead",
+                    help="the runs go under KEEP/<timestamp>/r<N>/ (their logs show where recovery waited)")
     ap.add_argument("run_args", nargs="*", help="the run's options instead of the default run's (after --)")
     a = ap.parse_args(argv)
     run_args = a.run_args or DEFAULT_RUN
     time_limit = float(run_args[run_args.index("--time-limit") + 1]) if "--time-limit" in run_args else 30.0
     rows = []
-    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
-        for i in range(a.repeat):
-            rd = Path(tmp) / f"r{i}"
-            rd.mkdir()
-            rows.append(one(rd, run_args, time_limit))
-            print(f"repeat {i + 1}/{a.repeat}: {rows[-1]}", flush=True)
+    keep = a.keep / time.strftime("%Y%m%dT%H%M%S")
+    print(f"runs kept under {keep}", flush=True)
+    for i in range(a.repeat):
+        rd = keep / f"r{i + 1}"
+        rd.mkdir(parents=True)
+        rows.append(one(rd, run_args, time_limit))
+        print(f"repeat {i + 1}/{a.repeat}: {rows[-1]}", flush=True)
     med = {k: statistics.median(r[k] for r in rows if r.get(k) is not None)
            for k in ("wall_s", "overhead_s", *PHASES) if any(r.get(k) is not None for r in rows)}
     print("\n| | " + " | ".join(med) + " |")
