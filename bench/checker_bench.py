@@ -27,6 +27,14 @@ The checker must find exactly the planted anomalies (lost, duplicates, a reorder
 records, a garbage value, lost writes) or the bench exits non-zero.
 
 Numbers are printed as a table and written to ``bench/results.json`` (``--out``).
+
+``--whole-process`` measures something else: the whole ``checking.check_live`` path (chunked topic
+reads fed with synthetic ``confluent_kafka.Message`` objects instead of Kafka, the history read, the
+snapshots, every check) in a child process per ``--records`` size, reporting its peak RSS and the
+analysis rate (``bench/whole_process.py``; results in ``bench/whole_process.json``)::
+
+    .venv/bin/python bench/checker_bench.py --whole-process --records 2000000,10000000
+    .venv/bin/python bench/checker_bench.py --whole-process --records 2000000 --code-root /path/to/main
 """
 
 from __future__ import annotations
@@ -48,40 +56,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from checkers.exactly_once import check  # noqa: E402
+from store.columns import release_freed_memory  # noqa: E402
+from whole_process import _reset_peak, _status_kb  # noqa: E402  (bench/ is the script's directory)
 
 PROV = ("op.batch", "op.sink_partition", "op.attempt", "op.txn_id", "op.sink")
 
 
 # ----------------------------------------------------------------------------------------------------
 # memory
-
-def _status_kb(field: str) -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
-
-
-def _malloc_trim() -> None:
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
 
 class Phase:
     """Times a block and records its peak RSS (absolute, and above the RSS at entry), in MiB."""
@@ -93,7 +75,7 @@ class Phase:
 
     def __enter__(self):
         gc.collect()
-        _malloc_trim()  # give freed heap pages back, so this phase's peak is its own
+        release_freed_memory()  # give freed heap pages back, so this phase's peak is its own
         if Phase.can_reset is None:
             Phase.can_reset = _reset_peak()
         elif Phase.can_reset:
@@ -399,7 +381,7 @@ def frame_memory(out: pd.DataFrame) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--records", default="10000000", help="records (with --whole-process: sizes, comma-separated)")
     ap.add_argument("--keys", type=int, default=10_000, help="distinct keys (the design's range: 50..10,000)")
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--seed", type=int, default=7)
@@ -416,8 +398,20 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-memory", action="store_true", help="skip the per-dtype frame memory table")
     ap.add_argument("--checker-file", help="benchmark check() from this file instead (e.g. an older "
                     "version: git show REV:checkers/exactly_once.py > /tmp/old.py)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
+    ap.add_argument("--out", default=None, help="default: bench/results.json, or bench/whole_process.json "
+                    "with --whole-process")
+    ap.add_argument("--whole-process", action="store_true",
+                    help="peak RSS and analysis rate of the whole check_live path per --records size "
+                    "(comma-separated), each in a child process (bench/whole_process.py)")
+    ap.add_argument("--code-root", default=str(ROOT), help="--whole-process: the checkout whose harness is "
+                    "measured (e.g. a worktree of main)")
+    ap.add_argument("--rss-limit-mib", type=float, default=6144,
+                    help="--whole-process: kill a child whose RSS passes this (MiB)")
     a = ap.parse_args(argv)
+    if a.whole_process:
+        return whole_process_main(a)
+    a.records = int(a.records)
+    a.out = a.out or str(ROOT / "bench" / "results.json")
     if a.checker_file:
         import importlib.util
         spec = importlib.util.spec_from_file_location("checker_under_test", a.checker_file)
@@ -553,6 +547,28 @@ def bench_decode(a, phases: dict) -> dict:
                 "ratio_cpu": round(whole_cpu / cpu(f"raw_read_{rname}"), 3),
                 "target": 1.3, "meets_target": whole / rs <= 1.3}
     return d
+
+
+def whole_process_main(a) -> int:
+    """``--whole-process``: one child per size (``whole_process.run``); a table and ``--out``. Exit 1 when
+    a child failed (its counts were not the planted ones, it crashed or passed the RSS limit)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import whole_process
+
+    runs = []
+    for n in (int(x) for x in str(a.records).split(",")):
+        print(f"whole process, {n:,} records, code from {a.code_root} ...", flush=True)
+        rep = whole_process.run(n, a.keys, a.partitions, a.seed, a.code_root, a.rss_limit_mib)
+        runs.append(rep)
+        print(f"  exit {rep['exit']}  peak RSS {rep.get('peak_rss_mib')} MiB  (killed at {rep.get('killed_at_mib')})  "
+              f"check_live {rep.get('check_live_seconds')} s  analysis {rep.get('analysis_records_per_s')} records/s  "
+              f"check() {rep.get('check_records_per_s')} records/s", flush=True)
+    out = Path(a.out or ROOT / "bench" / "whole_process.json")
+    out.write_text(json.dumps({"config": {"keys": a.keys, "partitions": a.partitions, "seed": a.seed,
+                                          "code_root": a.code_root, "python": platform.python_version(),
+                                          "cpus": os.cpu_count()}, "runs": runs}, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
+    return 0 if all(r["exit"] == 0 for r in runs) else 1
 
 
 def print_table(res: dict) -> None:

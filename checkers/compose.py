@@ -20,13 +20,15 @@ ANOMALIES = exactly_once.ANOMALIES + ("aborted-read", "stuck", "live-duplicate",
 
 def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None = None,
             uncommitted: pd.DataFrame | None = None, live: pd.DataFrame | None = None,
-            lso: dict[int, int] | None = None, hw: dict[int, int] | None = None) -> dict:
+            lso: dict[int, int] | None = None, hw: dict[int, int] | None = None,
+            aborted_hidden: int | None = None) -> dict:
     """Add ``aborted-read``, ``stuck``, ``live-*`` and the statistics ``aborted_attempts`` (sink attempts
     known aborted), ``commit_unknown_attempts`` / ``commit_unknown_unresolved`` (attempts whose
     ``commit_transaction()`` raised / of those, the ones no marker read proved aborted),
     ``aborted_hidden``, ``live_records`` (distinct output positions the live reader saw),
     ``live_rereads`` (its receptions of an already seen position) and ``visibility_latency_ms`` to
-    ``base`` (the result of ``exactly_once.check``) and recompute its verdict."""
+    ``base`` (the result of ``exactly_once.check``) and recompute its verdict. ``aborted_hidden``, when
+    given, is that statistic already counted (``transactions.hidden_aborted``; ``uncommitted`` unused)."""
     r = dict(base)
     counts, anomalies, stats = dict(r["counts"]), dict(r["anomalies"]), dict(r.get("stats", {}))
     sink_log = sink_log if sink_log is not None else pd.DataFrame()
@@ -42,7 +44,8 @@ def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None =
     cu = outcomes["commit_unknown"].astype(bool)
     stats["commit_unknown_attempts"] = int(cu.sum())
     stats["commit_unknown_unresolved"] = int((cu & (outcomes["outcome"] == "unknown")).sum())
-    stats["aborted_hidden"] = transactions.hidden_aborted(uncommitted, output)
+    stats["aborted_hidden"] = aborted_hidden if aborted_hidden is not None else \
+        transactions.hidden_aborted(uncommitted, output)
     stats["live_records"] = lv["records"]
     stats["live_rereads"] = lv["rereads"]
     stats["visibility_latency_ms"] = lv["latency_ms"]

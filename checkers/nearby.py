@@ -44,10 +44,18 @@ def _time_of(ex: dict, out_ts: dict, in_ts: dict) -> float | None:
 
 
 def _ts_index(frame: pd.DataFrame | None, keys: list[tuple[int, int]]) -> dict:
+    """``{(partition, offset): timestamp}`` of ``frame``'s rows at ``keys`` (the few example records):
+    the rows are narrowed by offset first (a table look-up per row, ``np.isin(kind="table")``, when the
+    wanted offsets span at most 4 per row, else a hash look-up), so only those are copied."""
     if frame is None or frame.empty or "timestamp" not in frame or not keys:
         return {}
     want = pd.DataFrame(keys, columns=["partition", "offset"]).drop_duplicates()
-    f = frame[["partition", "offset", "timestamp"]].astype({"partition": "int64", "offset": "int64"})
+    off, wo = frame["offset"], want["offset"].unique()
+    if isinstance(off.dtype, np.dtype) and off.dtype.kind in "iu" and int(wo.max()) - int(wo.min()) <= 4 * len(off):
+        near = np.isin(off.to_numpy(), wo, kind="table")  # one look-up per row in a table over wo's range
+    else:
+        near = off.isin(wo).to_numpy(dtype=bool)
+    f = frame.loc[near, ["partition", "offset", "timestamp"]].astype({"partition": "int64", "offset": "int64"})
     m = want.merge(f, on=["partition", "offset"], how="inner")
     return {(int(p), int(o)): float(t) for p, o, t in m.itertuples(index=False)}
 

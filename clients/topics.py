@@ -18,6 +18,8 @@ import pandas as pd
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from store.columns import Chunks, release_freed_memory
+
 log = logging.getLogger("onceproof.topics")
 
 
@@ -79,20 +81,49 @@ def end_offsets(bootstrap: str, topic: str, committed: bool) -> dict[int, int]:
 @dataclass
 class TopicRead:
     """A topic read to its end. ``frame`` columns: partition, offset, timestamp (the record's Kafka
-    timestamp, epoch ms), key (str), value (bytes) and one column per header name (str); ``ends`` is the offset each partition was read to."""
+    timestamp, epoch ms), key (str), value (bytes) and one column per header name (str), or what the
+    read's ``decode`` / ``keep`` made of them (:class:`Records`); ``ends`` is the offset each partition
+    was read to."""
 
     frame: pd.DataFrame
     ends: dict[int, int]
     complete: bool
 
 
+READ_CHUNK = 100_000
+"""Messages :class:`Records` holds as Python objects before it turns them into columns. At 100,000 a
+chunk's objects (``Message``, key str, value bytes, header lists: ~0.5 KiB a record) take ~50 MiB,
+whatever the topic's size; the per-chunk pandas/pyarrow overhead is ~1% of the read."""
+
 class Records:
     """The columns :func:`read_topic` builds from the messages librdkafka hands over, up to each
-    partition's end offset. Its own class so that the checker benchmark (``bench/checker_bench.py``)
-    times this very loop on synthetic messages."""
+    partition's end offset. Its own class so that the tests and the checker benchmark
+    (``bench/checker_bench.py``) feed this very loop with synthetic messages.
 
-    def __init__(self, topic: str, with_headers: bool):
+    Memory is bounded by ``chunk``, not by the topic: every ``chunk`` messages (:data:`READ_CHUNK`)
+    the Python objects held so far become one columnar chunk and are dropped. A chunk is the raw frame
+    (:meth:`raw_frame`'s columns), then ``decode(frame)`` when given (e.g. ``decode_values``: the
+    ``value`` bytes → ``key``/``seq``/...), then ``keep(frame)`` when given (to cut columns early:
+    the read_uncommitted output needs only partition and offset), then compact columns
+    (``store.columns.Chunks``: ``category`` for string columns with few distinct values,
+    ``string[pyarrow]`` for the others). :meth:`frame` joins the chunks one column at a time.
+    ``capacity`` (an upper bound on the records, e.g. the sum of the end offsets) lets the columns be
+    written into arrays allocated once (``store.columns.Chunks``), so they are not copied to be joined.
+    Per-record semantics do not change with ``chunk``: a frame read in chunks equals the one built from
+    all messages at once, up to those dtypes (``tests/test_chunked_read.py``)."""
+
+    def __init__(self, topic: str, with_headers: bool, decode=None, keep=None, chunk: int = READ_CHUNK,
+                 capacity: int | None = None):
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1 message, got {chunk}")
         self.topic, self.with_headers = topic, with_headers
+        self.decode, self.keep, self.chunk = decode, keep, chunk
+        # the value's int fields (in_partition, ...) as int32 when they fit; Kafka's own columns as they are
+        self.chunks = Chunks(capacity=capacity, narrow_ints=True, keep_wide=("partition", "offset", "timestamp"))
+        self.count = 0  # records taken so far
+        self._clear()
+
+    def _clear(self) -> None:
         self.parts: list[int] = []
         self.offs: list[int] = []
         self.tss: list[int] = []
@@ -102,7 +133,8 @@ class Records:
 
     def add(self, msgs, ends: dict[int, int], todo: set[int]) -> None:
         """Append ``msgs`` (``confluent_kafka.Message``) below ``ends[partition]``; a partition whose end is
-        reached leaves ``todo``. Raises ``TopicError`` for a message carrying an error other than EOF."""
+        reached leaves ``todo``. Turns what it holds into a chunk once that reaches ``chunk`` messages.
+        Raises ``TopicError`` for a message carrying an error other than EOF."""
         parts, offs, tss, keys, vals, hdrs = self.parts, self.offs, self.tss, self.keys, self.vals, self.hdrs
         with_headers = self.with_headers
         for m in msgs:
@@ -122,10 +154,12 @@ class Records:
                 hdrs.append(m.headers())
             if o + 1 >= ends[p]:
                 todo.discard(p)
+        if len(parts) >= self.chunk:
+            self._flush()
 
-    def frame(self) -> pd.DataFrame:
-        """``partition`` int32, ``offset`` int64, ``timestamp`` int64 (ms), ``key`` str, ``value`` bytes, and
-        the provenance header columns when reading with headers."""
+    def raw_frame(self) -> pd.DataFrame:
+        """The messages held now: ``partition`` int32, ``offset`` int64, ``timestamp`` int64 (ms), ``key``
+        str, ``value`` bytes, and the provenance header columns when reading with headers."""
         frame = pd.DataFrame({"partition": pd.array(self.parts, dtype="int32"),
                               "offset": pd.array(self.offs, dtype="int64"),
                               "timestamp": pd.array(self.tss, dtype="int64"),
@@ -134,13 +168,40 @@ class Records:
             frame = frame.join(_headers_frame(self.hdrs))
         return frame
 
+    def _flush(self, force: bool = False) -> None:
+        if not self.parts and not force:
+            return
+        frame = self.raw_frame()
+        self.count += len(frame)
+        self._clear()  # the Message-derived objects go now, before decoding makes columns
+        if self.decode is not None:
+            frame = self.decode(frame)
+        if self.keep is not None:
+            frame = self.keep(frame)
+        self.chunks.add(frame)
+        del frame
+        release_freed_memory()  # the chunk's objects and decoding temporaries, before the next chunk
+
+    def frame(self) -> pd.DataFrame:
+        """Every record taken, as one frame (the chunks concatenated; an empty topic gives the columns
+        ``decode``/``keep`` make of no rows). The chunks are released as their columns are copied."""
+        if self.parts or not len(self.chunks):
+            self._flush(force=True)
+        out = self.chunks.frame()
+        release_freed_memory()
+        return out
+
 
 def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: float = 120.0,
-               with_headers: bool = True) -> TopicRead:
+               with_headers: bool = True, decode=None, keep=None, chunk: int = READ_CHUNK) -> TopicRead:
     """Read ``topic`` from the beginning up to the end offsets taken at the start of the read
-    (LSO at read_committed, HW otherwise).
+    (LSO at read_committed, HW otherwise), ``chunk`` messages at a time: each chunk goes through
+    ``decode`` and ``keep`` (frame → frame, e.g. :func:`decode_values`, a column cut) into compact
+    columns before the next is read (:class:`Records`), so memory follows the columns kept, not the
+    messages.
 
     ``complete`` is false when the deadline passed before every partition reached its end offset.
+    Raises ``TopicError`` for a message carrying an error (other than end of partition).
     """
     ends = end_offsets(bootstrap, topic, committed)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"onceproof-reader-{time.time_ns()}",
@@ -150,7 +211,9 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
                   "logger": logging.getLogger("onceproof.librdkafka.reader")})
     todo = {p for p, e in ends.items() if e > 0}
     c.assign([TopicPartition(topic, p, 0) for p in ends])
-    records = Records(topic, with_headers)
+    # a partition holds at most its end offset's worth of records: room for them all, untouched until read
+    records = Records(topic, with_headers, decode=decode, keep=keep, chunk=chunk,
+                      capacity=sum(max(e, 0) for e in ends.values()))
     deadline = time.monotonic() + timeout_s
     try:
         while todo and time.monotonic() < deadline:

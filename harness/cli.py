@@ -327,6 +327,12 @@ def check(
     file_read: str = typer.Option("committed", help="a file sink's output read as committed (the files its "
                                                     "_spark_metadata log lists) or listing (every data file: the "
                                                     "mutant reader of a careless downstream job)"),
+    engine: str = typer.Option("pandas", help="what runs the checks: pandas (in this process) or spark (Spark "
+                                              "jobs on --spark-master, for runs too large for one machine; with "
+                                              "RUN_DIR, --bootstrap reads the topics of a run without snapshots)"),
+    spark_master: str = typer.Option("local[2]", help="(--engine spark) the Spark master URL"),
+    spark_conf: list[str] = typer.Option([], help="(--engine spark) a Spark setting KEY=VALUE, e.g. "
+                                                  "spark.driver.memory=8g (repeatable)"),
     json_out: bool = typer.Option(False, "--json", help="print the full result as JSON"),
 ) -> None:
     """Check a stored run offline, or any pipeline's topics live.
@@ -338,10 +344,10 @@ def check(
 
     Exit code: 0 valid, 1 invalid, 2 unknown, 254 usage error, 255 crashed (e.g. a damaged file).
     """
-    from harness import checking
-
     _on_crash("check", None)
-    if (run_dir is None) == (not bootstrap):
+    eng, opts = _engine(engine, spark_master, spark_conf, bootstrap if run_dir is not None else "",
+                        input_topic, output_topic)
+    if (run_dir is None) == (not bootstrap) and not (run_dir is not None and eng.reads_topics_for_run_dir):
         raise _usage("give either RUN_DIR or --bootstrap HOST:PORT (not both)")
     if run_dir is not None:
         if group or settle or workload != "keyed" or file_sink:
@@ -349,8 +355,11 @@ def check(
                          "--group" if group else "--settle" if settle else "--workload" if workload != "keyed"
                          else "--file-sink")
         rd = _require_run_dir(run_dir)
+        why = eng.refusal(rd, workload=workload, file_sink=file_sink, file_read=file_read)
+        if why:
+            raise _usage(why, "--engine")
         _on_crash("check", RunFiles(rd).error_log("check"))
-        result = checking.check_saved(rd, file_read=file_read if file_read != "committed" else None)
+        result = eng.check_saved(rd, file_read=file_read if file_read != "committed" else None, options=opts)
         result["run_dir"] = str(rd)
     else:
         from workloads import registry as workloads
@@ -362,8 +371,12 @@ def check(
         if file_sink is not None and not (file_sink / "_spark_metadata").is_dir():
             raise _usage(f"{file_sink} has no _spark_metadata: give the directory the file sink writes to "
                          "(writeStream...option('path', ...))", "--file-sink")
+        why = eng.refusal(None, workload=workload, file_sink=file_sink, file_read=file_read)
+        if why:
+            raise _usage(why, "--engine")
         result = _check_live(bootstrap, input_topic, output_topic, group, settle, recovery_timeout, results,
-                             quiet=json_out, workload=workload, file_sink=file_sink, file_read=file_read)
+                             quiet=json_out, workload=workload, file_sink=file_sink, file_read=file_read,
+                             engine=eng, options=opts)
     if json_out:
         print(json.dumps(result, indent=2, default=str))
     else:
@@ -375,12 +388,35 @@ def check(
     raise typer.Exit(EXIT.get(result["verdict"], EXIT_CRASHED))
 
 
+def _engine(name: str, spark_master: str, spark_conf: list[str], bootstrap: str, input_topic: str,
+            output_topic: str):
+    """The ``--engine`` and its options (``harness/engines.py``). Raises a usage error (254) for an unknown
+    engine, a ``--spark-*`` option without ``--engine spark`` or a ``--spark-conf`` that is not KEY=VALUE."""
+    from harness import engines
+
+    try:
+        eng = engines.get(name)
+    except ValueError as e:
+        raise _usage(str(e), "--engine") from None
+    if name != "spark" and (spark_master != engines.Options.spark_master or spark_conf):
+        raise _usage("only with --engine spark",
+                     "--spark-master" if spark_master != engines.Options.spark_master else "--spark-conf")
+    conf = {}
+    for kv in spark_conf:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.strip():
+            raise _usage(f"must be KEY=VALUE (e.g. spark.driver.memory=8g), got {kv!r}", "--spark-conf")
+        conf[k.strip()] = v
+    return eng, engines.Options(spark_master=spark_master, spark_conf=conf, bootstrap=bootstrap,
+                                input_topic=input_topic, output_topic=output_topic)
+
+
 def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str, settle: float,
                 recovery_timeout: float, results: Path, quiet: bool, workload: str = "keyed",
-                file_sink: Path | None = None, file_read: str = "committed") -> dict:
-    """``check --bootstrap``: wait until caught up, read, check, and store a run directory
-    (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
-    from harness import checking, recovery
+                file_sink: Path | None = None, file_read: str = "committed", engine=None, options=None) -> dict:
+    """``check --bootstrap``: wait until caught up, read, check (with ``engine``, default pandas), and store
+    a run directory (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
+    from harness import checking, engines, recovery
     from store.runs import RunDir
 
     _finite(recovery_timeout, "--recovery-timeout")
@@ -405,7 +441,8 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
             output_topic, *(["--group", group] if group else []), *(["--settle", f"{settle:g}"] if settle else []),
             "--recovery-timeout", f"{recovery_timeout:g}", "--results", str(results),
             *(["--workload", workload] if workload != "keyed" else []),
-            *(["--file-sink", str(file_sink), "--file-read", file_read] if file_sink else [])]
+            *(["--file-sink", str(file_sink), "--file-read", file_read] if file_sink else []),
+            *_engine_argv(engine, options)]
     name = rd.path.parent.name
     rd.write_json(TEST, {"kind": "check", "name": name, "replay": shlex.join(argv),
                                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -419,8 +456,10 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
                             timeout_s=recovery_timeout,
                             progress=lambda s: out.print(f"  waiting ({s.seconds:.0f}s): {'; '.join(s.reasons)}",
                                                          soft_wrap=True))
-    result = checking.check_live(bootstrap, input_topic, output_topic, rd.path, st, workload=workload,
-                                 file_sink=file_sink.resolve() if file_sink else None, file_read=file_read)
+    engine = engine or engines.get(engines.DEFAULT)
+    result = engine.check_live(bootstrap, input_topic, output_topic, rd.path, st, workload=workload,
+                               file_sink=file_sink.resolve() if file_sink else None, file_read=file_read,
+                               options=options or engines.Options())
     result.update(test=name, run_dir=str(rd.path), replay=shlex.join(argv))
     rd.write_json(RESULTS, result)
     try:
@@ -436,6 +475,14 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
         out.print(f"[yellow]report failed: {_one_line(e)} (rebuild with `onceproof report {rd.path}`)[/]",
                   soft_wrap=True)
     return result
+
+
+def _engine_argv(engine, options) -> list[str]:
+    """The ``--engine`` options of a replay command (none for the default engine)."""
+    if engine is None or engine.name == "pandas":
+        return []
+    return (["--engine", engine.name, "--spark-master", options.spark_master]
+            + [a for k, v in options.spark_conf.items() for a in ("--spark-conf", f"{k}={v}")])
 
 
 @app.command()
