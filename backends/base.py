@@ -218,6 +218,13 @@ class SparkApp(Protocol):
     def driver_pid(self) -> int | None:
         """The current driver's pid, ``None`` between incarnations."""
 
+    @property
+    def starts_before_cluster(self) -> bool:
+        """Whether :meth:`start` may be called before the Kafka cluster is up, so the driver's start-up
+        (JVMs, executors, its warm-up job) overlaps the brokers' (the runner then starts both at once).
+        True only for a driver that waits for its input topic (``pipeline.job.wait_for_input``) on a
+        backend whose Spark needs nothing the cluster's start creates."""
+
     def start(self) -> None:
         """Start supervising (the first driver starts at once); returns without waiting for the query."""
 

@@ -9,8 +9,9 @@ Run from the repo root (``make bench-overhead``)::
 Each repeat is the README's default run (``make run``: ``--sink eos --nemesis
 kill-executor,kill-driver-in-commit-window --time-limit 60 --seed 1``) as a child process, timed from
 outside (wall s, process start to exit). The phases come from the run's ``results.json`` ``timings``
-(the runner times them: ``cluster_start_s`` Kafka up and topics created, ``spark_start_s`` driver start
-to query ready, ``recovery_s``, ``check_s``, ``teardown_s``); ``run_phase_s`` is what is left of
+(the runner times them: ``setup_s`` Kafka and Spark both up, within it ``cluster_start_s`` Kafka up and
+topics created and ``spark_start_s`` driver start to query ready, which overlap when the driver starts
+with the brokers; ``recovery_s``, ``check_s``, ``teardown_s``); ``run_phase_s`` is what is left of
 ``total_s``, the workload and nemesis phase (the time limit, plus any extension until every planned fault
 had its turn), and ``other_s`` = wall − ``total_s`` (interpreter and CLI start, report writing).
 
@@ -31,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN = ["--sink", "eos", "--nemesis", "kill-executor,kill-driver-in-commit-window", "--time-limit", "60",
                "--seed", "1"]
-PHASES = ("cluster_start_s", "spark_start_s", "run_phase_s", "recovery_s", "check_s", "teardown_s", "other_s")
+PHASES = ("setup_s", "cluster_start_s", "spark_start_s", "run_phase_s", "recovery_s", "check_s", "teardown_s", "other_s")
 
 
 def one(results: Path, run_args: list[str], time_limit: float) -> dict:
@@ -47,7 +48,9 @@ def one(results: Path, run_args: list[str], time_limit: float) -> dict:
         raise RuntimeError(f"the run stored no results.json (exit {p.returncode}): {p.stdout[-2000:]}")
     res = json.loads(done[-1].read_text())
     t = dict(res.get("timings", {}))
-    fixed = sum(t.get(k, 0.0) for k in ("cluster_start_s", "spark_start_s", "recovery_s", "check_s", "teardown_s"))
+    # setup_s covers both starts (they overlap); a run from before it had them one after the other
+    setup = t["setup_s"] if "setup_s" in t else t.get("cluster_start_s", 0.0) + t.get("spark_start_s", 0.0)
+    fixed = setup + sum(t.get(k, 0.0) for k in ("recovery_s", "check_s", "teardown_s"))
     t["run_phase_s"] = round(t.get("total_s", wall) - fixed, 1)
     t["other_s"] = round(wall - t.get("total_s", wall), 1)
     return {"wall_s": round(wall, 1), "overhead_s": round(wall - time_limit, 1), "verdict": res.get("verdict"),

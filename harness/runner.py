@@ -125,13 +125,6 @@ def _setup(r: _Run) -> None:
         console.print(f"fault network up in {r.timings['proxy_start_s']}s: {net.describe()}")
     td.push("cluster down", cluster.down)
     td.track(cluster.down)
-    with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
-        done = _timed(r, "cluster_start_s")
-        cluster.up()
-        topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions, PROGRESS: 1},
-                             replication=min(3, cfg.brokers))
-        done()
-    console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
     pipeline = PipelineArgs(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
                             sink_log=r.rd.sink, input_topic=INPUT, output_topic=OUTPUT,
                             progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
@@ -142,19 +135,38 @@ def _setup(r: _Run) -> None:
     td.push("driver stop", spark.stop)
     td.track(spark.kill_now)
     what = f"your pipeline: {cfg.pipeline_cmd}" if cfg.pipeline_cmd else f"{cfg.master}, sink={cfg.sink}"
-    with console.status(f"starting the Spark driver ({what})"):
-        done = _timed(r, "spark_start_s")
+    setup_done = _timed(r, "setup_s")
+    # the driver's start-up (JVMs, executors, its warm-up job) overlaps the brokers' when it can wait for
+    # its input topic (SparkApp.starts_before_cluster); otherwise it starts once the topics exist
+    early = spark.starts_before_cluster
+    spark_done = _timed(r, "spark_start_s")
+    if early:
         spark.start()
+        console.print(f"starting the Spark driver ({what}) while Kafka starts")
+    with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
+        done = _timed(r, "cluster_start_s")
+        cluster.up()
+        topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions, PROGRESS: 1},
+                             replication=min(3, cfg.brokers))
+        done()
+    console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
+    with console.status(f"starting the Spark driver ({what}) and its warm-up job"):
+        if not early:
+            spark_done = _timed(r, "spark_start_s")
+            spark.start()
         deadline = time.monotonic() + cfg.startup_timeout
-        while spark.ready() is None:
+        while (ready := spark.ready()) is None:
             if spark.restarts() >= EARLY_EXITS:
                 raise RuntimeError(_early_exits(spark))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
                                    f"see {r.rd.logs}/driver-*.log")
             time.sleep(0.5)
-        done()
-    console.print(f"spark query up in {r.timings['spark_start_s']}s")
+        spark_done()
+    setup_done()
+    warm = f", its warm-up job {ready['warm_up_s']:.1f}s" if isinstance(ready.get("warm_up_s"), (int, float)) else ""
+    console.print(f"spark query up in {r.timings['spark_start_s']}s{' (started with Kafka)' if early else ''}{warm}; "
+                  f"setup {r.timings['setup_s']}s")
 
 
 EARLY_EXITS = 3

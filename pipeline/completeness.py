@@ -74,8 +74,9 @@ def shortfalls(expected: dict[int, tuple[int, int]], observed: dict[int, int]) -
     return out
 
 
-def verify(batch_df, ckpt: Path, batch_id: int, topic: str) -> int | None:
-    """Count ``batch_df``'s rows per ``in_partition`` and compare with the planned ranges.
+def verify(batch_df, ckpt: Path, batch_id: int, topic: str, counts: dict[int, int] | None = None) -> int | None:
+    """Count ``batch_df``'s rows per ``in_partition`` (or take ``counts``, that count already taken:
+    ``{input partition: rows}``) and compare with the planned ranges.
 
     Returns the number of input partitions checked (``None``: not checkable, see :func:`expected_ranges`).
     Raises: :class:`IncompleteBatch` naming every short partition.
@@ -83,7 +84,8 @@ def verify(batch_df, ckpt: Path, batch_id: int, topic: str) -> int | None:
     exp = expected_ranges(ckpt, batch_id, topic)
     if exp is None:
         return None
-    counts = {int(r["in_partition"]): int(r["count"]) for r in batch_df.groupBy("in_partition").count().collect()}
+    if counts is None:
+        counts = {int(r["in_partition"]): int(r["count"]) for r in batch_df.groupBy("in_partition").count().collect()}
     bad = shortfalls(exp, counts)
     if bad:
         raise IncompleteBatch(f"batch {batch_id} arrived incomplete, refusing to commit it: " + "; ".join(bad))

@@ -96,26 +96,30 @@ class ExactlyOnceSink:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         from pyspark import StorageLevel
+        from pyspark.sql import functions as F
 
         from pipeline import completeness
 
         batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
+            counts = None  # rows per input partition: one JVM job serves the guard and the tasks' checks
             if self.guard is not None:
+                counts = _counts(batch_df, F.col("in_partition"))
                 try:
-                    completeness.verify(batch_df, Path(self.guard[0]), batch_id, self.guard[1])
+                    completeness.verify(batch_df, Path(self.guard[0]), batch_id, self.guard[1], counts=counts)
                 except completeness.IncompleteBatch as e:
                     log_event(self.cfg, "incomplete-batch", batch=batch_id, error=str(e))
                     raise
-            self._write(batch_df, batch_id)
+            self._write(batch_df, batch_id, counts)
         finally:
             batch_df.unpersist()
         self.control.after_sink_commit(batch_id)
 
-    def _write(self, batch_df, batch_id: int) -> None:
+    def _write(self, batch_df, batch_id: int, in_counts: dict[int, int] | None = None) -> None:
         """Write the (persisted) batch, one transaction per sink partition (``write_partition``), each
         task checked against the row count the driver took of its partition first (a JVM-side count of
         the cached batch: a task whose input stream ended early must not commit; ``write_partition``).
+        ``in_counts``: that count per input partition when the caller already took it (the guard's).
 
         Rows that carry their input record (``in_partition``) are regrouped so that sink partition *p*
         holds exactly the rows of input Kafka partition *p*, in input-offset order: the
@@ -142,7 +146,7 @@ class ExactlyOnceSink:
             expected = _counts(batch_df, F.spark_partition_id())
             batch_df.rdd.foreachPartition(partial(write_partition, self.cfg, batch_id, expected=expected))
             return
-        expected = _counts(batch_df, F.col("in_partition"))
+        expected = in_counts if in_counts is not None else _counts(batch_df, F.col("in_partition"))
         write = partial(write_partition, self.cfg, batch_id, expected=expected)
         (batch_df.rdd.map(lambda r: (r.in_partition, r))
          .partitionBy(self._input_partitions(), lambda k: k)

@@ -22,6 +22,18 @@ Per task, in this order (each step's reason in DESIGN §2):
 4. Commit-delay hook (pre-commit window, ``pipeline/hooks.py``), then ``send_offsets_to_transaction(marker = batchId+1)`` and
    ``commit_transaction()``.
 
+**No producer reuse (a deliberate choice, issue 11).** Every task attempt builds its own producer and
+calls ``init_transactions()``, so every transaction runs under a fresh producer epoch. librdkafka speaks
+transaction protocol v1 (no KIP-890 part 2 yet: https://github.com/confluentinc/librdkafka/issues/5423),
+and under v1 a delayed Produce or EndTxn request of one transaction can land in the *next* transaction of
+the same producer epoch: KAFKA-17754 (found by Jepsen), an aborted read, a lost write or a torn
+transaction. The epoch bump per transaction is the defence #5423 proposes. Reusing a producer across
+batches would save the ``init_transactions()`` round trip (``init_ms`` in ``sink.jsonl``: 30-700 ms, 150 ms
+typical on 2 cores) but would give that defence up; it is not done, because no test here yet proves a reused
+producer safe under a delayed broker connection during produce and EndTxn (it would have to discard the
+producer after any timed-out or failed request). The throughput cost is measured in
+``bench/pipeline_bench.py`` (eos ≥ at-least-once without reuse).
+
 Errors, per librdkafka's classes (https://github.com/confluentinc/librdkafka/blob/master/INTRODUCTION.md
 #transactional-producer): retriable → retry the call; ``txn_requires_abort()`` → abort, then fail the
 task so Spark retries it; fatal (e.g. fenced) → fail the task. ``message.timeout.ms`` is kept below
@@ -59,6 +71,8 @@ error name, for ``KafkaException``) and ``kind`` (fatal / abortable / retriable 
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import json
 import os
@@ -180,12 +194,18 @@ def abort_leftovers(cfg: SinkConfig, pool_size: int) -> None:
     if cfg.flaws.no_abort_on_start:  # the eos-no-abort-on-start mutant
         _log(cfg, "fence-on-start-skipped", pool_size=pool_size)
         return
-    for p in range(pool_size):
+    def fence(p: int) -> None:
         txn_id = transactional_id(cfg.sink_id, p)
         prod = _producer(cfg, txn_id)
         _retrying("init_transactions", prod.init_transactions, 60)
         _log(cfg, "fence-on-start", txn_id=txn_id, partition=p)
         del prod
+
+    # the ids are independent (each its own producer and coordinator round trip), so they are fenced at
+    # once: one by one cost ~0.1-0.6 s each at every driver start (1.5 s for 6, measured in sink.jsonl)
+    with ThreadPoolExecutor(max_workers=max(1, min(pool_size, 16)), thread_name_prefix="fence") as ex:
+        for f in [ex.submit(fence, p) for p in range(pool_size)]:
+            f.result()
 
 
 def _error_fields(e: BaseException) -> dict:

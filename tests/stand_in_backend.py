@@ -167,6 +167,7 @@ class StandInSpark(_OnlyTheProtocol):
 
     checkpoint = property(lambda self: self._checkpoint)
     driver_pid = property(lambda self: self._driver)
+    starts_before_cluster = property(lambda self: False)
 
     def start(self) -> None:
         self.calls.append(("start",))

@@ -77,3 +77,20 @@ def test_without_a_fault_network_none_is_built(stand_in, monkeypatch):
     code, result = _run(cfg)
     assert "proxy network stop" not in result["teardown"]["steps_s"]
     assert registry.get("stand-in").built == ["cluster", "spark"]
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_a_driver_that_can_wait_for_its_topic_starts_with_the_brokers_and_is_still_torn_down_first(
+        stand_in, monkeypatch, early):
+    cfg, built = stand_in
+    order: list[str] = []
+    monkeypatch.setattr(StandInSpark, "starts_before_cluster", property(lambda self: early))
+    monkeypatch.setattr(StandInSpark, "start", lambda self: order.append("spark start"))
+    monkeypatch.setattr(StandInCluster, "up", lambda self, timeout_s=120.0: order.append("kafka up"))
+    monkeypatch.setattr(runner.topics, "create_topics", lambda *a, **k: order.append("topics"))
+    monkeypatch.setattr(StandInSpark, "ready", lambda self: (_ for _ in ()).throw(RuntimeError("stop here")))
+    code, result = _run(cfg)
+    assert code == 255 and "stop here" in result["error"]
+    assert order == (["spark start", "kafka up", "topics"] if early else ["kafka up", "topics", "spark start"])
+    # the early start changes no teardown: the driver still stops before the brokers
+    assert list(result["teardown"]["steps_s"]) == TEARDOWN_ORDER

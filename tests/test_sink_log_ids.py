@@ -6,6 +6,7 @@ import re
 import threading
 
 import confluent_kafka.admin
+from confluent_kafka import KafkaError, KafkaException
 import pytest
 
 from pipeline import job
@@ -92,3 +93,31 @@ def test_pool_size_comes_from_the_input_topic_metadata(monkeypatch):
                                          "--pool-size", "12"])) == 12
     with pytest.raises(RuntimeError, match="no partition metadata"):
         job.pool_size(job.parse_args(["--bootstrap", "b:1", "--checkpoint", "/x", "--input-topic", "missing"]))
+
+
+def test_the_driver_waits_for_its_input_topic_while_the_brokers_start_and_gives_up_at_the_deadline(monkeypatch):
+    """pipeline.job.wait_for_input: no broker, then no topic, then the topic; a deadline re-raises."""
+    now = [0.0]
+    looks = []
+
+    def partitions(bootstrap, topic, timeout_s=30.0):
+        looks.append(now[0])
+        if len(looks) == 1:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        if len(looks) == 2:
+            raise RuntimeError("input topic 'input' has no partition metadata")
+        return 6
+    monkeypatch.setattr(job, "input_partitions", partitions)
+    args = job.parse_args(["--bootstrap", "b:1", "--checkpoint", "/x"])
+    tick = lambda s: now.__setitem__(0, now[0] + s)  # noqa: E731
+    assert job.wait_for_input(args, timeout_s=10, clock=lambda: now[0], sleep=tick) == 6
+    assert looks == [0.0, 0.5, 1.0]
+    looks.clear()
+    monkeypatch.setattr(job, "input_partitions",
+                        lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no partition metadata")))
+    with pytest.raises(RuntimeError, match="no partition metadata"):
+        job.wait_for_input(args, timeout_s=2, clock=lambda: now[0], sleep=tick)
+    # --pool-size still only raises the pool
+    monkeypatch.setattr(job, "input_partitions", lambda *a, **k: 6)
+    assert job.wait_for_input(job.parse_args(["--bootstrap", "b:1", "--checkpoint", "/x", "--pool-size", "9"]),
+                              timeout_s=1) == 9

@@ -155,6 +155,12 @@ class DockerSpark(LocalSpark):
             time.sleep(0.5)
 
     # ------------------------------------------------------------------ SparkApp
+    @property
+    def starts_before_cluster(self) -> bool:
+        """False: :meth:`start` blocks while the master and workers start, so started first it would not
+        overlap the brokers' start but delay it."""
+        return False
+
     def start(self) -> None:
         """Start the master and the workers (waiting until both workers registered, ≤ 120 s), then the
         supervised driver; returns without waiting for the query.

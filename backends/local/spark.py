@@ -44,6 +44,11 @@ class LocalSpark:
         return self.pipeline.checkpoint
 
     @property
+    def starts_before_cluster(self) -> bool:
+        """Our pipeline waits for its input topic (``pipeline.job.wait_for_input``); a user's may not."""
+        return not self.pipeline.command
+
+    @property
     def driver_pid(self) -> int | None:
         """Pid (and process-group id) of the current driver, ``None`` between incarnations."""
         return self.sup.pid

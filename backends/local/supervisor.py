@@ -44,6 +44,10 @@ def driver_env(executor_dir: Path | None = None, python: str | None = None) -> d
     return env
 
 
+STOP_GRACE_S = 2.0
+"""Seconds between SIGTERM and SIGKILL of the driver's process group when the supervision stops."""
+
+
 @dataclass
 class DriverSupervisor:
     """Keeps one driver process alive until :meth:`stop`: whenever the driver exits — killed, crashed,
@@ -132,7 +136,9 @@ class DriverSupervisor:
         with self._lock:
             p = self._proc
         if p is not None:
-            processes.stop_group(p.pid, grace_s=5.0)
+            # by now the run has read what it checks; the grace only lets the JVMs end their logs. Spark's
+            # shutdown hooks rarely finish in it (the default run's teardown spent the whole 5 s here)
+            processes.stop_group(p.pid, grace_s=STOP_GRACE_S)
 
     def stop(self) -> None:
         """Stop the driver and everything in its process group; waits for the thread (≤ 15 s), then
