@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit bench bench-pipeline bench-overhead soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -47,6 +47,14 @@ bench: setup
 # issue 11: eos vs Spark's own sink at saturation, latency at 300 records/s, the raw Kafka limit (see bench/README.md)
 bench-pipeline: setup
 	$(BIN)/python bench/pipeline_bench.py --json bench/pipeline.json
+
+# issue 11: the whole check against a real read of the same topics on a real cluster (see bench/README.md)
+bench-real-read: setup
+	$(BIN)/python bench/real_read_ratio.py --records 2000000 --json bench/real_read_ratio.json
+
+# issue 11: onceproof check --engine spark on 50M synthetic records (local[2]; see bench/README.md)
+bench-spark-checker: setup
+	$(BIN)/python bench/spark_checker_bench.py --records 50000000 --engines spark --timeout 3600
 
 # issue 11: the default run's wall time − time limit, median of 3 (see bench/README.md)
 bench-overhead: setup

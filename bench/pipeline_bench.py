@@ -34,6 +34,7 @@ minutes, timed from the broker's own append timestamps, which no generic timer s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -121,13 +122,7 @@ def raw_limit(records: int, work: Path) -> dict:
 
     from clients import topics
 
-    cdir = work / "raw-cluster"
-    up = subprocess.run([*ONCEPROOF, "cluster", "up", "--dir", str(cdir)], cwd=ROOT, capture_output=True,
-                        text=True, timeout=300)
-    try:
-        if up.returncode != 0:
-            raise RuntimeError(f"cluster up failed: {up.stdout[-1500:]}{up.stderr[-1500:]}")
-        bootstrap = up.stdout.strip().splitlines()[-1].split()[-1]
+    with cluster(work / "raw-cluster") as bootstrap:
         topics.create_topics(bootstrap, {"raw": 6}, replication=3)
         value = b'{"key":"k1234","seq":123456,"t":1795432879269,"pad":"xx"}'
         p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
@@ -157,6 +152,18 @@ def raw_limit(records: int, work: Path) -> dict:
         return {"records": records, "consumed": n, "produce_s": round(produce_s, 2), "consume_s": round(consume_s, 2),
                 "produce_per_s": round(records / produce_s), "consume_per_s": round(n / consume_s),
                 "pair_per_s": round(records / (produce_s + consume_s))}
+
+
+@contextlib.contextmanager
+def cluster(cdir: Path):
+    """A fresh ``onceproof cluster up --dir cdir`` (3 KRaft brokers); yields its bootstrap servers and
+    brings it down on every exit. Raises ``RuntimeError`` with the command's output when it fails."""
+    up = subprocess.run([*ONCEPROOF, "cluster", "up", "--dir", str(cdir)], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+    try:
+        if up.returncode != 0:
+            raise RuntimeError(f"cluster up failed: {up.stdout[-1500:]}{up.stderr[-1500:]}")
+        yield up.stdout.strip().splitlines()[-1].split()[-1]
     finally:
         subprocess.run([*ONCEPROOF, "cluster", "down", "--dir", str(cdir)], cwd=ROOT, capture_output=True,
                        timeout=120)

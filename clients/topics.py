@@ -192,6 +192,10 @@ class Records:
         return out
 
 
+CONSUME_WAIT_S = 0.2
+"""The longest ``Consumer.consume`` call of :func:`read_topic` waits for a batch to fill, s."""
+
+
 def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: float = 120.0,
                with_headers: bool = True, decode=None, keep=None, chunk: int = READ_CHUNK) -> TopicRead:
     """Read ``topic`` from the beginning up to the end offsets taken at the start of the read
@@ -217,7 +221,9 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
     deadline = time.monotonic() + timeout_s
     try:
         while todo and time.monotonic() < deadline:
-            records.add(c.consume(num_messages=10000, timeout=1.0), ends, todo)
+            # consume() waits its whole timeout unless 10,000 messages are there: a short one keeps the
+            # last, partial batch of every read from costing a fixed second
+            records.add(c.consume(num_messages=10000, timeout=CONSUME_WAIT_S), ends, todo)
             # read_committed skips aborted records and control markers: the position tells us
             # we are past the end even when the last records were not delivered to us.
             for tp in c.position([TopicPartition(topic, p) for p in list(todo)]):

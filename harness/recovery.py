@@ -59,7 +59,7 @@ def status(bootstrap: str, input_topic: str, output_topic: str, ckpt: Path | Non
 
 def wait(bootstrap: str, input_topic: str, output_topic: str, ckpt: Path | None, timeout_s: float,
          progress: Callable[[RecoveryStatus], None] | None = None) -> RecoveryStatus:
-    """Poll :func:`status` every second until finished or ``timeout_s`` seconds passed."""
+    """Poll :func:`status` every ``POLL_S`` seconds until finished or ``timeout_s`` seconds passed."""
     t0 = time.monotonic()
     st = RecoveryStatus(False, ["not checked"])
     last_report = 0.0
@@ -74,8 +74,11 @@ def wait(bootstrap: str, input_topic: str, output_topic: str, ckpt: Path | None,
         if progress and time.monotonic() - last_report >= 5:
             progress(st)
             last_report = time.monotonic()
-        time.sleep(1.0)
+        time.sleep(POLL_S)
 
+
+POLL_S = 0.5
+"""Seconds between two looks of :func:`wait` (each look is three offset lists and a checkpoint read)."""
 
 NO_CRITERION = ("not known whether the pipeline has consumed all its input, so lost records cannot be told "
                 "from records not processed yet: pass --group GROUP (the pipeline's consumer group) or "

@@ -81,7 +81,7 @@ def test_at_least_once_duplicates_after_a_driver_kill_in_the_commit_window(resul
     aggregates are emitted again: ``duplicate`` (``checkers/counter.py``), each example naming the
     batch that wrote the second copy."""
     p = run_cli(["run", "--backend", "docker", "--workload", "counter", "--sink", "at-least-once", "--nemesis",
-                 "kill-driver-in-commit-window", "--time-limit", "60", "--seed", "1", "--results",
+                 "kill-driver-in-commit-window", "--time-limit", "30", "--seed", "1", "--results",
                  str(results_root)], timeout=1200)
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == 1, p.stdout[-4000:] + p.stderr[-4000:]
