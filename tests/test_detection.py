@@ -13,6 +13,8 @@ caught by ``make certify``'s ``test-all --mutants``, to keep ``make test`` under
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import load_run, our_processes, run_cli
@@ -41,6 +43,21 @@ def test_upgrade_finding_the_index_keyed_sink_rewrites_and_skips_a_resplit_batch
     result, ev = _run(results_root, "eos-index-keyed", "upgrade:min-partitions", time_limit=20)  # ≥ 17: one turn
     assert ev["committed_before_kill"] and ev["restarted_with"]["min_partitions"] == 12, ev
     assert result["counts"]["duplicate"] + result["counts"]["lost"] > 0, result["counts"]
+    # issue 11: the Spark engine, re-checking this real run from its snapshots, finds what the run's own
+    # (pandas) check found: the same verdict, exit code, counts and examples
+    run_dir, _, _ = load_run(results_root)
+    p = run_cli(["check", str(run_dir), "--json", "--engine", "spark"], timeout=300)
+    spark = json.loads(p.stdout[p.stdout.index("{"):])
+    assert p.returncode == 1 and spark["verdict"] == result["verdict"] == "invalid", (p.returncode, p.stderr[-2000:])
+    assert spark["counts"] == result["counts"]
+    for cls, examples in result["anomalies"].items():
+        assert [_example_id(e) for e in spark["anomalies"].get(cls, [])] == [_example_id(e) for e in examples], cls
+
+
+def _example_id(e: dict) -> tuple:
+    """What names an anomaly example: its key and seq, the input record, the output copies' places."""
+    copies = [(c.get("partition"), c.get("offset")) for c in e.get("copies") or []]
+    return (e.get("key"), e.get("seq"), e.get("input_partition"), e.get("input_offset"), copies)
 
 
 @pytest.mark.timeout(700)
