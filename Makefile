@@ -54,7 +54,7 @@ bench-real-read: setup
 
 # issue 11: onceproof check --engine spark on 50M synthetic records (local[2]; see bench/README.md)
 bench-spark-checker: setup
-	$(BIN)/python bench/spark_checker_bench.py --records 50000000 --engines spark --timeout 3600
+	$(BIN)/python bench/spark_checker_bench.py --records 50000000 --engines spark --history none --timeout 3600
 
 # issue 11: the default run's wall time − time limit, median of 3 (see bench/README.md)
 bench-overhead: setup
