@@ -87,12 +87,12 @@ def resolve_sink_id(args: argparse.Namespace) -> str:
     return args.sink_id or default_sink_id(Path(args.checkpoint), f"onceproof-{args.sink}")
 
 
-def pool_size(args: argparse.Namespace) -> int:
+def pool_size(args: argparse.Namespace, timeout_s: float = 30.0) -> int:
     """Size of the transactional-id pool to settle at query start: the input topic's partition count
     from Kafka's metadata now (``input_partitions``), raised to ``--pool-size`` when that is larger
     (fencing an unused id costs one ``init_transactions()``; missing one leaves its open transaction
     pinning the output's LSO). Raises as ``input_partitions`` does."""
-    return max(input_partitions(args.bootstrap, args.input_topic), args.pool_size or 0)
+    return max(input_partitions(args.bootstrap, args.input_topic, timeout_s=timeout_s), args.pool_size or 0)
 
 
 SPARK_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -127,7 +127,7 @@ def wait_for_input(args: argparse.Namespace, timeout_s: float, poll_s: float = 0
     deadline = clock() + timeout_s
     while True:
         try:
-            return max(input_partitions(args.bootstrap, args.input_topic, timeout_s=5.0), args.pool_size or 0)
+            return pool_size(args, timeout_s=5.0)
         except Exception:  # noqa: BLE001 - re-raised at the deadline; until then the cluster may be starting
             if clock() >= deadline:
                 raise
