@@ -371,6 +371,24 @@ def test_history_read_in_blocks_equals_the_line_by_line_read(run, tmp_path, monk
     assert variant.startswith(("torn", "bad-last")) == bool(p2)
 
 
+@pytest.mark.parametrize("end", ["\u2028", "\u2029", "\x85", "\x0b", "\x1c", "\r"])
+def test_a_line_end_only_splitlines_sees_is_read_the_line_by_line_way(tmp_path, monkeypatch, end):
+    """pyarrow would parse a value holding U+2028 (or \\x0b, ...) as one line; ``str.splitlines`` — the
+    line-by-line read's, which numbers the lines — ends the line there. The block reader must notice
+    such a block (it skips the UTF-8 ones' search in an ASCII block) and agree with the line read."""
+    lines = [json.dumps({"type": "ok", "key": f"k{i}", "seq": i}) for i in range(300)]
+    lines[120] = '{"type": "ok", "key": "a' + end + 'b", "seq": 120}'  # raw, as json.dumps never writes it
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    monkeypatch.setattr(readers, "JSON_BLOCK", 4000)
+    errors = []
+    for read in (lambda: readers._json_lines(path, [], torn_anywhere=False), lambda: readers.read_history(tmp_path, [])):
+        with pytest.raises(readers.DamagedFile) as e:
+            read()
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "history.jsonl:121" in errors[0]
+
+
 def test_a_bad_history_line_before_the_last_names_its_line(tmp_path, monkeypatch):
     lines = [json.dumps({"type": "ok", "seq": i}) for i in range(200)]
     lines[150] = "[1, 2]"
