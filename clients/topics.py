@@ -113,10 +113,12 @@ class Records:
     all messages at once, up to those dtypes (``tests/test_chunked_read.py``)."""
 
     def __init__(self, topic: str, with_headers: bool, decode=None, keep=None, chunk: int = READ_CHUNK,
-                 capacity: int | None = None):
+                 capacity: int | None = None, places_only: bool = False):
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1 message, got {chunk}")
-        self.topic, self.with_headers = topic, with_headers
+        if places_only and (with_headers or decode is not None):
+            raise ValueError("places_only takes neither headers nor a decoder: it keeps partition and offset")
+        self.topic, self.with_headers, self.places_only = topic, with_headers, places_only
         self.decode, self.keep, self.chunk = decode, keep, chunk
         # the value's int fields (in_partition, ...) as int32 when they fit; Kafka's own columns as they are
         self.chunks = Chunks(capacity=capacity, narrow_ints=True, keep_wide=("partition", "offset", "timestamp"))
@@ -136,7 +138,7 @@ class Records:
         reached leaves ``todo``. Turns what it holds into a chunk once that reaches ``chunk`` messages.
         Raises ``TopicError`` for a message carrying an error other than EOF."""
         parts, offs, tss, keys, vals, hdrs = self.parts, self.offs, self.tss, self.keys, self.vals, self.hdrs
-        with_headers = self.with_headers
+        with_headers, places_only = self.with_headers, self.places_only
         for m in msgs:
             if m.error():
                 if m.error().code() == -191:  # _PARTITION_EOF
@@ -146,7 +148,12 @@ class Records:
             if o >= ends[p]:
                 todo.discard(p)
                 continue
-            parts.append(p); offs.append(o); tss.append(m.timestamp()[1])
+            parts.append(p); offs.append(o)
+            if places_only:
+                if o + 1 >= ends[p]:
+                    todo.discard(p)
+                continue
+            tss.append(m.timestamp()[1])
             k = m.key()
             keys.append(k.decode() if k is not None else None)
             vals.append(m.value())
@@ -159,7 +166,11 @@ class Records:
 
     def raw_frame(self) -> pd.DataFrame:
         """The messages held now: ``partition`` int32, ``offset`` int64, ``timestamp`` int64 (ms), ``key``
-        str, ``value`` bytes, and the provenance header columns when reading with headers."""
+        str, ``value`` bytes, and the provenance header columns when reading with headers; only the first
+        two with ``places_only``."""
+        if self.places_only:
+            return pd.DataFrame({"partition": pd.array(self.parts, dtype="int32"),
+                                 "offset": pd.array(self.offs, dtype="int64")})
         frame = pd.DataFrame({"partition": pd.array(self.parts, dtype="int32"),
                               "offset": pd.array(self.offs, dtype="int64"),
                               "timestamp": pd.array(self.tss, dtype="int64"),
@@ -197,12 +208,14 @@ CONSUME_WAIT_S = 0.2
 
 
 def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: float = 120.0,
-               with_headers: bool = True, decode=None, keep=None, chunk: int = READ_CHUNK) -> TopicRead:
+               with_headers: bool = True, decode=None, keep=None, chunk: int = READ_CHUNK,
+               places_only: bool = False) -> TopicRead:
     """Read ``topic`` from the beginning up to the end offsets taken at the start of the read
     (LSO at read_committed, HW otherwise), ``chunk`` messages at a time: each chunk goes through
     ``decode`` and ``keep`` (frame → frame, e.g. :func:`decode_values`, a column cut) into compact
     columns before the next is read (:class:`Records`), so memory follows the columns kept, not the
-    messages.
+    messages. ``places_only``: keep ``partition`` and ``offset`` only, taking nothing else from the
+    messages (the read_uncommitted output, which only tells which records read_committed hid).
 
     ``complete`` is false when the deadline passed before every partition reached its end offset.
     Raises ``TopicError`` for a message carrying an error (other than end of partition).
@@ -217,7 +230,7 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
     c.assign([TopicPartition(topic, p, 0) for p in ends])
     # a partition holds at most its end offset's worth of records: room for them all, untouched until read
     records = Records(topic, with_headers, decode=decode, keep=keep, chunk=chunk,
-                      capacity=sum(max(e, 0) for e in ends.values()))
+                      capacity=sum(max(e, 0) for e in ends.values()), places_only=places_only)
     deadline = time.monotonic() + timeout_s
     try:
         while todo and time.monotonic() < deadline:

@@ -51,26 +51,21 @@ def read_pair(bootstrap: str, input_topic: str, output_topic: str, timeout_s: fl
 
     Each read goes ``chunk`` messages at a time into compact columns (``topics.Records``): the input's
     values decoded by ``topics.decode_values``, the committed output's by ``workload``'s decoder, and
-    the uncommitted output cut to ``partition``/``offset`` before anything is decoded (it only tells
-    which records read_committed hid: ``transactions.hidden_aborted``). The uncommitted read comes first
+    the uncommitted output only as ``partition``/``offset``, taking nothing else from its messages (it only
+    tells which records read_committed hid: ``transactions.hidden_aborted``). The uncommitted read comes first
     so that a record committed between the two reads is in both: read the other way round, it would be
     counted as hidden."""
     reasons = []
     inp = topics.read_topic(bootstrap, input_topic, committed=True, timeout_s=timeout_s, with_headers=False,
                             decode=topics.decode_values, chunk=chunk)
     unc = topics.read_topic(bootstrap, output_topic, committed=False, timeout_s=timeout_s, with_headers=False,
-                            keep=_places, chunk=chunk)
+                            places_only=True, chunk=chunk)
     out = topics.read_topic(bootstrap, output_topic, committed=True, timeout_s=timeout_s, with_headers=True,
                             decode=workloads.get(workload).decode, chunk=chunk)
     for name, r in ((input_topic, inp), (output_topic, out)):
         if not r.complete:
             reasons.append(f"reading {name} did not reach its end offsets within {timeout_s:.0f}s")
     return inp.frame, out.frame, unc.frame, reasons
-
-
-def _places(frame: pd.DataFrame) -> pd.DataFrame:
-    """The columns of an uncommitted read that the checks use: ``partition``, ``offset``."""
-    return frame[["partition", "offset"]]
 
 
 def read_file_sink(path: Path, file_read: str = "committed") -> tuple[pd.DataFrame, pd.DataFrame, dict, list[str]]:

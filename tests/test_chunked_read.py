@@ -180,7 +180,7 @@ def test_chunked_frames_and_results_equal_the_straightforward_ones(run, chunk, s
 
     inp = _chunked(run["input"], False, chunk, decode=topics.decode_values, capacity=cap(run["input"]))
     out = _chunked(run["output"], True, chunk, decode=topics.decode_values, capacity=cap(run["output"]))
-    unc = _chunked(run["uncommitted"], False, chunk, keep=checking._places, capacity=cap(run["uncommitted"]))
+    unc = _chunked(run["uncommitted"], False, chunk, places_only=True, capacity=cap(run["uncommitted"]))
     _same_values(inp, ref_in)
     _same_values(out, ref_out)
     assert list(unc.columns) == ["partition", "offset"] and len(unc) == len(run["uncommitted"])
