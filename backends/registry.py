@@ -7,7 +7,7 @@ package under ``backends/`` and one line here.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 
 from backends.base import Backend, BackendError
 
@@ -33,6 +33,5 @@ def get(name: str) -> Backend:
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name not in _made:
-        module, _, attr = BACKENDS[name].partition(":")
-        _made[name] = getattr(importlib.import_module(module), attr)()
+        _made[name] = pkgutil.resolve_name(BACKENDS[name])()  # "module:class", imported now
     return _made[name]

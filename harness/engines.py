@@ -16,7 +16,7 @@ pyspark). A new engine is one module and one line here.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -111,5 +111,4 @@ def get(name: str) -> Engine:
     """
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
-    module, _, attr = ENGINES[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return pkgutil.resolve_name(ENGINES[name])  # "module:attribute", imported now

@@ -6,7 +6,7 @@ names for ``--help`` costs no import). A new workload is one module and one line
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 
 from workloads.base import Workload
 
@@ -29,5 +29,4 @@ def get(name: str) -> Workload:
     """
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
-    module, _, attr = WORKLOADS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return pkgutil.resolve_name(WORKLOADS[name])  # "module:attribute", imported now
