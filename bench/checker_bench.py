@@ -5,6 +5,8 @@ Run from the repo root::
     .venv/bin/python bench/checker_bench.py                      # 10M records: ~4 min, ~9 GiB
     .venv/bin/python bench/checker_bench.py --records 1000000    # quick mode: ~70 s
     .venv/bin/python bench/checker_bench.py --records 1000000 --keys 50 --skip-decode
+    .venv/bin/python bench/checker_bench.py --whole-process --records 10000000   # peak RSS: ~3 min
+    .venv/bin/python bench/checker_bench.py --real-read --records 2000000        # vs a real read: ~2.5 min
 
 What it measures (see bench/README.md for what it does *not*):
 
@@ -407,9 +409,17 @@ def main(argv=None) -> int:
                     "measured (e.g. a worktree of main)")
     ap.add_argument("--rss-limit-mib", type=float, default=6144,
                     help="--whole-process: kill a child whose RSS passes this (MiB)")
+    ap.add_argument("--real-read", action="store_true",
+                    help="the whole check against a real Kafka read of --records on a fresh cluster "
+                    "(bench/real_read_ratio.py; --out: its JSON)")
     a = ap.parse_args(argv)
     if a.whole_process:
         return whole_process_main(a)
+    if a.real_read:
+        sys.path.insert(0, str(ROOT / "bench"))
+        import real_read_ratio
+        return real_read_ratio.main(["--records", str(int(a.records)), "--keys", str(a.keys), "--seed", str(a.seed)]
+                                    + (["--json", a.out] if a.out else []))
     a.records = int(a.records)
     a.out = a.out or str(ROOT / "bench" / "results.json")
     if a.checker_file:

@@ -9,7 +9,7 @@ Phases, one after another on this machine (each a real ``onceproof run`` with ``
 KRaft cluster and Spark ``local-cluster``; the run's stored ``output.parquet`` carries, per output
 record, its append time ``timestamp`` and its input record's append time ``in_ts``, both ms):
 
-1. **saturate** ``eos`` and ``at-least-once``: ``--rate`` (default 4,000 records/s) offered for
+1. **saturate** ``eos`` and ``at-least-once``: ``--rate`` (default 8,000 records/s) offered for
    ``--saturate-s`` (60 s) with ``maxOffsetsPerTrigger`` lifted (``--max-offsets`` 1,000,000, so the
    at-least-once sink is no longer capped at 5,000 per 1 s trigger). Throughput = the median of the
    per-second output counts over the steady part: from 10 s after the first output record to the last
@@ -172,7 +172,7 @@ def cluster(cdir: Path):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the numbers here")
-    ap.add_argument("--rate", type=float, default=4000.0, help="offered load of the saturate phase, records/s")
+    ap.add_argument("--rate", type=float, default=8000.0, help="offered load of the saturate phase, records/s")
     ap.add_argument("--saturate-s", type=float, default=60.0)
     ap.add_argument("--latency-s", type=float, default=90.0)
     ap.add_argument("--warmup-s", type=float, default=20.0)
