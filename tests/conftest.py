@@ -69,6 +69,26 @@ def results_root(tmp_path):
 
 
 @pytest.fixture(scope="module")
+def spark():
+    """A local[2] SparkSession for a module of ``spark_local`` tests (no cluster, no Kafka)."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    # settings for a few hundred rows: C1-only JIT and the serial GC (the JVM warms up in 5 s, not 20 s,
+    # as pipeline/job.py's SPARK_JAVA_OPTS), no whole-stage codegen (each query would compile its own
+    # classes) and no adaptive re-planning; two shuffle partitions
+    s = (SparkSession.builder.master("local[2]").appName("test_spark_engine")
+         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
+         .config("spark.sql.codegen.wholeStage", "false").config("spark.sql.adaptive.enabled", "false")
+         .config("spark.driver.memory", "1g").getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A real 3-broker KRaft cluster shared by one test module (started once per module, always stopped)."""
     from backends.local.kafka import KafkaCluster
