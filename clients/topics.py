@@ -149,9 +149,9 @@ class Records:
                 todo.discard(p)
                 continue
             parts.append(p); offs.append(o)
+            if o + 1 >= ends[p]:
+                todo.discard(p)
             if places_only:
-                if o + 1 >= ends[p]:
-                    todo.discard(p)
                 continue
             tss.append(m.timestamp()[1])
             k = m.key()
@@ -159,8 +159,6 @@ class Records:
             vals.append(m.value())
             if with_headers:
                 hdrs.append(m.headers())
-            if o + 1 >= ends[p]:
-                todo.discard(p)
         if len(parts) >= self.chunk:
             self._flush()
 
@@ -168,12 +166,10 @@ class Records:
         """The messages held now: ``partition`` int32, ``offset`` int64, ``timestamp`` int64 (ms), ``key``
         str, ``value`` bytes, and the provenance header columns when reading with headers; only the first
         two with ``places_only``."""
+        cols = {"partition": pd.array(self.parts, dtype="int32"), "offset": pd.array(self.offs, dtype="int64")}
         if self.places_only:
-            return pd.DataFrame({"partition": pd.array(self.parts, dtype="int32"),
-                                 "offset": pd.array(self.offs, dtype="int64")})
-        frame = pd.DataFrame({"partition": pd.array(self.parts, dtype="int32"),
-                              "offset": pd.array(self.offs, dtype="int64"),
-                              "timestamp": pd.array(self.tss, dtype="int64"),
+            return pd.DataFrame(cols)
+        frame = pd.DataFrame({**cols, "timestamp": pd.array(self.tss, dtype="int64"),
                               "key": self.keys, "value": self.vals})
         if self.with_headers:
             frame = frame.join(_headers_frame(self.hdrs))

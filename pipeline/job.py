@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -165,8 +166,6 @@ def warm_up(spark, slots: int) -> float:
 
     Raises: ``RuntimeError`` when it does not end within :data:`WARM_UP_TIMEOUT_S`; what
     ``awaitTermination`` raises when it fails (``StreamingQueryException``)."""
-    import tempfile
-
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="onceproof-warm-up-") as ckpt:
         query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", slots)
