@@ -12,13 +12,13 @@ SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml deps/kafka/pom.xml deps/spark-kafka/pom.xml
+$(VENV)/.installed: pyproject.toml constraints.txt src/onceproof/deps/kafka/pom.xml src/onceproof/deps/spark-kafka/pom.xml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	@command -v java >/dev/null || { echo "need Java 17+ on PATH"; exit 1; }
 	@command -v mvn >/dev/null || { echo "need Maven (mvn) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 	$(BIN)/onceproof deps
 	touch $@
 
@@ -79,31 +79,31 @@ certify: setup
 KAFKA_BASE ?=
 SPARK_BASE ?=
 docker-images: setup docker-prereqs
-	$(BIN)/python -m backends.docker.images build $(if $(KAFKA_BASE),--kafka-base $(KAFKA_BASE)) $(if $(SPARK_BASE),--spark-base $(SPARK_BASE))
+	$(BIN)/python -m onceproof.backends.docker.images build $(if $(KAFKA_BASE),--kafka-base $(KAFKA_BASE)) $(if $(SPARK_BASE),--spark-base $(SPARK_BASE))
 
 # Debian's docker.io (dockerd) when no engine answers and there is no dockerd, debootstrap (the base image)
 # and, when neither `docker compose` nor `docker-compose` runs, Debian's docker-compose (v1.29; reads
 # docker-compose.yml as v2 does). Nothing is installed when all are present.
 docker-prereqs: setup
 	@if ! { command -v dockerd || test -x /usr/sbin/dockerd; } >/dev/null && \
-	    ! $(BIN)/python -c "from backends.docker.engine import ping; raise SystemExit(ping() is None)"; then \
+	    ! $(BIN)/python -c "from onceproof.backends.docker.engine import ping; raise SystemExit(ping() is None)"; then \
 	  command -v apt-get >/dev/null || { echo "no Docker engine answers and there is no dockerd: install Docker"; exit 1; }; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io; fi
 	@{ command -v debootstrap || test -x /usr/sbin/debootstrap; } >/dev/null || { \
 	  command -v apt-get >/dev/null || { echo "need debootstrap (Debian's, to build the base image)"; exit 1; }; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
-	@$(BIN)/python -c "from backends.docker.compose import compose_command as c; raise SystemExit(c() is None)" || { \
+	@$(BIN)/python -c "from onceproof.backends.docker.compose import compose_command as c; raise SystemExit(c() is None)" || { \
 	  command -v apt-get >/dev/null || { echo "need Docker Compose: make docker-compose-plugin"; exit 1; }; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose; }
 
 # `docker compose` (v2) for docker-compose.yml: Debian 12 has only Compose v1, so the plugin is built from
 # its Go module (needs Go 1.24+; several minutes the first time) and linked into ~/.docker/cli-plugins.
 docker-compose-plugin: setup
-	$(BIN)/python -m backends.docker.compose
+	$(BIN)/python -m onceproof.backends.docker.compose
 
 # Stop the dockerd that onceproof started (never one it did not start).
 docker-engine-stop: setup
-	$(BIN)/python -m backends.docker.engine stop
+	$(BIN)/python -m onceproof.backends.docker.engine stop
 
 clean:
 	rm -rf $(VENV) results/*/ results/latest .cache

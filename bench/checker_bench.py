@@ -10,7 +10,7 @@ Run from the repo root::
 
 What it measures (see bench/README.md for what it does *not*):
 
-(a) ``check()`` wall and CPU time on synthetic frames shaped like ``clients.topics.decode_values``
+(a) ``check()`` wall and CPU time on synthetic frames shaped like ``onceproof.clients.topics.decode_values``
     output → output records/s (target ≥ 1,000,000/s);
 (b) peak RSS of each phase (Linux ``VmHWM`` reset through ``/proc/self/clear_refs`` after a
     ``malloc_trim``, falling back to ``ru_maxrss``) and the in-memory size of the output frame with
@@ -57,8 +57,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from checkers.exactly_once import check  # noqa: E402
-from store.columns import release_freed_memory  # noqa: E402
+from onceproof.checkers.exactly_once import check  # noqa: E402
+from onceproof.store.columns import release_freed_memory  # noqa: E402
 from whole_process import _reset_peak, _status_kb  # noqa: E402  (bench/ is the script's directory)
 
 PROV = ("op.batch", "op.sink_partition", "op.attempt", "op.txn_id", "op.sink")
@@ -300,10 +300,10 @@ def make_kafka_messages(frame: pd.DataFrame, msgs: list[tuple], output: bool) ->
 
 
 def raw_read_messages(msgs: list, with_headers: bool) -> pd.DataFrame:
-    """``topics.read_topic``'s per-message loop and frame building (``clients.topics.Records``, the code
+    """``topics.read_topic``'s per-message loop and frame building (``onceproof.clients.topics.Records``, the code
     itself) on Message objects: everything but librdkafka's fetching, the consume() calls and the
     position checks."""
-    from clients.topics import Records
+    from onceproof.clients.topics import Records
     ends = {}
     for m in msgs[-1000:]:
         ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
@@ -316,21 +316,21 @@ def raw_read_messages(msgs: list, with_headers: bool) -> pd.DataFrame:
 def headers_frame_columns(hdrs: list) -> pd.DataFrame:
     """The column-at-a-time header frame this bench proposed; ``topics._headers_frame`` now *is* it,
     so the two timings agree (the dict-per-record baseline is in bench/README.md's numbers)."""
-    from clients.topics import _headers_frame
+    from onceproof.clients.topics import _headers_frame
 
     return _headers_frame(hdrs)
 
 
 def decode_values_arrow(frame: pd.DataFrame) -> pd.DataFrame:
     """The pyarrow.json decoder this bench proposed; ``topics.decode_values`` now *is* it."""
-    from clients.topics import decode_values
+    from onceproof.clients.topics import decode_values
 
     return decode_values(frame)
 
 
 def decode_values_joined_json(frame: pd.DataFrame) -> pd.DataFrame:
     """Alternative: one stdlib json.loads over '[v1,v2,...]' (falls back per record on any error)."""
-    from clients.topics import _parse_slow
+    from onceproof.clients.topics import _parse_slow
 
     vals = frame["value"].to_numpy(dtype=object)
     try:
@@ -480,7 +480,7 @@ def bench_decode(a, phases: dict) -> dict:
     """(c) and (d) on a run of their own (``--decode-records``): the raw reads hold every message
     and ``read_topic``'s header decoding makes one dict per record (~0.5 KiB each), so at 10M records
     this part needs ~15 GiB on its own; per-record costs are linear, so the ratios carry over."""
-    from clients import topics
+    from onceproof.clients import topics
 
     run = make_run(a.decode_records, a.keys, a.partitions, a.seed + 1, a.key_dtype, a.prov_dtype)
     hist, expect = run.pop("history"), run.pop("expect")

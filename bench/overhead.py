@@ -40,7 +40,7 @@ def one(results: Path, run_args: list[str], time_limit: float) -> dict:
 
     Raises: ``RuntimeError`` when the run stored no ``results.json``."""
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "run", *run_args, "--results", str(results)],
+    p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", *run_args, "--results", str(results)],
                        cwd=ROOT, capture_output=True, text=True, timeout=1800)
     wall = time.monotonic() - t0
     done = sorted(results.glob("*/*/results.json"), key=lambda f: f.stat().st_mtime)

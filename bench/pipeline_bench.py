@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-ONCEPROOF = [sys.executable, "-m", "harness.cli"]
+ONCEPROOF = [sys.executable, "-m", "onceproof.harness.cli"]
 
 
 def _run(args: list[str], results: Path, name: str, timeout_s: float) -> Path:
@@ -120,7 +120,7 @@ def raw_limit(records: int, work: Path) -> dict:
     back at read_committed, on a fresh ``onceproof cluster up``. Returns records/s of each and the pair."""
     from confluent_kafka import Consumer, Producer
 
-    from clients import topics
+    from onceproof.clients import topics
 
     with cluster(work / "raw-cluster") as bootstrap:
         topics.create_topics(bootstrap, {"raw": 6}, replication=3)

@@ -16,7 +16,7 @@ What it does, on a fresh ``onceproof cluster up`` (3 KRaft brokers on 127.0.0.1,
    output at read_committed), each a bare confluent-kafka consumer assigned from offset 0 that calls
    ``consume(10000, topics.CONSUME_WAIT_S)`` (as ``read_topic`` does) until its position reaches the end offsets and only counts the messages:
    the fetch and librdkafka's decoding, nothing of ours;
-3. **whole check**: ``harness.checking.check_live`` on the same topics and run directory (reads in
+3. **whole check**: ``onceproof.harness.checking.check_live`` on the same topics and run directory (reads in
    bounded chunks, decodes, saves the parquet snapshots, reads the history, runs every checker), as
    ``onceproof run``'s check phase does;
 4. reports ``ratio = whole check s / raw read s`` (target ≤ 1.3) and fails (exit 1) unless the check
@@ -68,7 +68,7 @@ def raw_read(bootstrap: str, topic: str, committed: bool) -> tuple[int, float]:
     """(messages, seconds) of a bare read of ``topic`` from offset 0 to its end offsets."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from clients import topics
+    from onceproof.clients import topics
 
     t0 = time.monotonic()
     ends = topics.end_offsets(bootstrap, topic, committed)
@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import pipeline_bench
     import whole_process
-    from clients import topics
-    from harness import checking
-    from harness.recovery import RecoveryStatus
+    from onceproof.clients import topics
+    from onceproof.harness import checking
+    from onceproof.harness.recovery import RecoveryStatus
 
     feed = whole_process.Feed(a.records, a.keys, 6, a.seed)
     work = Path(tempfile.mkdtemp(prefix="onceproof-realread-"))

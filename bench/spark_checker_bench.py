@@ -19,7 +19,7 @@ What it does:
 2. plants anomalies: 7 lost records, 12 duplicated pairs with 13 extra copies (one pair three times),
    one reordering (seqs s and s+1 of a key swapped), 2 pairs not in the input and one value without
    seq (3 unexpected), 3 acknowledged sends missing from the input (lost-write);
-3. runs the real CLI (``python -m harness.cli check RUN_DIR --json --engine E``) as a subprocess per
+3. runs the real CLI (``python -m onceproof.harness.cli check RUN_DIR --json --engine E``) as a subprocess per
    engine and measures its wall time (JVM start included), the CPU time of the process tree
    and the peak RSS of the whole tree (the CLI, the JVM Spark starts, and anything they start:
    psutil, sampled every 0.2 s, so a peak shorter than that can be missed; the CPU time is each
@@ -271,7 +271,7 @@ def main() -> int:
         if eng == "pandas" and lay.n > args.pandas_max:
             report["engines"][eng] = {"skipped": f"more than --pandas-max {args.pandas_max:,} records"}
             continue
-        cmd = [sys.executable, "-m", "harness.cli", "check", str(d), "--json", "--engine", eng]
+        cmd = [sys.executable, "-m", "onceproof.harness.cli", "check", str(d), "--json", "--engine", eng]
         if eng == "spark":
             cmd += ["--spark-master", args.spark_master] + [a for kv in args.spark_conf for a in ("--spark-conf", kv)]
         print(f"{eng}: {' '.join(cmd[1:])}", flush=True)

@@ -4,13 +4,13 @@
 the child's peak resident set (Linux ``VmHWM``, also ``ru_maxrss`` from ``wait4``) and the analysis
 rate. The child goes through the harness's real path, Kafka excepted:
 
-* ``clients.topics.read_topic`` for the input (read_committed), the output at read_uncommitted and
+* ``onceproof.clients.topics.read_topic`` for the input (read_committed), the output at read_uncommitted and
   at read_committed, with ``confluent_kafka.Message`` objects served by :class:`FakeConsumer` in
   batches of 10,000 (``consume()`` as ``read_topic`` calls it) and end offsets by
   :func:`fake_end_offsets`. The messages are built a batch at a time from closed-form arithmetic, so
   the feed itself holds O(batch) memory: what is measured is the reader and the checks, not the test
   data;
-* ``store.readers.read_history`` on a ``history.jsonl`` of two lines per input record (invoke, ok),
+* ``onceproof.store.readers.read_history`` on a ``history.jsonl`` of two lines per input record (invoke, ok),
   ``sink.jsonl`` and ``nemesis.jsonl`` written into a temporary run directory;
 * saving ``input.parquet`` / ``output.parquet`` / ``output_uncommitted.parquet``, then
   ``run_checks`` (the exactly-once checker, the transaction checks, the faults near each example)
@@ -221,7 +221,7 @@ class Feed:
                 # interleave invoke and ok lines, as the workload writes them
                 f.write("\n".join(a + "\n" + b for a, b in zip(body_inv.splitlines(), body_ok.splitlines())) + "\n")
             # seqs and offsets past the input's (as a real lost write has), not outsized ones: a history
-            # column narrows to 32 bits only when every value fits (store.columns)
+            # column narrows to 32 bits only when every value fits (onceproof.store.columns)
             top = self.n // self.keys + 10
             extra = [("ok", top + i, self.lost_write_keys[i]) for i in range(3)] + \
                 [("info", top + 10, self.lost_write_keys[3]), ("info", top + 11, self.lost_write_keys[4]),
@@ -364,14 +364,14 @@ class Phases:
 def child(a) -> int:
     global FEED
     sys.path.insert(0, a.code_root)
-    from clients import topics
-    from harness import checking
-    from harness.recovery import RecoveryStatus
-    import checkers.compose as compose
-    import checkers.exactly_once as exactly_once
-    import checkers.nearby as nearby
-    import checkers.transactions as transactions
-    from store import readers
+    import onceproof.checkers.compose as compose
+    import onceproof.checkers.exactly_once as exactly_once
+    import onceproof.checkers.nearby as nearby
+    import onceproof.checkers.transactions as transactions
+    from onceproof.clients import topics
+    from onceproof.harness import checking
+    from onceproof.harness.recovery import RecoveryStatus
+    from onceproof.store import readers
 
     FEED = Feed(a.records, a.keys, a.partitions, a.seed)
     hidden = FEED.hidden_count()

@@ -2,7 +2,7 @@
 
 A plain Structured Streaming script, outside onceproof's packages: it reads JSON orders from Kafka at
 read_committed, normalises them (a ``region`` from the key, the send time as an ISO timestamp), and writes
-them to Kafka through onceproof's exactly-once sink library (``pipeline.eos_sink``), one call inside
+them to Kafka through onceproof's exactly-once sink library (``onceproof.pipeline.eos_sink``), one call inside
 ``foreachBatch``. Run it by hand::
 
     python examples/user_pipeline.py --bootstrap localhost:9092 --input-topic in --output-topic out \\
@@ -28,7 +28,7 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.eos_sink import exactly_once_sink
+from onceproof.pipeline.eos_sink import exactly_once_sink
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pipeline.sinks import SINKS  # noqa: E402 - after the path: soak.py runs as a script
+from onceproof.pipeline.sinks import SINKS  # noqa: E402 - after the path: soak.py runs as a script
 
 EXPECT = {name: s.expect for name, s in SINKS.items()}
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     for sink in a.sinks.split(","):
         for seed in _seeds(a.seeds):
             t = time.time()
-            p = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--sink", sink, "--nemesis", a.nemesis,
+            p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--sink", sink, "--nemesis", a.nemesis,
                                 "--time-limit", a.time_limit, "--seed", str(seed), "--results", str(a.results),
                                 "--test-name", f"soak-{sink}"], capture_output=True, text=True)
             run_dir = (a.results / f"soak-{sink}" / "latest").resolve()

@@ -10,7 +10,8 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-ONCEPROOF = [sys.executable, "-m", "harness.cli"]
+SRC = REPO / "src" / "onceproof"
+ONCEPROOF = [sys.executable, "-m", "onceproof.harness.cli"]
 
 
 def our_processes(marker: str, exclude: set[int] | None = None) -> list[psutil.Process]:
@@ -91,9 +92,9 @@ def spark():
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A real 3-broker KRaft cluster shared by one test module (started once per module, always stopped)."""
-    from backends.local.kafka import KafkaCluster
-    from backends.local.layout import ClusterSpec
-    from backends.local.ports import free_base_port
+    from onceproof.backends.local.kafka import KafkaCluster
+    from onceproof.backends.local.layout import ClusterSpec
+    from onceproof.backends.local.ports import free_base_port
 
     c = KafkaCluster(ClusterSpec(tmp_path_factory.mktemp("kafka"), base_port=free_base_port()))
     try:
@@ -117,10 +118,10 @@ def _docker_unavailable(why: str):
 
 @pytest.fixture(scope="session")
 def docker_engine():
-    """The Docker engine of the whole session (``backends.docker.engine.DockerEngine``): the running one,
+    """The Docker engine of the whole session (``onceproof.backends.docker.engine.DockerEngine``): the running one,
     or a ``dockerd`` started for the session and stopped at its end. Skipped when none can be had (no
     root, no ``dockerd``), failed instead under ``ONCEPROOF_TEST_DOCKER=require``."""
-    from backends.docker.engine import DockerEngine, EngineError
+    from onceproof.backends.docker.engine import DockerEngine, EngineError
 
     try:
         eng = DockerEngine().start()
@@ -134,9 +135,9 @@ def docker_engine():
 
 @pytest.fixture(scope="session")
 def docker_images(docker_engine):
-    """onceproof's images (``backends.docker.images.build``), by name → ``Built``: found by their
+    """onceproof's images (``onceproof.backends.docker.images.build``), by name → ``Built``: found by their
     content-hash tags, or built (about 2.5 min on an empty engine, 2 cores), progress on stdout."""
-    from backends.docker import images
+    from onceproof.backends.docker import images
 
     try:
         return {b.name: b for b in images.build(docker_engine.client, log=lambda m: print(m, flush=True))}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from backends.base import GONE, STOPPED, ClusterShape, Executor, NodeState, PipelineArgs
+from onceproof.backends.base import GONE, STOPPED, ClusterShape, Executor, NodeState, PipelineArgs
 
 
 class _OnlyTheProtocol:

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from checkers import compose
-from checkers.exactly_once import check
+from onceproof.checkers import compose
+from onceproof.checkers.exactly_once import check
 
 
 def frame(rows, cols=("key", "seq", "partition", "offset")):

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from backends import base, registry
-from backends.base import GONE, STOPPED, can_perform
-from harness import cli
-from harness.config import ConfigError, TestConfig
-from nemesis import broker, catalog, network
-from nemesis.broker import KillBroker, PauseBroker
-from nemesis.fault import EFFECTIVE, SKIPPED, NemesisContext
-from nemesis.kill_driver import KillDriver
-from nemesis.network import Partition, SlowNetwork
-from tests.conftest import REPO
+from onceproof.backends import base, registry
+from onceproof.backends.base import GONE, STOPPED, can_perform
+from onceproof.harness import cli
+from onceproof.harness.config import ConfigError, TestConfig
+from onceproof.nemesis import broker, catalog, network
+from onceproof.nemesis.broker import KillBroker, PauseBroker
+from onceproof.nemesis.fault import EFFECTIVE, SKIPPED, NemesisContext
+from onceproof.nemesis.kill_driver import KillDriver
+from onceproof.nemesis.network import Partition, SlowNetwork
+from tests.conftest import SRC
 from tests.stand_in_backend import StandInCluster, StandInNetwork, StandInSpark
 
 
@@ -88,11 +88,11 @@ def _members(proto: type) -> set[str]:
 
 
 @pytest.mark.parametrize("proto,impl", [
-    ("Cluster", "backends.local.kafka:KafkaCluster"),
-    ("SparkApp", "backends.local.spark:LocalSpark"),
-    ("SparkApp", "backends.docker.spark:DockerSpark"),
-    ("FaultNetwork", "backends.local.faultproxy:ProxyNetwork"),
-    ("Backend", "backends.local.backend:LocalBackend"),
+    ("Cluster", "onceproof.backends.local.kafka:KafkaCluster"),
+    ("SparkApp", "onceproof.backends.local.spark:LocalSpark"),
+    ("SparkApp", "onceproof.backends.docker.spark:DockerSpark"),
+    ("FaultNetwork", "onceproof.backends.local.faultproxy:ProxyNetwork"),
+    ("Backend", "onceproof.backends.local.backend:LocalBackend"),
     ("Cluster", "tests.stand_in_backend:StandInCluster"),
     ("SparkApp", "tests.stand_in_backend:StandInSpark"),
     ("FaultNetwork", "tests.stand_in_backend:StandInNetwork"),
@@ -109,7 +109,7 @@ def test_each_implementation_has_every_protocol_member(proto, impl):
 
 
 def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
-    from pipeline import job
+    from onceproof.pipeline import job
 
     p = base.PipelineArgs(bootstrap="h:1", sink="eos", checkpoint=tmp_path / "ck", control=tmp_path / "ctl",
                           sink_log=tmp_path / "sink.jsonl", input_topic="in", output_topic="out",
@@ -118,7 +118,7 @@ def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
     ns = vars(job.parse_args(p.argv()))
     want = {**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}, "control_dir": str(p.control)}
     want.pop("control")
-    for k in ("command", "cwd"):  # a user's pipeline instead of pipeline.job: not the job's options
+    for k in ("command", "cwd"):  # a user's pipeline instead of onceproof.pipeline.job: not the job's options
         want.pop(k)
     assert want.pop("file_sink") is None and ns["file_sink_path"] == ""
     p = dataclasses.replace(p, file_sink=tmp_path / "fs", workload="counter")
@@ -257,10 +257,10 @@ def test_the_stand_in_refuses_what_is_not_protocol(tmp_path):
         c.spec = None
 
 
-FORBIDDEN = ("psutil", "signal", "subprocess", "backends.local")
+FORBIDDEN = ("psutil", "signal", "subprocess", "onceproof.backends.local")
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "nemesis").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((SRC / "nemesis").glob("*.py")), ids=lambda p: p.name)
 def test_no_nemesis_reaches_past_the_protocols(path):
     """No process table, no signals, no local-backend module, no pid set by hand in ``nemesis/``, and of
     the context's services only their protocols' members."""

@@ -20,8 +20,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from report.certificate import (RULE, cell_from_run, detection_table, suite_exit_code, suite_result,
-                                write_certificate)
+from onceproof.report.certificate import (
+    RULE,
+    cell_from_run,
+    detection_table,
+    suite_exit_code,
+    suite_result,
+    write_certificate,
+)
 
 T0 = 1_800_000_000.0  # test start, epoch s
 MS = 1000

@@ -6,7 +6,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from clients import topics
+from onceproof.clients import topics
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.cluster

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from checkers.exactly_once import Recovery, check
+from onceproof.checkers.exactly_once import Recovery, check
 
 
 def make_input(keys=3, per_key=5):

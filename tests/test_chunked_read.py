@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 from confluent_kafka import Message, TopicPartition
 
-from checkers import exactly_once, transactions
-from checkers.exactly_once import Recovery
-from clients import topics
-from harness import checking
-from store import columns, readers
-from store.runfiles import INPUT, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles
+from onceproof.checkers import exactly_once, transactions
+from onceproof.checkers.exactly_once import Recovery
+from onceproof.clients import topics
+from onceproof.harness import checking
+from onceproof.store import columns, readers
+from onceproof.store.runfiles import INPUT, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles
 
 KEYS, PER_KEY, PARTS = 7, 40, 3
 ABORTED = {"incarnation": "0", "batch": 99, "attempt": 5}
@@ -264,7 +264,7 @@ def test_read_pair_reads_input_then_uncommitted_then_committed(run, monkeypatch)
 
 
 def test_check_live_saves_every_field_and_checks_with_what_the_checks_read(run, tmp_path, monkeypatch):
-    from harness.recovery import RecoveryStatus
+    from onceproof.harness.recovery import RecoveryStatus
 
     _FakeConsumer.topics = {("in", True): run["input"], ("in", False): run["input"],
                             ("out", True): run["output"], ("out", False): run["uncommitted"]}

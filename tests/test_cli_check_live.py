@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import recovery
-from harness.recovery import RecoveryStatus
+from onceproof.harness import recovery
+from onceproof.harness.recovery import RecoveryStatus
 from tests.conftest import run_cli
 
 # ---------------------------------------------------------------------------------- caught-up, no cluster
@@ -128,7 +128,7 @@ def check(bootstrap, inp, out, results, *extra, timeout="10"):
 
 
 def topics_with(cluster, name, inputs, outputs):
-    from clients import topics
+    from onceproof.clients import topics
 
     inp, out = f"in-{name}", f"out-{name}"
     topics.create_topics(cluster.bootstrap, {inp: 1, out: 1})

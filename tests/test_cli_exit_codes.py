@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError, TestConfig
+from onceproof.harness.config import ConfigError, TestConfig
 from tests.conftest import REPO, run_cli
 
 
@@ -188,7 +188,7 @@ def test_run_crash_is_255_without_traceback_on_the_console(tmp_path):
     """The cluster cannot start (no java): the runner's crash path, no process is started."""
     results = tmp_path / "results"
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java"), COLUMNS="160")
-    p = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--time-limit", "1", "--results", str(results)],
+    p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--time-limit", "1", "--results", str(results)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 255, (p.stdout[-3000:], p.stderr[-3000:])
     assert "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr

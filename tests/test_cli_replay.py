@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import typer
 
-from backends import registry
-from harness import cli
-from harness.config import TestConfig
-from nemesis import catalog
+from onceproof.backends import registry
+from onceproof.harness import cli
+from onceproof.harness.config import TestConfig
+from onceproof.nemesis import catalog
 from tests.conftest import run_cli
 
 

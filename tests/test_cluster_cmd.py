@@ -20,7 +20,7 @@ def cli(args: list[str], cwd: Path = REPO, cache: Path | None = None, timeout: f
     env = dict(os.environ, COLUMNS="200")
     if cache is not None:
         env["ONCEPROOF_CACHE"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "onceproof.harness.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from store import readers
-from store.compact import MIN_LOG_BYTES, compact, read_text
-from store.history import HistoryWriter
-from store.runfiles import GZ, HISTORY, RunFiles, stored
-from store.runs import RunDir, is_run_dir
+from onceproof.store import readers
+from onceproof.store.compact import MIN_LOG_BYTES, compact, read_text
+from onceproof.store.history import HistoryWriter
+from onceproof.store.runfiles import GZ, HISTORY, RunFiles, stored
+from onceproof.store.runs import RunDir, is_run_dir
 from tests.conftest import run_cli
 from tests.test_cli_check_damaged import make_run
 

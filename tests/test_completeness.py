@@ -3,7 +3,7 @@ guard added after `--nemesis all --seed 7` lost 209 records of an empty-read par
 
 import pytest
 
-from pipeline import completeness
+from onceproof.pipeline import completeness
 
 
 def _offsets(ckpt, batch, ends):

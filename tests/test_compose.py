@@ -6,7 +6,7 @@ the host (CLIENT listeners, ``localhost:29091-29093``) while the pipeline runs, 
 network or volume of the project.
 
 Uses Compose v2 (``docker compose``) or Debian's v1 (``docker-compose``), whichever answers
-(``backends.docker.compose.compose_command``). About 3 minutes on 2 cores.
+(``onceproof.backends.docker.compose.compose_command``). About 3 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _project_objects(client, project: str) -> list[str]:
 
 def _create_topics_when_up(timeout_s: float = 180) -> None:
     """Create the pipeline's topics once all three brokers answer (a fresh KRaft quorum takes a while)."""
-    from clients import topics
+    from onceproof.clients import topics
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -66,8 +66,8 @@ def _create_topics_when_up(timeout_s: float = 180) -> None:
 @contextlib.contextmanager
 def _workload(history: Path, rate: float):
     """The keyed workload writing the input through the host listeners for the block; yields its stats."""
-    from store.history import HistoryWriter
-    from workloads.keyed import KeyedWorkload
+    from onceproof.store.history import HistoryWriter
+    from onceproof.workloads.keyed import KeyedWorkload
 
     h = HistoryWriter(history)
     w = KeyedWorkload(HOST_BOOTSTRAP, "input", h, rate=rate, keys=20, seed=1)
@@ -82,7 +82,7 @@ def _workload(history: Path, rate: float):
 def _committed_output(timeout_s: float, alive) -> int:
     """Wait until the output topic holds committed records (the driver's first micro-batch); returns the
     sum of its LSOs, or 0 after ``timeout_s`` or once ``alive()`` (the driver container runs) is False."""
-    from clients import topics
+    from onceproof.clients import topics
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and alive():
@@ -99,8 +99,8 @@ def _committed_output(timeout_s: float, alive) -> int:
 @pytest.mark.timeout(900)
 def test_compose_kafka_and_spark_run_the_pipeline_and_check_bootstrap_says_valid(docker_engine, docker_images,
                                                                                  tmp_path):
-    from backends.docker.compose import compose_command
-    from backends.docker.driver import driver_command
+    from onceproof.backends.docker.compose import compose_command
+    from onceproof.backends.docker.driver import driver_command
 
     env = {**os.environ, **docker_engine.env()}
     cli = compose_command(env)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from checkers.counter import DEFINITE, Recovery, check, decode
+from onceproof.checkers.counter import DEFINITE, Recovery, check, decode
 
 EMPTY = pd.DataFrame(columns=["type", "f", "key", "seq"])
 
@@ -433,7 +433,7 @@ def test_the_counter_transform_on_real_spark_gives_what_the_decoder_and_checker_
 
     from pyspark.sql import SparkSession
 
-    from workloads import registry
+    from onceproof.workloads import registry
 
     wl = registry.get("counter")
     recs = [("k1", s) for s in range(4)] + [("k2", s) for s in range(3)]
@@ -456,7 +456,7 @@ def test_the_counter_transform_on_real_spark_gives_what_the_decoder_and_checker_
 
 
 def test_the_counter_workload_counts_sends_and_an_acknowledged_send_missing_from_the_input():
-    from workloads import registry
+    from onceproof.workloads import registry
 
     inp = one_key_input(3)
     out = frame([agg_row("a", [0, 1, 2], offset=0, batch="0")])

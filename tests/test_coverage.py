@@ -1,6 +1,6 @@
 """A valid verdict needs traffic and every planned fault exercised (issue 7 item 5 and 7)."""
 
-from nemesis import coverage
+from onceproof.nemesis import coverage
 
 PLAN = [(5.0, "kill-executor"), (15.0, "kill-broker:leader"), (30.0, "kill-executor")]
 VALID = {"verdict": "valid", "valid": True, "unknown_reasons": [],
@@ -48,7 +48,7 @@ def test_offline_recheck_applies_the_same_coverage_judgement(tmp_path):
     """`onceproof check RUN_DIR` must not turn a run that never exercised a planned fault into valid."""
     import json
 
-    from harness import checking
+    from onceproof.harness import checking
     from tests.test_report import make_run
 
     d = make_run(tmp_path / "run")
@@ -74,8 +74,8 @@ def test_txn_timeout_evidence_accepts_the_sinks_abandon_event(tmp_path):
     import json
     import threading
 
-    from nemesis.commit_delay import CommitDelay
-    from nemesis.fault import NemesisContext
+    from onceproof.nemesis.commit_delay import CommitDelay
+    from onceproof.nemesis.fault import NemesisContext
 
     control = tmp_path / "control"
     control.mkdir()

@@ -12,19 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from backends import registry
-from backends.base import GONE, STOPPED, PipelineArgs, can_perform
-from backends.docker.backend import CAPABILITIES, DockerBackend
-from backends.docker.cluster import node_state
-from backends.docker.driver import driver_command
-from backends.docker.layout import (APP_PORT, CLIENT_PORT, CONTROLLER_PORT, INTERNAL_PORT, DockerLayout,
-                                    kafka_env_name, subnet_candidates)
-from backends.docker.network import DockerFaultNetwork, proxy_specs
-from backends.docker.spark import executors_in, pipeline_for_network, shared_dirs, spark_volumes
-from backends.local.kafka import server_properties
-from backends.local.layout import ClusterSpec
-from harness.config import TestConfig
-from nemesis import catalog
+from onceproof.backends import registry
+from onceproof.backends.base import GONE, STOPPED, PipelineArgs, can_perform
+from onceproof.backends.docker.backend import CAPABILITIES, DockerBackend
+from onceproof.backends.docker.cluster import node_state
+from onceproof.backends.docker.driver import driver_command
+from onceproof.backends.docker.layout import (
+    APP_PORT,
+    CLIENT_PORT,
+    CONTROLLER_PORT,
+    INTERNAL_PORT,
+    DockerLayout,
+    kafka_env_name,
+    subnet_candidates,
+)
+from onceproof.backends.docker.network import DockerFaultNetwork, proxy_specs
+from onceproof.backends.docker.spark import executors_in, pipeline_for_network, shared_dirs, spark_volumes
+from onceproof.backends.local.kafka import server_properties
+from onceproof.backends.local.layout import ClusterSpec
+from onceproof.harness.config import TestConfig
+from onceproof.nemesis import catalog
 
 NETWORK_KEYS = {"node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
                 "listener.security.protocol.map", "log.dirs"}
@@ -192,7 +199,7 @@ def test_the_driver_command_passes_every_argument_and_the_images_jars(tmp_path):
     env = {"PATH": f"{fake}:{os.environ['PATH']}", "ONCEPROOF_DRIVER_LOG": str(log)}
     subprocess.run(cmd, env=env, check=True, timeout=10)
     got = log.read_text().splitlines()
-    assert got[:2] == ["-m", "pipeline.job"] and got[2:6] == argv
+    assert got[:2] == ["-m", "onceproof.pipeline.job"] and got[2:6] == argv
     assert got[6] == "--jars" and got[7] == f"local:{jars}/a.jar,local:{jars}/b c.jar"
 
 
@@ -228,7 +235,7 @@ def test_a_docker_run_of_the_definition_of_done_validates_without_starting_anyth
 
 
 def test_listening_ports_are_read_from_the_namespaces_tcp_table():
-    from backends.docker.cluster import listening_in
+    from onceproof.backends.docker.cluster import listening_in
 
     rows = ["   0: 00000000:2383 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 1 1",  # 9091 listen
             "   1: 0100007F:2384 0100007F:D431 01 00000000:00000000 00:00000000 00000000 0 0 2 1",  # 9092 established
@@ -248,7 +255,7 @@ def _fake_bin(d: Path, name: str, script: str) -> None:
     ({"docker": "exit 1"}, None),                                                # neither: None (install one)
 ])
 def test_the_compose_cli_is_the_plugin_then_v1_then_none(tmp_path, monkeypatch, have, want):
-    from backends.docker.compose import COMPOSE_ENV, compose_command
+    from onceproof.backends.docker.compose import COMPOSE_ENV, compose_command
 
     for name, script in have.items():
         _fake_bin(tmp_path, name, script)
@@ -261,8 +268,8 @@ def test_the_compose_cli_is_the_plugin_then_v1_then_none(tmp_path, monkeypatch, 
 
 
 def test_the_docker_backend_has_no_second_pyspark_runtime_and_says_so():
-    from backends.base import BackendError
-    from backends.docker.spark import DockerSpark
+    from onceproof.backends.base import BackendError
+    from onceproof.backends.docker.spark import DockerSpark
 
     app = object.__new__(DockerSpark)  # no engine: set_runtime needs only the image
     app.image = "onceproof/spark:4.3.0"

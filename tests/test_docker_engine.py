@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backends.docker import engine as eng_mod
-from backends.docker.engine import DockerEngine, EngineError, ping, stop_started
+from onceproof.backends.docker import engine as eng_mod
+from onceproof.backends.docker.engine import DockerEngine, EngineError, ping, stop_started
 
 DOCKERD = shutil.which("dockerd") or ("/usr/sbin/dockerd" if os.path.exists("/usr/sbin/dockerd") else None)
 _skip = pytest.mark.skipif(DOCKERD is None or os.geteuid() != 0 or shutil.which("unshare") is None,

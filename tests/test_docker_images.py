@@ -9,14 +9,13 @@ trivial command per image; no broker, Spark master or worker is started.
 
 import tarfile
 import time
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from backends.docker import images
-from backends.docker.images import ImageBuildError, _Entry, _Recipe, recipe_hash
+from onceproof.backends.docker import images
+from onceproof.backends.docker.images import ImageBuildError, _Entry, _Recipe, recipe_hash
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,16 +58,17 @@ def test_context_tar_has_the_dockerfile_entries_modes_and_a_fixed_mtime(tmp_path
         assert {i.uid for i in m.values()} == {0}
 
 
-def test_python_requirements_are_pyprojects_pins_and_the_drivers_py4j():
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+def test_python_requirements_are_the_drivers_installed_versions_and_the_lock_pins_them():
+    lock = dict(line.split("==", 1) for line in (REPO / "constraints.txt").read_text().split() if "==" in line)
     reqs = images.python_requirements()
-    assert f"pyspark=={reqs['pyspark']}" in deps
-    assert f"confluent-kafka=={reqs['confluent-kafka']}" in deps
-    assert reqs["py4j"] == metadata.version("py4j")
+    for name in ("pyspark", "confluent-kafka", "py4j"):
+        assert reqs[name] == metadata.version(name), "the cluster must run the driver's versions"
+    # make setup installs from the lock, so a checkout's images carry exactly the locked versions
+    assert reqs["pyspark"] == lock["pyspark"] and reqs["confluent-kafka"] == lock["confluent-kafka"]
 
 
 def test_kafka_context_carries_the_resolved_jars_or_none_on_the_official_image():
-    from backends.local import jars
+    from onceproof.backends.local import jars
 
     local = images._kafka_recipe("onceproof/jre:17-x", None)
     got = sorted(e.path for e in local.entries if e.arcname.startswith("libs/"))
@@ -192,8 +192,8 @@ def test_spark_image_has_the_drivers_python_packages_and_runs_the_pipeline_impor
                "print(sys.version_info[:2], v('pyspark'), v('py4j'), v('confluent-kafka'))"])
     assert out.strip() == f"(3, 11) {reqs['pyspark']} {reqs['py4j']} {reqs['confluent-kafka']}"
     # what the executors import (cloudpickle references pipeline.* by module), from the repository mounted
-    out = _run(engine, built["spark"].tag, ["python", "-c", "import pipeline.job, pipeline.transactional_sink, "
-               "pipeline.marker, pipeline.completeness, pipeline.hooks; print('ok')"],
+    out = _run(engine, built["spark"].tag, ["python", "-c", "import onceproof.pipeline.job, onceproof.pipeline.transactional_sink, "
+               "onceproof.pipeline.marker, onceproof.pipeline.completeness, onceproof.pipeline.hooks; print('ok')"],
                volumes={str(REPO): {"bind": "/src", "mode": "ro"}}, environment={"PYTHONPATH": "/src"})
     assert out.strip() == "ok"
     out = _run(engine, built["spark"].tag, ["sh", "-c", "ls $SPARK_HOME/bin/spark-class /opt/onceproof/spark-kafka"])
@@ -202,7 +202,7 @@ def test_spark_image_has_the_drivers_python_packages_and_runs_the_pipeline_impor
 
 @pytest.mark.docker
 def test_toxiproxy_image_runs_the_harness_build(engine, built):
-    from backends.local.toxiproxy import TOXIPROXY_VERSION
+    from onceproof.backends.local.toxiproxy import TOXIPROXY_VERSION
 
     out = _run(engine, built["toxiproxy"].tag, ["-version"])
     assert f"version {TOXIPROXY_VERSION.lstrip('v')}" in out

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.cluster
 def test_the_file_sink_is_exactly_once_through_its_log_and_a_listing_reader_sees_duplicates(results_root):
     p = run_cli(["run", "--sink", "file", "--nemesis", "kill-executor,kill-driver-in-commit-window", "--seed", "1",
                  # 10 s micro-batches of ~3,000 rows per partition: past the data files' write buffers
-                 # (pipeline.file_sink.HOLD_AT_ROW), so the killed task's orphan holds records
+                 # (onceproof.pipeline.file_sink.HOLD_AT_ROW), so the killed task's orphan holds records
                  "--trigger-ms", "10000", "--rate", "1800", "--max-offsets", "40000", "--keys", "300",
                  "--results", str(results_root)], timeout=1100)
     run_dir, result, ops = load_run(results_root)

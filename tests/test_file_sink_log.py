@@ -13,9 +13,9 @@ from urllib.parse import quote
 import pandas as pd
 import pytest
 
-from checkers import exactly_once
-from store import file_sink_log as fsl
-from store.file_sink_log import FileSinkLogError
+from onceproof.checkers import exactly_once
+from onceproof.store import file_sink_log as fsl
+from onceproof.store.file_sink_log import FileSinkLogError
 
 # A line from _spark_metadata/10 of a real run (pyspark 4.3.0, local[1], writeStream.format("json") into
 # "/tmp/i9b_spark/w/out dir%x", trigger availableNow): file:/// (three slashes), space -> %20, % -> %25,

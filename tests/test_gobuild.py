@@ -1,10 +1,10 @@
-"""backends.gobuild.built_once: the build-once pattern shared by toxiproxy's server and the Compose plugin."""
+"""onceproof.backends.gobuild.built_once: the build-once pattern shared by toxiproxy's server and the Compose plugin."""
 
 from __future__ import annotations
 
 import pytest
 
-from backends.gobuild import built_once, go_env
+from onceproof.backends.gobuild import built_once, go_env
 
 
 def test_builds_once_then_reuses_and_a_failed_build_leaves_nothing(tmp_path):

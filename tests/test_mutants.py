@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
-from harness import suite
-from harness.config import ConfigError, TestConfig, read_schedule
-from nemesis import catalog, packages
-from pipeline import hooks, mutants, sinks
+from onceproof.harness import suite
+from onceproof.harness.config import ConfigError, TestConfig, read_schedule
+from onceproof.nemesis import catalog, packages
+from onceproof.pipeline import hooks, mutants, sinks
 
 
 def test_every_mutant_is_a_sink_with_exactly_one_flaw_and_never_the_default():
@@ -75,7 +75,7 @@ def test_a_zombie_claims_only_its_partition_waits_for_release_and_survives_sighu
     (tmp_path / "zombie.precommit").write_text('{"partition": 1}')
     code = textwrap.dedent(f"""
         import json, os, signal, sys, threading, time
-        from pipeline import hooks
+        from onceproof.pipeline import hooks
         events = []
         log = lambda **f: events.append(f)
         d = {str(tmp_path)!r}

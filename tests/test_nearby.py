@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from checkers.nearby import attach, fault_windows
+from onceproof.checkers.nearby import attach, fault_windows
 
 
 def ops():

@@ -5,7 +5,7 @@ marker; a seed replays the same concrete targets (item 9)."""
 
 import pytest
 
-from store.readers import read_sink
+from onceproof.store.readers import read_sink
 from tests.conftest import load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.cluster
@@ -56,7 +56,7 @@ def all_run(tmp_path_factory):
 
 
 def test_eos_is_valid_under_every_fault_and_target_with_evidence(all_run):
-    from nemesis import catalog
+    from onceproof.nemesis import catalog
 
     p, run_dir, result, ops = all_run
     counts = result["counts"]

@@ -8,9 +8,9 @@ import json
 import threading
 import time
 
-from nemesis.fault import EFFECTIVE, NemesisContext, Outcome
-from nemesis.runner import NemesisRunner
-from store.history import HistoryWriter
+from onceproof.nemesis.fault import EFFECTIVE, NemesisContext, Outcome
+from onceproof.nemesis.runner import NemesisRunner
+from onceproof.store.history import HistoryWriter
 
 
 class Batches:

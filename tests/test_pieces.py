@@ -7,10 +7,9 @@ from itertools import islice
 
 import pytest
 
-from store import checkpoint, history
-from store import readers
-from pipeline import hooks, marker
-from workloads.keyed import sequences
+from onceproof.pipeline import hooks, marker
+from onceproof.store import checkpoint, history, readers
+from onceproof.workloads.keyed import sequences
 
 
 def test_sequences_are_contiguous_per_key_and_seeded():
@@ -99,7 +98,7 @@ def test_marker_encodes_batch_plus_one():
 def test_decode_values_fast_path_and_fallback_agree():
     import pandas as pd
 
-    from clients.topics import decode_values
+    from onceproof.clients.topics import decode_values
 
     vals = [json.dumps({"key": f"k{i % 3}", "seq": i // 3, "in_offset": i}).encode() for i in range(30)]
     frame = pd.DataFrame({"partition": [0] * 30, "offset": range(30), "key": [None] * 30, "value": vals})
@@ -116,15 +115,15 @@ def test_decode_values_fast_path_and_fallback_agree():
 
 def test_the_pipeline_imports_without_pandas_or_pyarrow():
     """The driver container of the Docker backend has pyspark and confluent-kafka, not pandas: what
-    ``pipeline.job`` imports (the workloads' transforms included) must not need them (seen: the counter
+    ``onceproof.pipeline.job`` imports (the workloads' transforms included) must not need them (seen: the counter
     workload's first Docker run restarted its driver 121 times on ``No module named 'pandas'``)."""
     import subprocess
     import sys
     from pathlib import Path
 
     code = ("import sys; sys.modules['pandas'] = None; sys.modules['pyarrow'] = None; sys.modules['numpy'] = None\n"
-            "import pipeline.job, pipeline.eos_sink, pipeline.file_sink\n"
-            "from workloads import registry\n"
+            "import onceproof.pipeline.job, onceproof.pipeline.eos_sink, onceproof.pipeline.file_sink\n"
+            "from onceproof.workloads import registry\n"
             "[registry.get(n) for n in registry.names()]")
     p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
                        capture_output=True, text=True, timeout=60)

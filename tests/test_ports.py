@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backends.base import ClusterError
-from backends.local.kafka import KafkaCluster
-from backends.local.layout import ClusterSpec
-from backends.local.ports import free_base_port, port_free, ports_dir
+from onceproof.backends.base import ClusterError
+from onceproof.backends.local.kafka import KafkaCluster
+from onceproof.backends.local.layout import ClusterSpec
+from onceproof.backends.local.ports import free_base_port, port_free, ports_dir
 
 START = 33090  # away from the default 19090 that real clusters on this machine use
 
@@ -40,7 +40,7 @@ def free_start() -> int:
 CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from backends.local.ports import free_base_port
+    from onceproof.backends.local.ports import free_base_port
     go = Path(sys.argv[1])
     print("ready", flush=True)
     while not go.exists():

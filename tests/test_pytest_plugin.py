@@ -1,7 +1,7 @@
 """The pytest plugin (``pytest_onceproof/``) through pytest's own ``pytester``: inner pytest sessions load it
 from its ``pytest11`` entry point as a user's CI would.
 
-Pure logic of the plugin, no cluster: the function it calls to run a test (``pytest_onceproof.runs.execute``)
+Pure logic of the plugin, no cluster: the function it calls to run a test (``onceproof.pytest_plugin.runs.execute``)
 is replaced by a stand-in that writes a synthetic run directory (``results.json`` with a verdict and counts
 the test chooses), and ``onceproof_cluster`` builds a stand-in backend's cluster (``tests/stand_in_backend.py``:
 a table, no process). These tests say nothing about Kafka or Spark. The one real run is
@@ -16,18 +16,18 @@ import json
 import os
 import signal
 import textwrap
-from contextlib import contextmanager
 import xml.etree.ElementTree as ET
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from backends import registry
-from backends.base import ClusterError
-from harness.cli import EXIT
-from pytest_onceproof import runs
-from store.runfiles import RESULTS, TEST
-from store.runs import RunDir
+from onceproof.backends import registry
+from onceproof.backends.base import ClusterError
+from onceproof.harness.cli import EXIT
+from onceproof.pytest_plugin import runs
+from onceproof.store.runfiles import RESULTS, TEST
+from onceproof.store.runs import RunDir
 from tests.conftest import REPO, load_run_dir, our_jvms
 from tests.stand_in_backend import StandInBackend, StandInCluster
 
@@ -41,7 +41,7 @@ def _entry_point() -> importlib.metadata.EntryPoint | None:
 def plugin_args() -> list[str]:
     """Load the plugin by its module when this environment predates its entry point (installed before it
     was added); the entry point itself is checked by ``test_the_plugin_is_installed_as_a_pytest11_entry_point``."""
-    return [] if _entry_point() else ["-p", "pytest_onceproof.plugin"]
+    return [] if _entry_point() else ["-p", "onceproof.pytest_plugin.plugin"]
 
 
 # ------------------------------------------------------------------------------------------ stand-ins
@@ -159,8 +159,8 @@ def test_the_plugin_is_installed_as_a_pytest11_entry_point():
     ep = _entry_point()
     assert ep is not None, ("no pytest11 entry point 'onceproof' in this environment: reinstall onceproof "
                             "(`pip install -e .`, or `make setup` after pyproject.toml changed)")
-    assert ep.value == "pytest_onceproof.plugin"
-    assert ep.load().__name__ == "pytest_onceproof.plugin"
+    assert ep.value == "onceproof.pytest_plugin.plugin"
+    assert ep.load().__name__ == "onceproof.pytest_plugin.plugin"
 
 
 def test_fixtures_marker_and_options_are_listed_and_go_with_the_plugin(pytester):

@@ -21,13 +21,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from checkers.exactly_once import Recovery, check
-from report import analysis
-from report.html import build_report
-from report.index import build_index
-from report.junit import write_junit
-from report.load import load_run
-from store.runfiles import CONTENTS
+from onceproof.checkers.exactly_once import Recovery, check
+from onceproof.report import analysis
+from onceproof.report.html import build_report
+from onceproof.report.index import build_index
+from onceproof.report.junit import write_junit
+from onceproof.report.load import load_run
+from onceproof.store.runfiles import CONTENTS
 
 T0 = 1_800_000_000.0  # test start, epoch s
 KEYS, SEQS, RATE = 5, 60, 10.0  # records per key, sends per second per key
@@ -423,7 +423,7 @@ def test_report_renders_plots_in_headless_chromium(run_dir, tmp_path, layout):
 
 def _rooted(tmp_path, stamp: str = "20270115T080000") -> Path:
     """A synthetic run inside a results root (its ``latest`` links point at it, as a real run's do)."""
-    from store.runs import LATEST, repoint
+    from onceproof.store.runs import LATEST, repoint
 
     root = tmp_path / "results"
     d = make_run(root / "eos-synthetic" / stamp)
@@ -432,7 +432,7 @@ def _rooted(tmp_path, stamp: str = "20270115T080000") -> Path:
 
 
 def test_reports_in_a_results_root_share_one_plotly_bundle_and_standalone_inlines_it(tmp_path):
-    from store.runs import ASSETS
+    from onceproof.store.runs import ASSETS
 
     a, b = _rooted(tmp_path), _rooted(tmp_path, "20270115T090000")
     pa, pb = build_report(a).read_text(), build_report(b).read_text()
@@ -447,7 +447,7 @@ def test_reports_in_a_results_root_share_one_plotly_bundle_and_standalone_inline
 
 
 def test_a_report_copied_without_the_shared_bundle_says_how_to_rebuild_it(tmp_path):
-    from store.runs import ASSETS
+    from onceproof.store.runs import ASSETS
 
     d = _rooted(tmp_path)
     page = build_report(d)

@@ -10,9 +10,9 @@ import json
 import pytest
 from rich.console import Console
 
-from backends import registry
-from harness import runner
-from harness.config import TestConfig
+from onceproof.backends import registry
+from onceproof.harness import runner
+from onceproof.harness.config import TestConfig
 from tests.stand_in_backend import StandInCluster, StandInSpark
 
 TEARDOWN_ORDER = ["driver stop", "cluster down", "proxy network stop", "remove broker data", "close histories"]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from nemesis import catalog, schedule
-from nemesis.schedule import plan
+from onceproof.nemesis import catalog, schedule
+from onceproof.nemesis.schedule import plan
 
 
 def test_same_seed_same_plan_and_different_seed_differs():
@@ -103,7 +103,7 @@ def test_nonfinite_interval_refused():
 def test_the_run_budget_counts_from_the_nemesis_start_not_the_workload_start():
     """A CI run on a loaded machine: the first batch came 75 s after the workload started, the run
     stopped at 3 × 120 s from the workload's start, and three planned faults never ran (unknown)."""
-    from nemesis.schedule import keep_running
+    from onceproof.nemesis.schedule import keep_running
     # within the time limit: always on
     assert keep_running(100, None, 120, 3.0, all_invoked=True)
     # past it with every fault invoked: stop

@@ -11,8 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.shrink import (DdminResult, ddmin, failure_class, replay_command, same_failure,
-                            schedule_of, shrink, write_schedule)
+from onceproof.harness.shrink import (
+    DdminResult,
+    ddmin,
+    failure_class,
+    replay_command,
+    same_failure,
+    schedule_of,
+    shrink,
+    write_schedule,
+)
 
 
 class Counting:

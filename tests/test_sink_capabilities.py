@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
-from harness.config import ConfigError, TestConfig
-from nemesis import catalog
-from nemesis.fault import NemesisContext
-from nemesis.kill_executor import KillExecutor
-from pipeline import sinks
-from report import junit
+from onceproof.harness import cli
+from onceproof.harness.config import ConfigError, TestConfig
+from onceproof.nemesis import catalog
+from onceproof.nemesis.fault import NemesisContext
+from onceproof.nemesis.kill_executor import KillExecutor
+from onceproof.pipeline import sinks
+from onceproof.report import junit
 from tests.stand_in_backend import StandInSpark
 
 NO_TXN = {"kill-broker:txn-coordinator", "pause-broker:txn-coordinator", "commit-delay:precommit",

@@ -12,9 +12,9 @@ import pyspark
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from checkers import transactions
-from pipeline import marker, provenance
-from pipeline import transactional_sink as ts
+from onceproof.checkers import transactions
+from onceproof.pipeline import marker, provenance
+from onceproof.pipeline import transactional_sink as ts
 
 Row = namedtuple("Row", "key value in_partition in_offset")
 

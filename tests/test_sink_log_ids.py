@@ -6,10 +6,10 @@ import re
 import threading
 
 import confluent_kafka.admin
-from confluent_kafka import KafkaError, KafkaException
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from pipeline import job
+from onceproof.pipeline import job
 
 
 def test_default_sink_id_is_stable_per_checkpoint_and_new_for_a_fresh_one(tmp_path):
@@ -96,7 +96,7 @@ def test_pool_size_comes_from_the_input_topic_metadata(monkeypatch):
 
 
 def test_the_driver_waits_for_its_input_topic_while_the_brokers_start_and_gives_up_at_the_deadline(monkeypatch):
-    """pipeline.job.wait_for_input: no broker, then no topic, then the topic; a deadline re-raises."""
+    """onceproof.pipeline.job.wait_for_input: no broker, then no topic, then the topic; a deadline re-raises."""
     now = [0.0]
     looks = []
 

@@ -2,7 +2,7 @@
 stats and exit codes on stored runs with every anomaly planted (synthetic run directories, parquet
 written by pandas and by Spark), on real Spark (one local[2] session for the module, marker
 `spark_local`). Also: runs the Spark engine does not cover are usage errors (254) before Spark starts,
-and Spark's Kafka rows decode as `clients.topics.decode_values` decodes the same bytes.
+and Spark's Kafka rows decode as `onceproof.clients.topics.decode_values` decodes the same bytes.
 
 No Kafka is started: the runs are files, as `onceproof check RUN_DIR` reads them.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.cli import main
+from onceproof.harness.cli import main
 from tests.conftest import run_cli
 
 T0 = 1_700_000_000_000  # epoch ms of the first input record
@@ -276,11 +276,11 @@ def test_runs_the_spark_engine_does_not_cover_are_usage_errors(tmp_path):
 @pytest.mark.spark_local
 def test_kafka_rows_decode_like_decode_values(spark):
     """Spark's Kafka source rows (schema of `spark.read.format("kafka")`) → the checker columns
-    `clients.topics.decode_values` makes from the same bytes (values with and without key/seq, garbage,
+    `onceproof.clients.topics.decode_values` makes from the same bytes (values with and without key/seq, garbage,
     a tombstone, repeated and missing headers)."""
     from pyspark.sql import types as T
 
-    from clients import spark_topics, topics
+    from onceproof.clients import spark_topics, topics
 
     vals = [b'{"key":"k1","seq":3}', b'{"seq":4}', b'not json', None, b'{"key":"k2"}', b'{"key":"k3","seq":7,"x":1}']
     keys = [b"k1", b"kk", b"k9", b"k8", None, b"k3"]

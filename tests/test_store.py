@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import ast
 import logging
-import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from store.history import HistoryWriter
-from nemesis.fault import sink_events
-from pipeline.transactional_sink import SinkConfig, log_event
-from store import readers, runfiles
-from store.runs import LATEST, RunDir
+from onceproof.nemesis.fault import sink_events
+from onceproof.pipeline.transactional_sink import SinkConfig, log_event
+from onceproof.store import readers, runfiles
+from onceproof.store.history import HistoryWriter
+from onceproof.store.runs import LATEST, RunDir
+from tests.conftest import REPO, SRC
 
-REPO = Path(__file__).resolve().parent.parent
 SINK_EVENTS = [("fence", {"partition": 0, "txn_id": "s-0"}),
                ("commit", {"batch": 3, "partition": 0, "attempt": 1, "records": 7}),
                ("abort", {"batch": 4, "partition": 1, "attempt": 0, "error": "fenced", "kind": "abortable"})]
@@ -147,8 +146,8 @@ def test_no_module_outside_the_store_names_a_run_file():
     names = {runfiles.TEST, runfiles.HISTORY, runfiles.NEMESIS, runfiles.SINK, runfiles.RECOVERY,
              runfiles.RESULTS, runfiles.INPUT, runfiles.OUTPUT, runfiles.OUTPUT_UNCOMMITTED, runfiles.LIVE,
              runfiles.REPORT, runfiles.JUNIT}
-    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = sorted(p.name for p in SRC.iterdir() if (p / "__init__.py").is_file())
     assert "store" in packages and "report" in packages
-    found = [hit for pkg in packages if pkg != "store" for p in sorted((REPO / pkg).rglob("*.py"))
+    found = [hit for pkg in packages if pkg != "store" for p in sorted((SRC / pkg).rglob("*.py"))
              for hit in _literal_names(p, names)]
-    assert found == [], "use store.runfiles instead of:\n" + "\n".join(found)
+    assert found == [], "use onceproof.store.runfiles instead of:\n" + "\n".join(found)

@@ -1,4 +1,4 @@
-"""Disk retention on hand-made results directories: `store.retention.prune` keeps the newest N runs of a
+"""Disk retention on hand-made results directories: `onceproof.store.retention.prune` keeps the newest N runs of a
 test, repoints the `latest` links, leaves runs in progress and anything that is not a run alone;
 `onceproof prune --keep-last N [RESULTS]` does it for every test."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from store import retention, runs
+from onceproof.store import retention, runs
 from tests.conftest import run_cli
 
 A = ["20250101T000000", "20250102T000000", "20250103T000000", "20250103T000000-1"]  # oldest → newest

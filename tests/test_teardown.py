@@ -61,11 +61,11 @@ MOMENTS = {  # moment -> (extra run options, signal)
 def test_interrupt_leaves_nothing_and_keeps_the_history(results_root, moment):
     """Interrupt a run at each phase: the harness exits 255 within the stated bound, results.json says
     why, and no process of the run (broker, toxiproxy, driver, executor, PySpark worker) is left."""
-    from harness.teardown import TEARDOWN_BOUND_S
+    from onceproof.harness.teardown import TEARDOWN_BOUND_S
 
     extra, sig = MOMENTS[moment]
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--results", str(results_root), *extra],
+    proc = subprocess.Popen([sys.executable, "-m", "onceproof.harness.cli", "run", "--results", str(results_root), *extra],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             preexec_fn=_started_with_sigint_ignored)
     lines: list[str] = []

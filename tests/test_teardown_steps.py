@@ -5,8 +5,8 @@ import threading
 import time
 from contextlib import ExitStack
 
-from backends.local import supervisor
-from harness import teardown
+from onceproof.backends.local import supervisor
+from onceproof.harness import teardown
 
 
 def test_a_failing_step_does_not_skip_the_others_and_is_recorded():

@@ -1,4 +1,4 @@
-"""backends.local.toxiproxy against a real toxiproxy server (built from its Go module) and a plain TCP echo server.
+"""onceproof.backends.local.toxiproxy against a real toxiproxy server (built from its Go module) and a plain TCP echo server.
 
 No mocks: every fault is measured on real sockets through the proxy. The first run builds toxiproxy
 (about half a minute, then cached under ``cache_dir()``); each test then takes at most a few seconds.
@@ -17,9 +17,18 @@ import time
 import psutil
 import pytest
 
-from backends.local import processes
-from backends.local.toxiproxy import (TOXIPROXY_VERSION, ToxiproxyBuildError, ToxiproxyClient, ToxiproxyError,
-                               ToxiproxyServer, ToxiproxyStartError, build_server, free_port, server_dir)
+from onceproof.backends.local import processes
+from onceproof.backends.local.toxiproxy import (
+    TOXIPROXY_VERSION,
+    ToxiproxyBuildError,
+    ToxiproxyClient,
+    ToxiproxyError,
+    ToxiproxyServer,
+    ToxiproxyStartError,
+    build_server,
+    free_port,
+    server_dir,
+)
 
 pytestmark = pytest.mark.timeout(600)  # the first, uncached Go build is in the fixtures' setup
 
@@ -126,7 +135,7 @@ def closed_within(s: socket.socket, timeout_s: float) -> bool:
         return s.recv(1) == b""
     except (ConnectionResetError, BrokenPipeError):
         return True
-    except socket.timeout:
+    except TimeoutError:
         return False
 
 

@@ -3,8 +3,8 @@ the during-faults reader, and how they change the verdict."""
 
 import pandas as pd
 
-from checkers import compose, transactions
-from checkers.exactly_once import check
+from onceproof.checkers import compose, transactions
+from onceproof.checkers.exactly_once import check
 
 
 def out_records(n=6, batch=3, attempt=0, incarnation="1", partition=0, first_offset=0, sink_partition=1):
@@ -210,7 +210,7 @@ def test_a_clean_sink_log_with_no_error_event_has_no_aborted_read():
     logs that always held an error (the join on an empty error column crashed the check)."""
     import pandas as pd
 
-    from checkers import transactions
+    from onceproof.checkers import transactions
 
     log = pd.DataFrame([
         {"event": "fence-on-start", "txn_id": "s-0", "partition": 0, "incarnation": "1", "time": 1.0},

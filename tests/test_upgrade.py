@@ -1,6 +1,6 @@
 """The ``upgrade`` fault's graceful stop and PySpark switch, as pure logic (issue 10 item 3).
 
-What the driver does with a stop request (``pipeline.job.await_query``) runs against a stand-in query
+What the driver does with a stop request (``onceproof.pipeline.job.await_query``) runs against a stand-in query
 object; the fault (``nemesis/upgrade.py``) runs against the stand-in backend (``tests/stand_in_backend.py``)
 and a stand-in pipeline that answers only through the run's files (``sink.jsonl``, ``control/``), the
 way the driver and its sink tasks do. Nothing here says anything about Spark or Kafka themselves: the
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import BackendError
-from nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext
-from nemesis.upgrade import Upgrade
-from pipeline import hooks
-from pipeline.job import await_query
+from onceproof.backends.base import BackendError
+from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext
+from onceproof.nemesis.upgrade import Upgrade
+from onceproof.pipeline import hooks
+from onceproof.pipeline.job import await_query
 from tests.stand_in_backend import StandInSpark
 
 # ------------------------------------------------------------------------------------ the driver's side
@@ -270,7 +270,7 @@ def test_heal_releases_a_parked_task_and_withdraws_a_stop_request(tmp_path):
 
 
 def test_expected_durations_and_the_package():
-    from nemesis import catalog, packages
+    from onceproof.nemesis import catalog, packages
 
     assert {s: catalog.expected_s(s) for s in packages.specs("upgrade")} == {
         "upgrade:min-partitions": 40.0, "upgrade:max-offsets": 40.0, "upgrade:graceful": 60.0,
@@ -279,7 +279,7 @@ def test_expected_durations_and_the_package():
 
 
 def test_a_driver_that_stops_its_query_but_does_not_exit_is_killed(pipeline, monkeypatch):
-    from nemesis import upgrade
+    from onceproof.nemesis import upgrade
 
     monkeypatch.setattr(upgrade, "EXIT_WAIT_S", 0.5)
     monkeypatch.setattr(StandInSpark, "next_driver", lambda self, pid: None)  # the old driver's process stays

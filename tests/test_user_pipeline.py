@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.user_pipeline import PLACEHOLDERS, PipelineCommand, PipelineCommandError
-from nemesis.commit_window_watch import CommitWindowWatch
+from onceproof.backends.user_pipeline import PLACEHOLDERS, PipelineCommand, PipelineCommandError
+from onceproof.nemesis.commit_window_watch import CommitWindowWatch
 
 VALUES = {"python": "/venv/bin/python", "bootstrap": "127.0.0.1:9092,127.0.0.1:9093", "input_topic": "input",
           "output_topic": "output", "checkpoint": "/runs/a b/checkpoint", "master": "local-cluster[2,1,1024]",
@@ -87,7 +87,7 @@ class _Ends:
 
 
 def _watch_ctx(tmp_path, spark):
-    from nemesis.fault import NemesisContext
+    from onceproof.nemesis.fault import NemesisContext
     from tests.stand_in_backend import StandInCluster
 
     return NemesisContext(spark=spark, control=tmp_path / "control", checkpoint=tmp_path / "ck",
@@ -102,7 +102,7 @@ def _log(ck, kind, n):
 def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_commit(tmp_path):
     import random
 
-    from nemesis.commit_window import KillDriverInCommitWindow
+    from onceproof.nemesis.commit_window import KillDriverInCommitWindow
     from tests.stand_in_backend import StandInSpark
 
     ck = tmp_path / "ck"
@@ -127,7 +127,7 @@ def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_
 def test_the_watch_never_kills_a_driver_whose_batches_are_all_committed(tmp_path):
     import random
 
-    from nemesis.commit_window import KillDriverInCommitWindow
+    from onceproof.nemesis.commit_window import KillDriverInCommitWindow
     from tests.stand_in_backend import StandInSpark
 
     ck = tmp_path / "ck"
@@ -144,8 +144,8 @@ def test_the_watch_never_kills_a_driver_whose_batches_are_all_committed(tmp_path
 def test_a_pipeline_cmd_run_is_named_after_its_script_and_refuses_what_cannot_reach_it(monkeypatch):
     import shlex
 
-    from backends import registry
-    from harness.config import ConfigError, TestConfig
+    from onceproof.backends import registry
+    from onceproof.harness.config import ConfigError, TestConfig
 
     monkeypatch.setitem(registry.BACKENDS, "stand-in", "tests.stand_in_backend:StandInBackend")
 
@@ -154,7 +154,7 @@ def test_a_pipeline_cmd_run_is_named_after_its_script_and_refuses_what_cannot_re
     assert c.name == "my-job-kill-driver-in-commit-window+kill-broker"
     assert "txn-coordinator" not in c.target_choices()["kill-broker"]  # no transactional ids to find
     assert c.sink_capabilities == frozenset()
-    from harness.cli import parse_run_args
+    from onceproof.harness.cli import parse_run_args
 
     assert parse_run_args(shlex.split(c.replay_command())[2:]).pipeline_cmd == cmd
     for kw, option, says in [({"nemesis": ["commit-delay:precommit"]}, "--nemesis", "cannot hit a --pipeline-cmd"),
@@ -167,7 +167,7 @@ def test_a_pipeline_cmd_run_is_named_after_its_script_and_refuses_what_cannot_re
 
 
 def test_a_user_query_is_ready_when_spark_wrote_the_checkpoint_metadata_and_a_driver_runs(tmp_path):
-    from backends.local.supervisor import checkpoint_ready
+    from onceproof.backends.local.supervisor import checkpoint_ready
 
     assert checkpoint_ready(tmp_path, 77) is None  # no metadata yet
     (tmp_path / "metadata").write_text('{"id":"5f2c"}')
@@ -176,7 +176,7 @@ def test_a_user_query_is_ready_when_spark_wrote_the_checkpoint_metadata_and_a_dr
 
 
 def test_executor_logs_are_collected_for_applications_seen_only_on_executor_command_lines(tmp_path, monkeypatch):
-    from backends.local import jars, supervisor
+    from onceproof.backends.local import jars, supervisor
 
     spark_home = tmp_path / "pyspark"
     monkeypatch.setattr(jars, "pyspark_jars_dir", lambda: spark_home / "jars")
@@ -194,7 +194,7 @@ def test_executor_logs_are_collected_for_applications_seen_only_on_executor_comm
 def test_a_window_that_closed_before_the_freeze_is_thawed_and_the_next_batch_is_taken(tmp_path):
     import random
 
-    from nemesis.commit_window import KillDriverInCommitWindow
+    from onceproof.nemesis.commit_window import KillDriverInCommitWindow
     from tests.stand_in_backend import StandInSpark
 
     ck = tmp_path / "ck"
@@ -222,7 +222,7 @@ def test_a_window_that_closed_before_the_freeze_is_thawed_and_the_next_batch_is_
 
 
 def test_a_file_sinks_committed_end_is_its_metadata_log(tmp_path):
-    from nemesis.commit_window import _FileSinkEnds
+    from onceproof.nemesis.commit_window import _FileSinkEnds
 
     assert _FileSinkEnds(tmp_path).read() == {0: 0}
     (tmp_path / "_spark_metadata").mkdir()
@@ -232,7 +232,7 @@ def test_a_file_sinks_committed_end_is_its_metadata_log(tmp_path):
 
 
 def test_a_driver_that_keeps_exiting_before_its_query_starts_is_named_with_its_last_log_lines(tmp_path):
-    from harness.runner import _early_exits
+    from onceproof.harness.runner import _early_exits
 
     log = tmp_path / "driver-3.log"
     log.write_text("starting\n\nTraceback (most recent call last):\n  File \"my_job.py\", line 3\n"

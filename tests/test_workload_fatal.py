@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-import workloads.keyed as keyed
-from store.history import HistoryWriter
+import onceproof.workloads.keyed as keyed
+from onceproof.store.history import HistoryWriter
 
 
 class _Err:
@@ -48,7 +48,7 @@ class _FakeProducer:
     error and anything produced later is never delivered. Later instances deliver every record."""
 
     FATAL_AFTER = 20
-    instances: list["_FakeProducer"] = []
+    instances: list[_FakeProducer] = []
 
     def __init__(self, conf: dict):
         self.conf, self.queue, self.sent, self.fatal = conf, [], 0, False

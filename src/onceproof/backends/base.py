@@ -1,0 +1,417 @@
+"""The seams a backend fills: where the Kafka cluster, the Spark pipeline and the fault network run.
+
+A backend (``local`` processes today, Docker later) builds three services, each a small protocol in
+the manner of Jepsen's ``DB`` (``setup!``/``teardown!`` plus ``Kill``, ``Pause``, ``LogFiles``) and of
+ducktape's ``Service`` (``start_node``, ``stop_node(clean_shutdown)``, ``signal_node``, ``pids``, and
+the log files it names):
+
+* :class:`Cluster` – the Kafka nodes: up/down, start, stop (clean or not), kill, pause, resume, and
+  what their processes look like (:class:`NodeState`), for the nemeses' evidence;
+* :class:`SparkApp` – the pipeline's driver under supervision, its executors, its checkpoint;
+* :class:`FaultNetwork` – the network paths between clients and nodes, cut or slowed one at a time.
+
+The runner and ``nemesis/`` use nothing else of a backend: no pid set by hand, no port read from a
+backend's own layout, no process table walked. Facts a fault records as evidence (a pid, a process
+status) come back from these methods.
+
+A backend declares the faults it can perform (:attr:`Backend.capabilities`, ``fault:target`` specs);
+``TestConfig.validate`` refuses any other fault before anything starts (:func:`can_perform`).
+
+Units: node ids are Kafka's ``node.id`` (1..n); times are seconds unless named ``_ms``; addresses are
+``host:port``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+# Process statuses: psutil's names (psutil.STATUS_*), plus two of ours. A backend without OS processes
+# maps its states onto these (a paused container is STOPPED).
+GONE = "gone"  # no process: never started, killed, stopped
+STOPPED = "stopped"  # paused (SIGSTOP); psutil.STATUS_STOPPED
+ZOMBIE = "zombie"  # dead, not yet reaped; psutil.STATUS_ZOMBIE
+FOREIGN = "foreign"  # the recorded pid is alive but is not this node's process (a stale state file)
+
+
+class BackendError(RuntimeError):
+    """A backend could not do what was asked (its message says what to do next)."""
+
+
+class ClusterError(BackendError):
+    """The cluster could not be formatted, started, or did not become healthy in time."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node's process as the backend sees it.
+
+    ``pid``: the process (group) id on the local backend, ``None`` when none is recorded. ``status``:
+    psutil's status names (``"running"``, ``"sleeping"``, ``"disk-sleep"``, ``"stopped"`` = paused,
+    ``"zombie"``) or :data:`GONE` / :data:`FOREIGN`.
+    """
+
+    pid: int | None
+    status: str
+
+    @property
+    def alive(self) -> bool:
+        """The node's process exists (running or paused)."""
+        return self.status not in (GONE, ZOMBIE, FOREIGN)
+
+    @property
+    def paused(self) -> bool:
+        return self.status == STOPPED
+
+
+@dataclass(frozen=True)
+class Executor:
+    """One Spark executor: Spark's executor id (``"0"``, ``"1"``, ...; ``"?"`` when unreadable), its
+    process id, and the process's start time (epoch s; 0 = unknown) so that a reused pid is never
+    signalled."""
+
+    id: str
+    pid: int
+    started: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """What cluster to build: ``nodes`` combined KRaft broker+controller nodes, their data and state in
+    ``data_dir``, logs in ``log_dir`` (default ``data_dir/logs``), behind a fault network when
+    ``proxied``. ``detached`` nodes outlive the process that started them (``onceproof cluster up``);
+    otherwise they die with it."""
+
+    data_dir: Path
+    nodes: int = 3
+    log_dir: Path | None = None
+    proxied: bool = False
+    detached: bool = False
+
+
+@dataclass(frozen=True)
+class PipelineArgs:
+    """The pipeline's own options (``python -m onceproof.pipeline.job --help``), whatever runs it. Paths are the
+    run's: a backend that runs the driver elsewhere makes them visible there under the same names.
+
+    ``trigger_ms``: micro-batch interval, ms; ``max_offsets``: records per batch; ``txn_timeout_ms``:
+    the sink's ``transaction.timeout.ms``; ``pool_size``: transactional ids to clean up on start.
+
+    ``workload``: the transform between source and sink (``workloads/registry.py``). ``file_sink``: the
+    output directory of ``--sink file``.
+    ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
+    template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``onceproof.pipeline.job``, which
+    alone takes the options above that the template has no placeholder for (sink, trigger, ...).
+    """
+
+    bootstrap: str
+    sink: str
+    checkpoint: Path
+    control: Path
+    sink_log: Path
+    input_topic: str
+    output_topic: str
+    progress_topic: str
+    sink_id: str
+    trigger_ms: int
+    max_offsets: int
+    txn_timeout_ms: int
+    pool_size: int
+    master: str
+    command: str = ""
+    cwd: Path | None = None
+    workload: str = "keyed"
+    file_sink: Path | None = None
+
+    def argv(self) -> list[str]:
+        """The options as ``onceproof.pipeline.job`` arguments (a backend adds where the connector jars are)."""
+        return ["--bootstrap", self.bootstrap, "--sink", self.sink, "--checkpoint", str(self.checkpoint),
+                "--control-dir", str(self.control), "--sink-log", str(self.sink_log),
+                "--input-topic", self.input_topic, "--output-topic", self.output_topic,
+                "--progress-topic", self.progress_topic, "--sink-id", self.sink_id,
+                "--trigger-ms", str(self.trigger_ms), "--max-offsets", str(self.max_offsets),
+                "--txn-timeout-ms", str(self.txn_timeout_ms), "--pool-size", str(self.pool_size),
+                "--master", self.master, "--workload", self.workload,
+                *(["--file-sink-path", str(self.file_sink)] if self.file_sink else [])]
+
+
+class Cluster(Protocol):
+    """The Kafka nodes (Jepsen ``DB`` with ``Kill``/``Pause``/``LogFiles``; ducktape ``KafkaService``).
+
+    Which broker leads a partition or coordinates a transaction is Kafka's to say: ask the admin API at
+    :attr:`bootstrap` (``nemesis/targets.py``).
+    """
+
+    @property
+    def nodes(self) -> list[int]:
+        """Node ids, ascending."""
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port,...`` clients connect to (through the fault network when there is one)."""
+
+    @property
+    def version(self) -> str:
+        """The Kafka version the nodes run ("" before :meth:`up`)."""
+
+    @property
+    def log_dir(self) -> Path:
+        """Where the nodes' logs go."""
+
+    @property
+    def state_file(self) -> Path:
+        """Where a detached cluster keeps what :meth:`Backend.attach` needs."""
+
+    def up(self, timeout_s: float = 120.0) -> None:
+        """Create and start every node and wait until :meth:`healthy`. Raises ``ClusterError``."""
+
+    def down(self, graceful: bool = False) -> list[tuple[int, int]]:
+        """Stop every node at once (SIGKILL unless ``graceful``) and release what the cluster holds;
+        safe to call twice and after a partial start. Returns ``(node, pid)`` of recorded processes left
+        alone because they are not this cluster's (:data:`FOREIGN`)."""
+
+    def clean(self) -> None:
+        """Delete the nodes' data (after :meth:`down`); ducktape's ``clean_node``."""
+
+    def healthy(self, timeout_s: float = 120.0) -> None:
+        """Block until every node is registered in the metadata and serving. Raises ``ClusterError`` on
+        timeout or when a node's process exits."""
+
+    def start(self, node: int) -> None:
+        """Start (or restart) ``node`` on its data."""
+
+    def stop(self, node: int, clean: bool = True) -> None:
+        """Stop ``node``: ``clean`` = SIGTERM, then SIGKILL after a grace period; else as :meth:`kill`."""
+
+    def kill(self, node: int) -> NodeState:
+        """SIGKILL ``node`` and everything it started. Returns the killed process: its pid and its status
+        once the kill returned (:data:`GONE` when it is gone)."""
+
+    def pause(self, node: int) -> None:
+        """SIGSTOP ``node`` (no-op when it has no process)."""
+
+    def resume(self, node: int) -> None:
+        """SIGCONT ``node`` (no-op when it has no process)."""
+
+    def state(self, node: int) -> NodeState:
+        """``node``'s process now."""
+
+    def address(self, node: int) -> str:
+        """``host:port`` of ``node``'s own client listener (not through the fault network)."""
+
+    def log_files(self) -> list[Path]:
+        """The log files the nodes have written so far."""
+
+
+class SparkApp(Protocol):
+    """The pipeline's driver under supervision: restarted from :attr:`checkpoint` when it dies, as a
+    cluster manager's supervise mode would (ducktape service; Jepsen ``DB`` for the system under test)."""
+
+    @property
+    def checkpoint(self) -> Path:
+        """Spark's checkpoint directory (offset and commit logs, ``store/checkpoint.py``)."""
+
+    @property
+    def driver_pid(self) -> int | None:
+        """The current driver's pid, ``None`` between incarnations."""
+
+    @property
+    def starts_before_cluster(self) -> bool:
+        """Whether :meth:`start` may be called before the Kafka cluster is up, so the driver's start-up
+        (JVMs, executors, its warm-up job) overlaps the brokers' (the runner then starts both at once).
+        True only for a driver that waits for its input topic (``onceproof.pipeline.job.wait_for_input``) on a
+        backend whose Spark needs nothing the cluster's start creates."""
+
+    def start(self) -> None:
+        """Start supervising (the first driver starts at once); returns without waiting for the query."""
+
+    def ready(self) -> dict | None:
+        """The current driver's ``driver.ready`` announcement (pid, query id), or for a user's pipeline
+        (no announcement) its checkpoint's ``metadata`` with the driver's pid; ``None`` before the
+        query runs."""
+
+    def stop(self) -> None:
+        """Stop supervising and stop the driver with everything it started; keep the executors' logs."""
+
+    def kill_now(self) -> None:
+        """SIGKILL the driver and everything it started without waiting (a teardown's last resort)."""
+
+    def kill_driver(self, pid: int) -> bool:
+        """SIGKILL the driver ``pid`` (as :attr:`driver_pid` or the pipeline's own announcement gave it)
+        with everything it started; True when it is gone. The supervisor restarts it."""
+
+    def freeze_driver(self, pid: int) -> bool:
+        """SIGSTOP the driver ``pid`` with everything it started (it stays exactly where it is until
+        :meth:`thaw_driver` or a kill); False when it is gone."""
+
+    def thaw_driver(self, pid: int) -> None:
+        """SIGCONT what :meth:`freeze_driver` stopped."""
+
+    def restarts(self) -> int:
+        """How many times the driver died and was restarted."""
+
+    def set_runtime(self, version: str | None) -> str:
+        """Choose the PySpark the *next* driver start runs (the running driver is left alone; it changes
+        when the driver next dies or stops): ``"previous"`` = the previous minor release, in an
+        environment the backend builds once and caches (``backends/local/runtimes.py``; the first call
+        can take a minute), ``None`` = the harness's own. Returns that version (e.g. ``"4.2.1"``).
+
+        Raises: ``BackendError`` naming the fix when the runtime cannot be built, or when this backend has
+        no second runtime."""
+
+    def executors(self) -> list[Executor]:
+        """The current driver's live executors."""
+
+    def executor_of(self, task_pid: int) -> Executor | None:
+        """The executor running the Python task process ``task_pid`` (a sink task announces its pid)."""
+
+    def kill_executor(self, executor: Executor) -> str | None:
+        """SIGKILL ``executor`` and wait (≤ 10 s). Returns why it failed, ``None`` when it is gone."""
+
+    def kill_task(self, task_pid: int) -> bool:
+        """SIGKILL the Python task process ``task_pid`` (one a sink task announced, e.g. a zombie that
+        outlived its executor) if it is still a PySpark worker; True when it was killed."""
+
+    def driver_log(self) -> Path | None:
+        """The newest driver incarnation's log (Spark's driver log lines), ``None`` before the first."""
+
+    def log_files(self) -> list[Path]:
+        """Every driver and executor log written so far."""
+
+
+class FaultNetwork(Protocol):
+    """The cluster's network, one path at a time (Jepsen ``net``): every path into a node can be cut or
+    slowed. Path names are the backend's (``client-1``, ``internal-1``, ``ctrl-1-2`` on toxiproxy) and
+    go into the evidence as they are. Started before the cluster, whose nodes advertise its paths."""
+
+    def start(self) -> None:
+        """Create every path. Raises ``BackendError`` (or the network tool's own error) with the fix."""
+
+    def stop(self) -> None:
+        """Remove the network (every path heals with it)."""
+
+    def kill(self) -> None:
+        """Stop it at once (a teardown's last resort)."""
+
+    def describe(self) -> str:
+        """One line for the console: what runs the network and where."""
+
+    def client_paths(self, node: int) -> list[str]:
+        """Clients → ``node``."""
+
+    def isolation_paths(self, node: int) -> list[str]:
+        """Every path into ``node`` and every quorum link out of it."""
+
+    def broker_paths(self, node: int) -> list[str]:
+        """The data paths into ``node`` (client and inter-broker): the ones a slow network slows."""
+
+    def client_address(self, node: int) -> str:
+        """``host:port`` a client reaches ``node`` through, over :meth:`client_paths` (a probe's way)."""
+
+    def cut(self, paths: list[str]) -> None:
+        """Cut ``paths``: open connections close, new ones are refused."""
+
+    def restore(self, paths: list[str]) -> None:
+        """Undo :meth:`cut` for ``paths``."""
+
+    def cut_paths(self) -> list[str]:
+        """The paths cut now, sorted."""
+
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
+        """Slow ``path`` with a toxic ``kind`` (``latency``: ``latency`` ± ``jitter`` ms; ``bandwidth``:
+        ``rate`` KB/s; ``slicer``: ``average_size`` ± ``size_variation`` bytes, ``delay`` µs apart) in
+        ``direction`` (``downstream`` = towards the client, ``upstream`` = towards the node). Returns the
+        slowdown's name."""
+
+    def slowdowns(self, path: str) -> list[str]:
+        """Names of the slowdowns on ``path`` now."""
+
+    def unslow(self, path: str, name: str) -> None:
+        """Remove slowdown ``name`` from ``path``."""
+
+    def heal(self) -> None:
+        """Restore every path and remove every slowdown."""
+
+
+class Backend(Protocol):
+    """Where a test runs: a name, the faults it can perform, and the factory of its three services."""
+
+    name: str
+    user_pipelines: bool
+    """Runs a user's ``--pipeline-cmd`` (:attr:`PipelineArgs.command`), not only the bundled pipeline."""
+    file_sinks: bool
+    """Runs ``--sink file`` (:attr:`PipelineArgs.file_sink`: executors write where the harness reads)."""
+    capabilities: frozenset[str]
+    """``fault:target`` specs (``kill-broker:leader``), ``fault:*`` for every target of a fault, or a
+    bare name for a fault without targets (``kill-driver``)."""
+
+    def cluster(self, shape: ClusterShape) -> Cluster:
+        """A cluster of ``shape``, not started (it may reserve ports). Raises ``ClusterError``."""
+
+    def attach(self, data_dir: Path) -> Cluster:
+        """The detached cluster started earlier in ``data_dir``. Raises ``ClusterError`` when there is
+        none."""
+
+    def network(self, cluster: Cluster, log_dir: Path) -> FaultNetwork:
+        """The fault network of ``cluster`` (built by this backend, with ``shape.proxied``), not started;
+        its logs go to ``log_dir``."""
+
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> SparkApp:
+        """The supervised pipeline, not started; driver and executor logs go to ``log_dir``."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of what this backend runs (Kafka, PySpark, the connector, Java), for ``test.json``."""
+
+    def prepare(self) -> list[str]:
+        """Fetch and cache what runs need (jars, images) ahead of time; lines saying what is ready."""
+
+
+def can_perform(capabilities: frozenset[str] | set[str], spec: str) -> bool:
+    """True when ``spec`` (``fault`` or ``fault:target``) is in ``capabilities``, directly or through
+    ``fault:*``. A spec without a target stands for every target of its fault: callers expand it first
+    (``onceproof.nemesis.catalog.expand``)."""
+    name, _, _target = spec.partition(":")
+    return spec in capabilities or f"{name}:*" in capabilities
+
+
+def wait_healthy(bootstrap: str, nodes: int, *, exited: Callable[[], str | None],
+                 not_listening: Callable[[], list[int]], timeout_s: float, where: str) -> None:
+    """Block until Kafka's metadata at ``bootstrap`` lists ``nodes`` brokers and a controller, and
+    ``not_listening()`` (broker ids whose process does not yet listen on all its ports) is empty: Kafka 4
+    binds its data-plane listeners only *after* the broker registers with the controller, so a broker
+    whose client port was taken dies just after looking registered (seen in CI). Polls every 0.5 s; the
+    shared start-up check of every backend's :meth:`Cluster.healthy`.
+
+    Args:
+        exited: what went wrong when a broker is already gone (e.g. ``"broker(s) [2] exited"``), else None.
+        where: appended to the error, e.g. ``"see <log dir>/"``.
+
+    Raises: ``ClusterError`` when ``exited()`` says so, or after ``timeout_s`` seconds with the last state.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000,
+                         "logger": logging.getLogger("onceproof.librdkafka.admin")})
+    last = "no answer"
+    while time.monotonic() < deadline:
+        why = exited()
+        if why:
+            raise ClusterError(f"{why} during start; {where}")
+        try:
+            md = admin.list_topics(timeout=5)
+            if len(md.brokers) == nodes and md.controller_id >= 0:
+                deaf = not_listening()
+                if not deaf:
+                    return
+                last = f"broker(s) {deaf} registered but not yet listening on their ports"
+            else:
+                last = f"{len(md.brokers)} broker(s) registered"
+        except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException while nodes start
+            last = str(e)
+        time.sleep(0.5)
+    raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); {where}")

@@ -1,0 +1,86 @@
+"""The ``local`` backend: Kafka brokers, the Spark driver with its ``local-cluster`` executors and
+toxiproxy as processes on this machine, all on 127.0.0.1 (``backends/local/``).
+
+Needs Java 17+, Maven (the jars, once) and, for network faults, Go 1.23+ (toxiproxy, once).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from onceproof.backends.base import ClusterShape, PipelineArgs
+from onceproof.backends.local import jars
+from onceproof.backends.local.faultproxy import ProxyNetwork
+from onceproof.backends.local.kafka import KafkaCluster
+from onceproof.backends.local.layout import ClusterSpec
+from onceproof.backends.local.ports import free_base_port
+from onceproof.backends.local.spark import LocalSpark
+
+# Every fault of nemesis/catalog.py, every target: processes can be signalled one by one and every path
+# runs through its own toxiproxy proxy.
+CAPABILITIES = frozenset({
+    "kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
+    "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*",
+})
+
+
+def java_version() -> str:
+    """``java -version``'s first line (e.g. ``openjdk version "17.0.13" 2024-10-15``) and the binary's
+    path, or ``?`` when there is no ``java`` on PATH."""
+    import subprocess
+
+    java = shutil.which("java")
+    if not java:
+        return "?"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+        first = (out.stderr or out.stdout).strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return java
+    return f"{first} ({java})"
+
+
+class LocalBackend:
+    """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`)."""
+
+    name = "local"
+    user_pipelines = True
+    file_sinks = True
+    capabilities = CAPABILITIES
+
+    def cluster(self, shape: ClusterShape) -> KafkaCluster:
+        """A cluster on the first free, leased port range (``backends/local/ports.py``).
+
+        Raises: ``ClusterError`` when no port range is free.
+        """
+        base = free_base_port(shape.nodes, proxied=shape.proxied)
+        spec = ClusterSpec(shape.data_dir, nodes=shape.nodes, base_port=base, log_dir=shape.log_dir,
+                           proxied=shape.proxied)
+        return KafkaCluster(spec, tie_to_parent=not shape.detached)
+
+    def attach(self, data_dir: Path) -> KafkaCluster:
+        return KafkaCluster.from_state(data_dir)
+
+    def network(self, cluster: KafkaCluster, log_dir: Path) -> ProxyNetwork:
+        """One toxiproxy proxy per path of ``cluster`` (a proxied :class:`KafkaCluster`); the server logs to
+        ``log_dir/toxiproxy.log``."""
+        return ProxyNetwork(cluster.spec, log_dir / "toxiproxy.log")
+
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> LocalSpark:
+        """Resolves the Spark Kafka connector's jars (Maven, once). Raises ``jars.ResolveError``."""
+        return LocalSpark(pipeline, log_dir)
+
+    def versions(self) -> dict[str, str]:
+        """Pinned Kafka and connector versions (``deps/``), this interpreter's PySpark, the ``java`` used."""
+        import pyspark
+
+        return {"kafka": jars.kafka_version(), "pyspark": pyspark.__version__,
+                "spark-sql-kafka": jars.spark_kafka_classpath().version, "java": java_version()}
+
+    def prepare(self) -> list[str]:
+        """Resolve and cache the Kafka broker and Spark connector jars (Maven Central)."""
+        k = jars.kafka_classpath()
+        s = jars.spark_kafka_classpath()
+        return [f"kafka {k.version}: {len(k.jars)} jars in {k.jars[0].parent}",
+                f"spark-sql-kafka {s.version}: {len(s.jars)} jars in {s.jars[0].parent if s.jars else '-'}"]

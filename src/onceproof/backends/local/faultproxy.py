@@ -1,0 +1,118 @@
+"""The cluster's network behind toxiproxy: one proxy per path, so every path can be cut or slowed.
+
+Proxies (names):
+
+* ``client-<i>``   – clients (workload, Spark's source, the sink, the checker) → broker ``i``;
+* ``internal-<i>`` – other brokers' replica fetchers → broker ``i`` (the inter-broker listener);
+* ``ctrl-<i>-<j>`` – node ``i`` → node ``j``'s controller (the KRaft quorum and broker heartbeats), one
+  per ordered pair because each node's ``controller.quorum.voters`` names its own proxies.
+
+Brokers advertise the ``client-`` and ``internal-`` proxy ports (``backends/local/kafka.py``), so Kafka
+clients, which connect to whatever the metadata advertises, always go through them. :class:`ProxyNetwork`
+is the local backend's :class:`onceproof.backends.base.FaultNetwork`; a slowdown is a toxiproxy toxic.
+
+Limit: the inter-broker listener is advertised once for all peers, so ``internal-<i>`` carries every
+peer's fetches *to* ``i``; broker ``i``'s own fetches from other leaders go through their proxies.
+Isolating ``i`` therefore cuts everything into ``i`` and all of ``i``'s quorum links, which fences it
+(no controller heartbeat), but not its outbound replica fetches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onceproof.backends.local.layout import ClusterSpec
+from onceproof.backends.local.toxiproxy import ToxiproxyClient, ToxiproxyServer, build_server
+
+
+@dataclass
+class ProxyNetwork:
+    """Owns the toxiproxy server and the proxies of one cluster. Start it before the brokers. The server
+    logs to ``log_path``."""
+
+    spec: ClusterSpec
+    log_path: Path
+    server: ToxiproxyServer = field(default_factory=ToxiproxyServer)
+    names: list[str] = field(default_factory=list)
+
+    def start(self) -> ProxyNetwork:
+        """Build (cached) and start toxiproxy, then create every proxy.
+
+        Raises: ``onceproof.backends.local.toxiproxy.ToxiproxyBuildError`` / ``ToxiproxyStartError`` with the fix.
+        """
+        build_server()
+        self.server.start(self.log_path)
+        c = self.client
+        for n in self.spec.node_specs:
+            self._add(c, f"client-{n.node_id}", n.client_proxy, n.client_port)
+            self._add(c, f"internal-{n.node_id}", n.internal_proxy, n.internal_port)
+            for j, port in n.controller_proxy:
+                self._add(c, f"ctrl-{n.node_id}-{j}", port, self.spec.node(j).controller_port)
+        return self
+
+    def _add(self, c: ToxiproxyClient, name: str, listen: int, upstream: int) -> None:
+        c.create_proxy(name, f"127.0.0.1:{listen}", f"127.0.0.1:{upstream}")
+        self.names.append(name)
+
+    @property
+    def client(self) -> ToxiproxyClient:
+        return self.server.client
+
+    def describe(self) -> str:
+        return f"toxiproxy, {len(self.names)} proxies at {self.server.url}"
+
+    def client_paths(self, node: int) -> list[str]:
+        """Clients → ``node``."""
+        return [f"client-{node}"]
+
+    def isolation_paths(self, node: int) -> list[str]:
+        """Every proxy into ``node`` and every quorum link out of it."""
+        others = [m.node_id for m in self.spec.node_specs if m.node_id != node]
+        return ([f"client-{node}", f"internal-{node}"] + [f"ctrl-{j}-{node}" for j in others]
+                + [f"ctrl-{node}-{j}" for j in others])
+
+    def broker_paths(self, node: int) -> list[str]:
+        """Data paths into ``node`` (client and inter-broker) — the ones a slow network slows."""
+        return [f"client-{node}", f"internal-{node}"]
+
+    def client_address(self, node: int) -> str:
+        """``127.0.0.1:<client proxy port>`` of ``node``."""
+        return f"127.0.0.1:{self.spec.node(node).client_proxy}"
+
+    def cut(self, paths: list[str]) -> None:
+        """Disable the proxies ``paths`` (``PATCH enabled=false``)."""
+        for n in paths:
+            self.client.set_enabled(n, False)
+
+    def restore(self, paths: list[str]) -> None:
+        for n in paths:
+            self.client.set_enabled(n, True)
+
+    def cut_paths(self) -> list[str]:
+        """Names of proxies currently cut."""
+        return sorted(n for n, p in self.client.proxies().items() if not p.get("enabled", True))
+
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
+        """Add toxic ``kind`` with ``attrs`` (toxiproxy's attributes and units) to proxy ``path`` on stream
+        ``direction``; returns the toxic's name as the server reports it."""
+        return self.client.add_toxic(path, kind, attrs, stream=direction, name=name)["name"]
+
+    def slowdowns(self, path: str) -> list[str]:
+        """Names of the toxics on proxy ``path``."""
+        return [t["name"] for t in self.client.toxics(path)]
+
+    def unslow(self, path: str, name: str) -> None:
+        self.client.remove_toxic(path, name)
+
+    def heal(self) -> None:
+        """Re-enable every proxy and remove every toxic (``POST /reset``)."""
+        if self.server.running:
+            self.client.reset()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def kill(self) -> None:
+        """SIGKILL the server at once (the teardown watchdog's last resort)."""
+        self.server.kill()

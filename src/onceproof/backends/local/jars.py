@@ -1,0 +1,113 @@
+"""Resolve the Kafka broker classpath and Spark's Kafka connector from Maven Central, once, into a cache.
+
+The poms live in ``onceproof/deps/`` (package data); Maven copies the resolved jars into
+``$ONCEPROOF_CACHE`` (default ``~/.cache/onceproof``) ``/jars/<name>-<version>/``. A directory that
+holds a ``.complete`` stamp is reused without touching the network. ``KAFKA_HOME`` (an official
+distribution) replaces the Maven-resolved broker classpath when set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from onceproof.backends.cache import cache_dir
+from onceproof.checkout import DEPS
+
+
+class ResolveError(RuntimeError):
+    """Maven could not resolve a classpath (network, missing artifact, no ``mvn``)."""
+
+
+@dataclass(frozen=True)
+class Classpath:
+    """A resolved set of jars. ``version`` is the pinned version of the main artifact."""
+
+    name: str
+    version: str
+    jars: tuple[Path, ...]
+
+    def as_java(self) -> str:
+        """The jars joined with ``:`` for ``java -cp``."""
+        return ":".join(str(j) for j in self.jars)
+
+
+def _pom_property(pom: Path, prop: str) -> str:
+    m = re.search(rf"<{prop}>([^<]+)</{prop}>", pom.read_text())
+    if not m:
+        raise ResolveError(f"{pom} has no <{prop}>")
+    return m.group(1)
+
+
+def _resolve(name: str, version: str, pom: Path) -> Classpath:
+    target = cache_dir() / "jars" / f"{name}-{version}"
+    stamp = target / ".complete"
+    if not stamp.exists():
+        if shutil.which("mvn") is None:
+            raise ResolveError("`mvn` is not on PATH: install Maven 3.8+ (apt-get install maven)")
+        tmp = target.with_name(target.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        cmd = ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+               f"-DoutputDirectory={tmp}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ResolveError(
+                f"Maven could not resolve {name} {version} (exit {proc.returncode}).\n"
+                f"Command: {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}\n"
+                "Check network access to Maven Central, or set KAFKA_HOME to a Kafka distribution.")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        stamp.write_text(version)
+    jars = tuple(sorted(target.glob("*.jar")))
+    if not jars:
+        raise ResolveError(f"{target} holds no jars; delete it and retry")
+    return Classpath(name, version, jars)
+
+
+def kafka_version() -> str:
+    """The pinned Apache Kafka broker version (``deps/kafka/pom.xml``)."""
+    return _pom_property(DEPS / "kafka" / "pom.xml", "kafka.version")
+
+
+def kafka_classpath() -> Classpath:
+    """Broker classpath: ``$KAFKA_HOME/libs`` when set, else Maven-resolved ``kafka_2.13`` + log4j2.
+
+    Raises: ``ResolveError`` when neither works.
+    """
+    home = os.environ.get("KAFKA_HOME")
+    if home:
+        libs = sorted(Path(home, "libs").glob("*.jar"))
+        if not libs:
+            raise ResolveError(f"KAFKA_HOME={home} has no libs/*.jar; unset it to use Maven")
+        ver = next((m.group(1) for j in libs if (m := re.match(r"kafka_2\.13-(.+)\.jar$", j.name))), "?")
+        return Classpath("kafka", ver, tuple(libs))
+    return _resolve("kafka", kafka_version(), DEPS / "kafka" / "pom.xml")
+
+
+def spark_kafka_classpath(pyspark_jars: Path | None = None) -> Classpath:
+    """Spark's Kafka connector jars, minus artifacts the PySpark wheel already ships (the one whose
+    ``pyspark/jars`` is ``pyspark_jars``; default: this interpreter's).
+
+    Raises: ``ResolveError``.
+    """
+    pom = DEPS / "spark-kafka" / "pom.xml"
+    cp = _resolve("spark-sql-kafka", _pom_property(pom, "spark.kafka.version"), pom)
+    shipped = {_artifact(j.name) for j in (pyspark_jars or pyspark_jars_dir()).glob("*.jar")}
+    keep = tuple(j for j in cp.jars if _artifact(j.name) not in shipped)
+    return Classpath(cp.name, cp.version, keep)
+
+
+def pyspark_jars_dir() -> Path:
+    """``<site-packages>/pyspark/jars`` of the running interpreter."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _artifact(jar_name: str) -> str:
+    """``lz4-java-1.8.0.jar`` → ``lz4-java``."""
+    return re.sub(r"-\d[\w.\-]*\.jar$", "", jar_name)

@@ -1,0 +1,438 @@
+"""A real Apache Kafka cluster (KRaft, combined broker+controller nodes) as local JVM processes.
+
+:class:`KafkaCluster` is the local backend's :class:`onceproof.backends.base.Cluster`. Ports and directories:
+``backends/local/layout.py``; the advertised addresses are kept separate from the bound ones so that a
+fault proxy can sit in front of any path. Ports are leased (``backends/local/ports.py``) so that two
+clusters on one machine never collide.
+
+Configuration facts follow the Kafka 4.x broker docs (https://kafka.apache.org/documentation/#brokerconfigs):
+``min.insync.replicas=2`` with RF 3 lets one broker fail without losing acknowledged (``acks=all``) writes;
+``transaction.state.log.*`` gives the transaction coordinator the same durability.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from onceproof.backends.base import FOREIGN, GONE, ClusterError, NodeState, wait_healthy
+from onceproof.backends.local import jars, processes
+from onceproof.backends.local.layout import ClusterSpec, NodeSpec
+from onceproof.backends.local.ports import claim_base_port, free_base_port, release_base_port
+
+log = logging.getLogger("onceproof.kafka")
+
+
+_BIND_FAILED = re.compile(r"failed to bind to [^\s:]*:(\d+)|(?:Address already in use|BindException)()")
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = INFO
+"""
+
+
+def server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
+    """The ``server.properties`` text (``key=value`` lines) of KRaft node ``n`` of cluster ``spec``, its
+    log segments under ``log_dir``. One source of the broker settings (RF 3, min ISR 2, no unclean
+    election, ...) for every backend: ``backends/docker/layout.py`` rewrites only its listeners, quorum
+    and data directory."""
+    def voter_port(m: NodeSpec) -> int:
+        return m.controller_port if (not spec.proxied or m.node_id == n.node_id) else n.controller_via(m.node_id)
+
+    voters = ",".join(f"{m.node_id}@127.0.0.1:{voter_port(m)}" for m in spec.node_specs)
+    adv_client = n.client_proxy if spec.proxied else n.client_port
+    adv_internal = n.internal_proxy if spec.proxied else n.internal_port
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": n.node_id,
+        "controller.quorum.voters": voters,
+        "listeners": f"CLIENT://127.0.0.1:{n.client_port},INTERNAL://127.0.0.1:{n.internal_port},"
+                     f"CONTROLLER://127.0.0.1:{n.controller_port}",
+        "advertised.listeners": f"CLIENT://127.0.0.1:{adv_client},INTERNAL://127.0.0.1:{adv_internal}",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": str(log_dir),
+        "num.partitions": 6,
+        "default.replication.factor": min(3, spec.nodes),
+        "min.insync.replicas": min(2, spec.nodes),
+        "offsets.topic.replication.factor": min(3, spec.nodes),
+        "offsets.topic.num.partitions": 6,
+        "transaction.state.log.replication.factor": min(3, spec.nodes),
+        "transaction.state.log.min.isr": min(2, spec.nodes),
+        "transaction.state.log.num.partitions": 6,
+        "share.coordinator.state.topic.replication.factor": min(3, spec.nodes),
+        "share.coordinator.state.topic.min.isr": min(2, spec.nodes),
+        "unclean.leader.election.enable": "false",
+        "auto.create.topics.enable": "false",
+        "group.initial.rebalance.delay.ms": 0,
+        "num.network.threads": 2,
+        "num.io.threads": 2,
+        "num.replica.fetchers": 1,
+        "background.threads": 2,
+        "num.recovery.threads.per.data.dir": 1,
+        "log.segment.bytes": 64 * 1024 * 1024,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 5000,
+        "transaction.remove.expired.transaction.cleanup.interval.ms": 60000,
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+@dataclass
+class BrokerProcess:
+    """One running node: its spec, config file, log file and pid (``None`` when stopped)."""
+
+    spec: NodeSpec
+    config: Path
+    log: Path
+    pid: int | None = None
+
+
+@dataclass
+class KafkaCluster:
+    """Start, inspect and stop the local KRaft cluster described by ``spec``.
+
+    ``tie_to_parent`` (default) makes every broker die with the harness process; ``onceproof cluster up``
+    sets it false and relies on :meth:`down` (via the state file) instead.
+    """
+
+    spec: ClusterSpec
+    tie_to_parent: bool = True
+    cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+    brokers: dict[int, BrokerProcess] = field(default_factory=dict)
+    version: str = ""
+
+    @property
+    def nodes(self) -> list[int]:
+        """Node ids 1..n, ascending."""
+        return [n.node_id for n in self.spec.node_specs]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.spec.bootstrap
+
+    @property
+    def log_dir(self) -> Path:
+        return self.spec.logs
+
+    @property
+    def state_file(self) -> Path:
+        return self.spec.data_dir / "cluster.json"
+
+    def _java(self) -> str:
+        home = os.environ.get("JAVA_HOME")
+        java = Path(home, "bin", "java") if home else shutil.which("java")
+        if not java or not Path(java).exists():
+            raise ClusterError("no `java` found: install Java 17+ or set JAVA_HOME")
+        return str(java)
+
+    def _jvm(self, cp: jars.Classpath, log4j: Path, heap_mb: int) -> list[str]:
+        return [self._java(), f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={log4j}", "-cp", cp.as_java()]
+
+    def format(self) -> None:
+        """Write configs and format each node's storage (``kafka.tools.StorageTool format``).
+
+        Raises: ``ClusterError`` when formatting fails (its output is included).
+        """
+        cp = jars.kafka_classpath()
+        self.version = cp.version
+        root = self.spec.data_dir
+        for n in self.spec.node_specs:
+            ndir = root / f"node{n.node_id}"
+            shutil.rmtree(ndir, ignore_errors=True)
+            (ndir / "data").mkdir(parents=True)
+            cfg = ndir / "server.properties"
+            cfg.write_text(server_properties(self.spec, n, ndir / "data"))
+            log = self.spec.logs / f"broker-{n.node_id}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            (ndir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
+            fmt_log4j = ndir / "log4j2-format.properties"
+            fmt_log4j.write_text(_LOG4J2.format(log=self.spec.logs / f"format-{n.node_id}.log"))
+            cmd = self._jvm(cp, fmt_log4j, 256) + ["kafka.tools.StorageTool", "format",
+                                                     # "=" form: a base64 id may start with "-"
+                                                     f"--cluster-id={self.cluster_id}", "-c", str(cfg)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            if proc.returncode != 0:
+                raise ClusterError(f"formatting node {n.node_id} failed:\n{proc.stdout}\n{proc.stderr}")
+            self.brokers[n.node_id] = BrokerProcess(n, cfg, log)
+
+    def start_node(self, node_id: int) -> int:
+        """Start (or restart) node ``node_id``; returns its pid. The node keeps its data."""
+        b = self.brokers[node_id]
+        cp = jars.kafka_classpath()
+        cmd = self._jvm(cp, b.config.parent / "log4j2.properties", self.spec.heap_mb) + [
+            "kafka.Kafka", str(b.config)]
+        proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), tie_to_parent=self.tie_to_parent)
+        b.pid = proc.pid
+        self.save_state()
+        return proc.pid
+
+    def up(self, timeout_s: float = 120.0, attempts: int = 3) -> None:
+        """Format, start every node and wait until all brokers are registered and a controller is elected.
+
+        When a broker exits because its port was taken meanwhile (another program bound it after the
+        port test), an unproxied cluster moves to a newly reserved base port and starts again, at most
+        ``attempts`` times in all (a proxied cluster cannot move: its proxies already listen).
+
+        Raises: ``ClusterError`` on timeout or when the ports stay taken (node logs are under
+        ``data_dir/logs``).
+        """
+        for attempt in range(1, attempts + 1):
+            marks = self._log_marks()
+            self.format()
+            for n in self.spec.node_specs:
+                self.start_node(n.node_id)
+            try:
+                self.healthy(timeout_s)
+                return
+            except ClusterError as e:
+                port = self._bind_failure(marks)
+                if port is None:
+                    raise
+                if self.spec.proxied or attempt == attempts:
+                    raise ClusterError(f"port {port} was taken by another program while the brokers started "
+                                       f"(attempt {attempt} of {attempts}); stop it or retry") from e
+                old = self.spec.base_port
+                self.down()
+                self.spec.base_port = free_base_port(self.spec.nodes, start=old + 500, proxied=False)
+                log.warning("port %s was taken while the brokers started; retrying on base port %d",
+                            port, self.spec.base_port)
+
+    def _log_marks(self) -> dict[Path, int]:
+        out = {}
+        for n in self.spec.node_specs:
+            for p in (self.spec.logs / f"broker-{n.node_id}.log", self.spec.logs / f"broker-{n.node_id}.out"):
+                out[p] = p.stat().st_size if p.exists() else 0
+        return out
+
+    def _bind_failure(self, marks: dict[Path, int]) -> int | str | None:
+        """The port a broker failed to bind in this attempt (from the log lines written since ``marks``),
+        ``"?"`` when the log says so without a port, ``None`` when no bind failure is logged."""
+        for p, off in marks.items():
+            try:
+                with open(p, "rb") as f:
+                    f.seek(off)
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            m = _BIND_FAILED.search(text)
+            if m:
+                return int(m.group(1)) if m.group(1) else "?"
+        return None
+
+    def healthy(self, timeout_s: float = 120.0) -> None:
+        """Block until the metadata lists every node as a broker and each broker process listens on its
+        ports. Raises ``ClusterError`` on timeout or when a broker exits."""
+        def exited() -> str | None:
+            dead = [i for i, b in self.brokers.items() if b.pid is None or not processes.alive(b.pid)]
+            return f"broker(s) {dead} exited" if dead else None
+
+        wait_healthy(self.bootstrap, self.spec.nodes, exited=exited, not_listening=self._not_listening,
+                     timeout_s=timeout_s, where=f"see {self.spec.logs}/")
+
+    def _not_listening(self) -> list[int]:
+        """Nodes whose own process does not (yet) listen on its client and inter-broker ports."""
+        import psutil
+
+        out = []
+        for i, b in sorted(self.brokers.items()):
+            want = {b.spec.client_port, b.spec.internal_port}
+            try:
+                conns = psutil.Process(b.pid).net_connections(kind="tcp")
+            except (psutil.Error, TypeError):
+                out.append(i)
+                continue
+            have = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
+            if not want <= have:
+                out.append(i)
+        return out
+
+    def owns(self, b: BrokerProcess) -> bool:
+        """True when ``b.pid`` is alive and its command line proves it is this cluster's broker (``kafka.Kafka``
+        with this node's config file), so a stale pid in a state file never gets another process killed."""
+        if b.pid is None:
+            return False
+        try:
+            proc = psutil.Process(b.pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            args = proc.cmdline()
+        except psutil.Error:
+            return False
+        cfgs = {str(b.config), str(Path(b.config).resolve())}
+        return "kafka.Kafka" in args and any(c in args for c in cfgs)
+
+    def stop_node(self, node_id: int, grace_s: float = 15.0) -> None:
+        """Stop node ``node_id`` (SIGTERM, then SIGKILL after ``grace_s``); a pid that is not this node's
+        broker (see :meth:`owns`) is left alone."""
+        b = self.brokers[node_id]
+        if b.pid is not None:
+            if self.owns(b):
+                processes.stop_group(b.pid, grace_s=grace_s)
+            b.pid = None
+            self.save_state()
+
+    # ------------------------------------------------------------------ onceproof.backends.base.Cluster, per node
+
+    def start(self, node: int) -> None:
+        """Start (or restart) ``node`` on its data."""
+        self.start_node(node)
+
+    def stop(self, node: int, clean: bool = True) -> None:
+        """``clean``: SIGTERM, SIGKILL after 15 s (:meth:`stop_node`); else :meth:`kill`."""
+        if clean:
+            self.stop_node(node)
+        else:
+            self.kill(node)
+
+    def kill(self, node: int) -> NodeState:
+        """SIGKILL ``node``'s process group and wait for it (≤ 5 s); returns the killed pid and its status
+        afterwards (``gone`` once reaped). The node is then recorded as stopped."""
+        b = self.brokers[node]
+        pid = b.pid
+        if pid is not None:
+            processes.kill_group(pid)
+        b.pid = None
+        return NodeState(pid, processes.status(pid))
+
+    def pause(self, node: int) -> None:
+        """SIGSTOP ``node``'s process group (no-op without a process)."""
+        self._signal(node, "SIGSTOP")
+
+    def resume(self, node: int) -> None:
+        """SIGCONT ``node``'s process group (no-op without a process)."""
+        self._signal(node, "SIGCONT")
+
+    def _signal(self, node: int, sig: str) -> None:
+        b = self.brokers.get(node)
+        if b is not None and b.pid is not None:
+            processes.signal_group(b.pid, sig)
+
+    def state(self, node: int) -> NodeState:
+        """``node``'s process: its pid and psutil status; ``foreign`` when the recorded pid is alive but not
+        this node's broker (:meth:`owns`), ``gone`` when there is none."""
+        b = self.brokers.get(node)
+        if b is None or b.pid is None:
+            return NodeState(None, GONE)
+        if self.owns(b):
+            return NodeState(b.pid, processes.status(b.pid))
+        return NodeState(b.pid, FOREIGN if processes.alive(b.pid) else GONE)
+
+    def address(self, node: int) -> str:
+        """``127.0.0.1:<client port>`` of ``node`` (the port it binds, not its proxy)."""
+        return f"127.0.0.1:{self.spec.node(node).client_port}"
+
+    def log_files(self) -> list[Path]:
+        """Each node's ``broker-<i>.log`` (log4j), ``broker-<i>.out`` (stdout/stderr) and ``format-<i>.log``,
+        where written."""
+        names = [f"{kind}-{i}.{ext}" for i in self.nodes for kind, ext in (("broker", "log"), ("broker", "out"),
+                                                                            ("format", "log"))]
+        return [p for p in (self.spec.logs / n for n in names) if p.exists()]
+
+    def clean(self) -> None:
+        """Delete every node's data directory (``data_dir/node<i>/data``); configs and logs stay."""
+        for n in self.spec.node_specs:
+            shutil.rmtree(self.spec.data_dir / f"node{n.node_id}" / "data", ignore_errors=True)
+
+    # ------------------------------------------------------------------ whole cluster
+
+    def down(self, graceful: bool = False) -> list[tuple[int, int]]:
+        """Stop every node at once and release the cluster's port lease; safe to call twice and after a
+        partial start.
+
+        ``graceful`` sends SIGTERM to all nodes together and waits up to 10 s before SIGKILL (a lone last
+        node cannot finish a controlled shutdown without its quorum); otherwise SIGKILL at once, which is
+        what a throwaway test cluster needs. Only processes that are this cluster's brokers
+        (:meth:`owns`) are signalled.
+
+        Returns: ``(node id, pid)`` of recorded pids that were left alone: alive but not this cluster's
+        broker (a stale state file).
+        """
+        stale = [(i, b.pid) for i, b in self.brokers.items()
+                 if b.pid is not None and processes.alive(b.pid) and not self.owns(b)]
+        pids = [b.pid for b in self.brokers.values() if b.pid is not None and self.owns(b)]
+        for i, pid in stale:
+            log.warning("pid %d recorded for broker %d is not this cluster's broker: left alone", pid, i)
+        if graceful:
+            for pid in pids:
+                processes.signal_group(pid, "SIGTERM")
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and any(processes.group_members(p) for p in pids):
+                time.sleep(0.2)
+        for pid in pids:
+            processes.kill_group(pid)
+        for b in self.brokers.values():
+            b.pid = None
+        self.save_state()
+        try:
+            release_base_port(self.spec.base_port, self.spec.data_dir)
+        except OSError as e:  # an unwritable cache: the lease dies with its processes anyway
+            log.warning("could not release the port lease of %d: %s", self.spec.base_port, e)
+        return stale
+
+    def save_state(self) -> None:
+        """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
+        state = {"bootstrap": self.bootstrap, "cluster_id": self.cluster_id, "version": self.version,
+                 "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
+                          "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs),
+                          "proxied": self.spec.proxied},
+                 "brokers": {str(i): {"pid": b.pid, "client_port": b.spec.client_port} for i, b in self.brokers.items()}}
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps(state, indent=2))
+        live = [b.pid for b in self.brokers.values() if b.pid is not None]
+        if live:
+            try:
+                claim_base_port(self.spec, live)
+            except OSError as e:  # an unwritable cache must not stop a cluster
+                log.warning("could not record the port lease of %d: %s", self.spec.base_port, e)
+
+    @classmethod
+    def from_state(cls, data_dir: Path) -> KafkaCluster:
+        """Rebuild a handle on a cluster started by another command.
+
+        Raises: ``ClusterError`` when ``data_dir`` holds no state file (no cluster was started there).
+        """
+        data_dir = Path(data_dir).resolve()
+        path = data_dir / "cluster.json"
+        if not path.exists():
+            raise ClusterError(f"no cluster state in {data_dir}: start one with `onceproof cluster up`")
+        try:
+            st = json.loads(path.read_text())
+            sp = dict(st["spec"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ClusterError(f"{path} is damaged ({e}); stop its brokers by hand and delete it") from e
+        sp["log_dir"] = Path(sp["log_dir"]) if sp.get("log_dir") else None
+        spec = ClusterSpec(data_dir, **sp)
+        c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""))
+        for i, b in st["brokers"].items():
+            ns = spec.node(int(i))
+            ndir = data_dir / f"node{i}"
+            c.brokers[int(i)] = BrokerProcess(ns, ndir / "server.properties",
+                                              spec.logs / f"broker-{i}.log", b["pid"])
+        return c

@@ -1,0 +1,467 @@
+"""``TestConfig``: everything that defines a run, the one source of the CLI's ``run`` options, their
+validation, the replay command and ``test.json``'s ``config``. Times in seconds unless the name ends in
+``_ms``.
+
+Every dataclass field is a ``run`` option (``--<field-name>`` with ``_`` → ``-``, or the field's
+``flag``); its help text, bounds and the conversion between the option's text and the field's value
+live in the field's metadata. So a new field is at once an option, validated, written to ``test.json``
+and carried by :meth:`TestConfig.replay_command` (whenever it differs from its default). The CLI builds
+``run`` from these fields (``harness/cli.py``); this module knows nothing of the CLI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from onceproof.backends import registry
+from onceproof.backends.base import can_perform
+from onceproof.checkout import repository
+from onceproof.nemesis import catalog, schedule
+from onceproof.pipeline import sinks
+from onceproof.store.runs import DEFAULT_ROOT
+
+
+class ConfigError(ValueError):
+    """A ``run`` option has a value that cannot work; ``option`` is the option's flag (``--rate``)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.message = message
+
+
+def _opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable | None = None,
+         flag: str | None = None, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+         parse: Callable[[str], Any] | None = None, fmt: Callable[[Any], str] | None = None,
+         check: Callable[[Any], str | None] | None = None, example: Any = None, always: bool = False,
+         choices: Callable[[], list[str]] | None = None):
+    """A field that is also a ``run`` option.
+
+    ``lo``/``hi``: inclusive bounds (``lo_open``: ``lo`` itself is excluded); numbers must also be finite.
+    ``parse``/``fmt``: option text → value and back, for fields whose type is not the option's (the
+    option is then a string). ``check``: extra test returning an error message or ``None``.
+    ``example``: a valid non-default value, for tests that walk every option. ``always``: the replay
+    command names this option even at its default (the options that say what a run is). ``choices``:
+    the valid values, asked when needed (a registry that may grow).
+    """
+    md = {"help": help, "flag": flag, "lo": lo, "hi": hi, "lo_open": lo_open, "parse": parse, "fmt": fmt,
+          "check": check, "example": example, "always": always, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=md)
+    return field(default=default, metadata=md)
+
+
+def _fmt_nemesis(faults: list[str]) -> str:
+    if list(faults) == catalog.all_specs():  # exactly "all", in its order (the order seeds the plan)
+        return "all"
+    return ",".join(faults) or "none"
+
+
+def _check_sink(v: str) -> str | None:
+    return None if v in sinks.SINKS else f"unknown sink {v!r}; choose one of {', '.join(sinks.SINKS)}"
+
+
+def _check_workload(v: str) -> str | None:
+    from onceproof.workloads import registry as workloads
+
+    return None if v in workloads.names() else f"unknown workload {v!r}; choose one of {', '.join(workloads.names())}"
+
+
+def _check_pipeline_cmd(v: str) -> str | None:
+    if not v:
+        return None
+    from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
+
+    try:
+        PipelineCommand.parse(v)
+    except PipelineCommandError as e:
+        return str(e)
+    return None
+
+
+def read_schedule(path: str | os.PathLike) -> list[dict]:
+    """The faults of a schedule file (``onceproof run --schedule``; written by ``onceproof shrink``): JSON
+    ``{"faults": [{"at_s": s, "f": "<fault[:target]>", "rng": "<target RNG key>"?}, ...]}``, ``at_s`` in
+    seconds from the pipeline's first committed batch. ``rng`` (optional) seeds the fault's choice of
+    target (broker, sink partition) as in the run it came from (``nemesis/runner.py``).
+
+    Raises: ``ValueError`` naming the file and what is wrong with it.
+    """
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{p}: no such schedule file (write one with `onceproof shrink RUN_DIR`)") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{p}: not a JSON schedule: {e}") from None
+    faults = doc.get("faults") if isinstance(doc, dict) else None
+    if not isinstance(faults, list):
+        raise ValueError(f'{p}: expected {{"faults": [{{"at_s": 12.5, "f": "kill-executor"}}, ...]}}')
+    out = []
+    for i, f in enumerate(faults):
+        if not isinstance(f, dict) or not isinstance(f.get("at_s"), (int, float)) or f["at_s"] < 0 \
+                or not math.isfinite(f["at_s"]) or not isinstance(f.get("f"), str):
+            raise ValueError(f"{p}: fault {i} needs a number at_s ≥ 0 (s) and a fault name f, got {f!r}")
+        catalog.parse(f["f"])  # ValueError naming the unknown fault or target
+        out.append({"at_s": float(f["at_s"]), "f": f["f"], "rng": f.get("rng")})
+    return sorted(out, key=lambda f: f["at_s"])
+
+
+def _check_schedule(v: str) -> str | None:
+    if not v:
+        return None
+    try:
+        read_schedule(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _check_nemesis(v: list[str]) -> str | None:
+    try:
+        catalog.parse(",".join(v))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def _check_test_name(v: str) -> str | None:
+    if v == "":
+        return None
+    if v == "latest" or not _NAME.match(v):
+        return (f"{v!r} cannot name a results directory: use letters, digits, '.', '_', '+', '-' "
+                "(not starting with one of the last four; not 'latest')")
+    return None
+
+
+def _check_results(v: Path) -> str | None:
+    p = Path(v)
+    if p.exists() and not p.is_dir():
+        return f"{p} exists and is not a directory"
+    q = p.absolute()
+    while not q.exists():
+        q = q.parent
+    if not q.is_dir():
+        return f"{p} cannot be created: {q} is not a directory"
+    if not os.access(q, os.W_OK | os.X_OK):
+        return f"{p} cannot be created: {q} is not writable"
+    return None
+
+
+def _check_backend(v: str) -> str | None:
+    names = registry.names()
+    return None if v in names else f"unknown backend {v!r}; choose one of {', '.join(names)}"
+
+
+def _check_master(v: str) -> str | None:
+    return None if v.strip() else "must name a Spark master, e.g. local-cluster[2,1,1024] or local[2]"
+
+
+@dataclass
+class TestConfig:
+    """Everything that defines a run; saved as ``test.json``. Times in seconds unless named ``_ms``."""
+
+    __test__ = False  # not a pytest test class
+
+    sink: str = _opt("eos", "eos (transactional sink), at-least-once (Spark's Kafka sink), eos-no-marker "
+                            "(a mutant without the replay marker check), or file (Spark's file sink, read "
+                            "through its _spark_metadata log)", check=_check_sink, example="at-least-once",
+                     always=True)
+    workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
+                                  "order per key) or counter (a running count and sum per key in Spark state, "
+                                  "update mode)", check=_check_workload, example="counter")
+    file_read: str = _opt("committed", "--sink file: how the checker reads the output directory: committed (only "
+                                       "the files its _spark_metadata log lists, the sink's read_committed) or "
+                                       "listing (every data file, as a careless downstream job does: a mutant "
+                                       "reader)", check=lambda v: None if v in ("committed", "listing") else
+                          f"unknown file reader {v!r}; choose committed or listing", example="listing")
+    pipeline_cmd: str = _opt("", "run your own PySpark pipeline instead of the bundled one: its command line, "
+                                 "with the placeholders {python} {bootstrap} {input_topic} {output_topic} "
+                                 "{checkpoint} {master} {jars} (docs/pipeline-contract.md); restarted with the "
+                                 "same values after every crash", check=_check_pipeline_cmd,
+                             example="{python} examples/user_pipeline.py --bootstrap {bootstrap} "
+                                     "--input-topic {input_topic} --output-topic {output_topic} "
+                                     "--checkpoint {checkpoint} --jars {jars}")
+    nemesis: list[str] = _opt(help="comma-separated faults (name or name:target), 'all' or 'none'. "
+                                   "See `onceproof faults`.", factory=list, parse=catalog.parse, fmt=_fmt_nemesis,
+                              check=_check_nemesis, example=["kill-broker:leader", "kill-executor"], always=True)
+    schedule: str = _opt("", "replay an explicit fault schedule instead of planning one from --nemesis: a JSON "
+                             "file {\"faults\": [{\"at_s\", \"f\", \"rng\"}]} (onceproof shrink writes them)",
+                         check=_check_schedule,
+                         example=str((repository() or Path.cwd()) / "examples" / "schedule.json"))
+    nemesis_interval: float = _opt(10.0, "seconds between faults (±25%, seeded)", lo=0, lo_open=True,
+                                   always=True)
+    time_limit: float = _opt(60.0, "seconds of workload and faults", lo=0, lo_open=True, always=True)
+    rate: float = _opt(300.0, "input records per second", lo=0, lo_open=True, hi=1_000_000, always=True)
+    keys: int = _opt(50, "number of workload keys", lo=1, hi=1_000_000, always=True)
+    seed: int = _opt(0, "seeds the workload and the fault schedule; same seed, same schedule", lo=0,
+                   always=True)
+    recovery_timeout: float = _opt(180.0, "seconds to wait for the pipeline to catch up after the faults",
+                                   lo=0, lo_open=True)
+    startup_timeout: float = _opt(240.0, "seconds to wait for the Spark query to start", lo=0, lo_open=True)
+    trigger_ms: int = _opt(1000, "micro-batch trigger interval, ms", lo=1)
+    max_offsets: int = _opt(5000, "maxOffsetsPerTrigger of the Spark Kafka source (records per batch)", lo=1)
+    txn_timeout_ms: int = _opt(30000, "the eos sink's transaction.timeout.ms (ms; ≥ 5000: it must outlast the "
+                                      "2 s commit delay, and message.timeout.ms is 5 s less; ≤ 900000, the "
+                                      "brokers' transaction.max.timeout.ms)", lo=5000, hi=900000,
+                             always=True)
+    fault_hold: float = _opt(6.0, "seconds a start/stop fault (pause, partition, delay) stays on", lo=0,
+                             lo_open=True, always=True)
+    max_run_factor: float = _opt(3.0, "the run may go on up to this × --time-limit (counted from the "
+                                      "first committed batch) until every requested fault has had its turn",
+                                 lo=1)
+    partitions: int = _opt(6, "partitions of the input and output topics", lo=1, hi=1000)
+    brokers: int = _opt(3, "Kafka brokers (KRaft, combined broker+controller)", lo=1, hi=9)
+    master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,
+                       example="local[2]")
+    backend: str = _opt(registry.DEFAULT, "where the cluster, the pipeline and the fault network run: "
+                                          + ", ".join(registry.names()), check=_check_backend,
+                        choices=registry.names)
+    test_name: str = _opt("", "results/<test-name>/...; default <sink>-<faults>", check=_check_test_name,
+                          example="my-test")
+    results_root: Path = _opt(DEFAULT_ROOT, "results root directory", flag="--results", check=_check_results)
+    keep_data: bool = _opt(False, "keep the brokers' data directories after the run")
+    proxy: bool = _opt(False, "run the cluster behind toxiproxy even without network faults "
+                              "(automatic with partition / slow-network)")
+    keep_last: int = _opt(0, "after the run, delete this test's older runs, keeping the newest N "
+                             "(0 keeps all)", lo=0)
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def proxied(self) -> bool:
+        return self.proxy or catalog.needs_proxy(self.faults)
+
+    @property
+    def faults(self) -> list[str]:
+        """The specs this run injects: ``nemesis``, except that ``all`` leaves out what the sink cannot
+        take (:attr:`faults_left_out`); an explicit spec the sink cannot take is refused by :meth:`validate`."""
+        return self._split()[0]
+
+    @property
+    def faults_left_out(self) -> dict[str, str]:
+        """``{spec: why}`` for the specs of ``all`` this run's sink cannot take (empty unless ``all``)."""
+        return {s: f"{self.sink_label} has no {self._lacks(m)}" for s, m in self._split()[1].items()}
+
+    @property
+    def sink_capabilities(self) -> frozenset[str]:
+        """What the pipeline's sink lets faults use (``pipeline/sinks.py``): the bundled sink's, or none
+        for a ``--pipeline-cmd`` pipeline, whose sink onceproof knows nothing of."""
+        return frozenset() if self.pipeline_cmd else sinks.get(self.sink).capabilities
+
+    @property
+    def sink_label(self) -> str:
+        """How messages name the sink under test."""
+        return "a --pipeline-cmd pipeline's sink" if self.pipeline_cmd else f"the {self.sink} sink"
+
+    def _split(self) -> tuple[list[str], dict[str, list[str]]]:
+        if self.schedule:
+            return list(dict.fromkeys(f["f"] for f in read_schedule(self.schedule))), {}
+        if not catalog.is_all(self.nemesis) or self.sink not in sinks.SINKS:
+            return list(self.nemesis), {}
+        return catalog.for_sink(self.nemesis, self.sink_capabilities)
+
+    @staticmethod
+    def _lacks(missing: list[str]) -> str:
+        return " and no ".join(sinks.CAPABILITIES[m] for m in missing)
+
+    def target_choices(self) -> dict[str, tuple[str, ...]]:
+        """``{fault: targets}`` a fault given without a target draws from: the catalog's, without the
+        targets this run's sink cannot take (``kill-broker`` against at-least-once never draws
+        ``txn-coordinator``)."""
+        return catalog.target_choices(self.sink_capabilities)
+
+    @property
+    def name(self) -> str:
+        if self.test_name:
+            return self.test_name
+        pipeline = self.sink if self.workload == "keyed" else f"{self.workload}-{self.sink}"
+        if self.pipeline_cmd:  # the script's name (my_job.py → my_job), else "user"
+            from onceproof.backends.user_pipeline import PipelineCommand
+
+            pipeline = PipelineCommand.parse(self.pipeline_cmd).script_name() or "user"
+        if self.schedule:
+            faults = f"schedule-{len(read_schedule(self.schedule))}-faults"
+        elif catalog.is_all(self.nemesis):
+            faults = "all"
+        elif len(self.nemesis) > 3:
+            faults = f"{len(self.nemesis)}-faults"
+        else:
+            faults = "+".join(self.nemesis).replace(":", "-") or "no-faults"
+        return f"{pipeline}-{faults}"
+
+    # ------------------------------------------------------------------ options
+    @staticmethod
+    def options() -> list[dataclasses.Field]:
+        """Every field, in order; each is a ``run`` option (see :func:`flag`)."""
+        return list(dataclasses.fields(TestConfig))
+
+    @staticmethod
+    def flag(f: dataclasses.Field) -> str:
+        """The option of field ``f``: its ``flag`` metadata, else ``--`` + name with ``_`` → ``-``."""
+        return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+    @staticmethod
+    def _field(name: str) -> dataclasses.Field:
+        return next(f for f in dataclasses.fields(TestConfig) if f.name == name)
+
+    @staticmethod
+    def default_of(f: dataclasses.Field) -> Any:
+        """Field ``f``'s default value."""
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+    @classmethod
+    def from_cli(cls, params: dict[str, Any]) -> TestConfig:
+        """Build a config from option values keyed by field name, as the CLI parsed them (text for fields
+        with a ``parse``). Unknown keys are ignored; missing ones take their defaults. Not validated.
+
+        Raises: ``ConfigError`` naming the option whose text cannot be parsed (e.g. an unknown fault).
+        """
+        kw = {}
+        for f in cls.options():
+            if f.name not in params:
+                continue
+            v = params[f.name]
+            if f.metadata.get("parse") and isinstance(v, str):
+                try:
+                    v = f.metadata["parse"](v)
+                except ValueError as e:
+                    raise ConfigError(cls.flag(f), str(e)) from None
+            kw[f.name] = v
+        return cls(**kw)
+
+    def validate(self) -> TestConfig:
+        """Check every option before anything starts; returns ``self``.
+
+        Numbers must be finite and within the field's bounds; strings are checked by the field's
+        ``check`` (sink, faults, test name, results root, master, backend); every fault must be one the
+        backend can perform; the faults' schedule must fit the time limit.
+
+        Raises: ``ConfigError`` with the option's flag and a one-line reason, for the first bad option.
+        """
+        for f in self.options():
+            v = getattr(self, f.name)
+            md = f.metadata
+            opt = self.flag(f)
+            if isinstance(v, bool):
+                continue
+            if isinstance(v, (int, float)):
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(opt, f"must be a finite number, got {v}")
+                lo, hi = md.get("lo"), md.get("hi")
+                if lo is not None and (v <= lo if md.get("lo_open") else v < lo):
+                    raise ConfigError(opt, f"must be {'>' if md.get('lo_open') else '≥'} {lo:g}, got {v:g}")
+                if hi is not None and v > hi:
+                    raise ConfigError(opt, f"must be ≤ {hi:g}, got {v:g}")
+            if md.get("check"):
+                msg = md["check"](v)
+                if msg:
+                    raise ConfigError(opt, msg)
+        self._check_capabilities()
+        try:
+            self.fault_plan()
+        except schedule.PlanDoesNotFit as e:
+            raise ConfigError("--time-limit", str(e)) from None
+        return self
+
+    def _check_capabilities(self) -> None:
+        """Every fault (every target of a fault given without one) must be in the backend's capabilities,
+        and every explicitly requested fault must be one the sink can take (``pipeline/sinks.py``; ``all``
+        leaves those out instead, :attr:`faults`).
+
+        Raises: ``ConfigError`` for ``--nemesis`` naming the backend or the sink and the faults it cannot
+        perform, and what to ask for instead.
+        """
+        backend = registry.get(self.backend)
+        if self.sink == "file" and not backend.file_sinks:
+            raise ConfigError("--sink", f"the {backend.name} backend cannot run Spark's file sink; use --backend "
+                              + ", ".join(n for n in registry.names() if registry.get(n).file_sinks))
+        if self.sink == "file" and self.workload != "keyed":
+            raise ConfigError("--workload", f"Spark's file sink only appends; the {self.workload} workload emits "
+                                            "in update mode: use --sink eos or at-least-once with it")
+        if self.file_read != "committed" and self.sink != "file":
+            raise ConfigError("--file-read", "only with --sink file")
+        if self.pipeline_cmd:
+            if not backend.user_pipelines:
+                raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "
+                                  "use --backend " + ", ".join(n for n in registry.names()
+                                                               if registry.get(n).user_pipelines))
+            if self.sink != self.default_of(self._field("sink")):
+                raise ConfigError("--sink", "--sink chooses the bundled pipeline's sink; a --pipeline-cmd pipeline "
+                                  "brings its own: drop --sink")
+            if self.workload != self.default_of(self._field("workload")):
+                raise ConfigError("--workload", "a --pipeline-cmd pipeline is checked as the keyed workload (its "
+                                  "contract, docs/pipeline-contract.md): drop --workload")
+        if not catalog.is_all(self.nemesis) or self.schedule:
+            caps = self.sink_capabilities
+            for spec in self.faults:
+                fits = catalog.for_sink(catalog.expand(spec), caps)[0]
+                if not fits:  # a fault without a target only draws the targets that fit (target_choices)
+                    missing = sorted(catalog.sink_needs(spec) - caps)
+                    fix = ("Drop it: onceproof cannot reach inside a --pipeline-cmd pipeline's sink"
+                           if self.pipeline_cmd else "Drop it, or use a sink that has it: " + ", ".join(
+                               n for n, s in sinks.SINKS.items() if set(missing) <= s.capabilities))
+                    raise ConfigError("--nemesis", f"{spec} cannot hit {self.sink_label}: it has no "
+                                      f"{self._lacks(missing)}. {fix}")
+        for spec in self.faults:
+            missing = [s for s in catalog.expand(spec) if not can_perform(backend.capabilities, s)]
+            if missing:
+                raise ConfigError("--nemesis", f"the {backend.name} backend cannot perform {spec}"
+                                  + (f" ({', '.join(missing)})" if missing != [spec] else "")
+                                  + f"; it can: {', '.join(sorted(backend.capabilities)) or 'no faults'}")
+
+    def fault_plan(self) -> list[tuple[float, str]]:
+        """The seeded fault schedule ``[(at_s, spec)]``, sized by the faults' expected durations
+        (``onceproof.nemesis.catalog.expected_s``) so that one turn of every spec fits the run.
+
+        With ``--schedule``, the file's faults at its times (:func:`read_schedule`), as they are.
+
+        Raises: ``onceproof.nemesis.schedule.PlanDoesNotFit`` naming the minimum ``--time-limit``.
+        """
+        if self.schedule:
+            return [(f["at_s"], f["f"]) for f in read_schedule(self.schedule)]
+        return schedule.plan(self.faults, self.nemesis_interval, self.time_limit, self.seed,
+                             targets=self.target_choices(), max_run_factor=self.max_run_factor,
+                             durations=lambda s: catalog.expected_s(s, hold_s=self.fault_hold,
+                                                                    txn_timeout_ms=self.txn_timeout_ms))
+
+    def rng_keys(self) -> list[str | None] | None:
+        """Per planned fault, the key of the RNG that picks its target (``--schedule`` files carry the
+        original run's, so a shrunk schedule hits the same brokers and partitions); ``None`` without
+        ``--schedule`` (``nemesis/runner.py`` keys by seed and position)."""
+        return [f["rng"] for f in read_schedule(self.schedule)] if self.schedule else None
+
+    # ------------------------------------------------------------------ replay
+    def option_text(self, f: dataclasses.Field) -> list[str]:
+        """The command-line words that set field ``f`` to this config's value."""
+        v = getattr(self, f.name)
+        flag = self.flag(f)
+        if isinstance(v, bool):
+            return [flag] if v else ["--no-" + flag[2:]]
+        if f.metadata.get("fmt"):
+            return [flag, f.metadata["fmt"](v)]
+        if isinstance(v, float):
+            s = repr(v)
+            return [flag, s[:-2] if s.endswith(".0") else s]
+        return [flag, str(v)]
+
+    def replay_command(self) -> str:
+        """The command line that replays this run: ``onceproof run`` with every option whose value differs
+        from its default, and the options marked ``always`` (sink, faults, seed, ...), shell-quoted.
+        Parsing it back (``onceproof.harness.cli.parse_run_args``) gives this config."""
+        parts = ["onceproof", "run"]
+        for f in self.options():
+            if f.metadata.get("always") or getattr(self, f.name) != self.default_of(f):
+                parts += self.option_text(f)
+        return shlex.join(parts)

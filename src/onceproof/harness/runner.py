@@ -1,0 +1,461 @@
+"""The test runner: setup → run → heal → recover → check → teardown (Jepsen's ``jepsen.core/run!``).
+
+It only sequences phases. What runs where is the backend's (``backends/``, chosen by ``--backend``):
+the cluster, the supervised pipeline and the fault network are entered through the backends' protocols
+(``backends/base.py``), each with its teardown step on one ``ExitStack`` (``harness/teardown.py``).
+
+Teardown runs on every exit path (normal, exception, Ctrl-C): faults are healed, the driver with
+everything it started and every broker are killed, so no JVM outlives the run. It is bounded by
+``TEARDOWN_BOUND_S`` seconds.
+
+Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 255 crashed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import signal
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from onceproof.backends import registry
+from onceproof.backends.base import Backend, Cluster, ClusterShape, FaultNetwork, PipelineArgs, SparkApp
+from onceproof.clients import topics
+from onceproof.clients.live_reader import LiveReader
+from onceproof.harness import checking, recovery, signals
+from onceproof.harness.config import TestConfig
+from onceproof.harness.summary import brief, fault_counts, summarize
+from onceproof.harness.teardown import Teardown
+from onceproof.nemesis import catalog, coverage, schedule
+from onceproof.nemesis.fault import NemesisContext
+from onceproof.nemesis.runner import NemesisRunner
+from onceproof.pipeline import sinks
+from onceproof.pipeline.identity import default_sink_id
+from onceproof.report.html import build_report
+from onceproof.report.index import build_index
+from onceproof.report.junit import write_junit
+from onceproof.store import checkpoint, retention
+from onceproof.store.compact import compact
+from onceproof.store.history import HistoryWriter
+from onceproof.store.runfiles import RESULTS, TEST
+from onceproof.store.runs import RunDir
+from onceproof.workloads import registry as workloads
+from onceproof.workloads.base import Client
+
+EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
+log = logging.getLogger("onceproof.runner")
+
+
+INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
+FILE_SINK_DIR = "file-sink"
+
+
+def versions(backend: Backend) -> dict[str, str]:
+    """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java) and the harness's
+    own Kafka client and Python."""
+    import confluent_kafka
+
+    v = confluent_kafka.version()  # a string in 2.16 ("2.16.1"), a (string, int) tuple before
+    return {**backend.versions(), "confluent-kafka": v if isinstance(v, str) else v[0],
+            "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version()}
+
+
+@dataclass
+class _Run:
+    """One run's state, shared by the phase functions. The backend's services are set as they are built."""
+
+    cfg: TestConfig
+    rd: RunDir
+    console: Console
+    meta: dict
+    history: HistoryWriter
+    nem_hist: HistoryWriter
+    backend: Backend
+    cluster: Cluster
+    td: Teardown
+    timings: dict = field(default_factory=dict)
+    net: FaultNetwork | None = None
+    spark: SparkApp | None = None
+    live: LiveReader | None = None
+    workload: Client | None = None
+    nem: NemesisRunner | None = None
+    ctx: NemesisContext | None = None
+    plan: list = field(default_factory=list)
+    health: dict = field(default_factory=dict)
+
+    @property
+    def ckpt(self) -> Path:
+        return self.rd.checkpoint
+
+    @property
+    def file_sink(self) -> Path | None:
+        """The file sink's output directory (``--sink file``), in the run directory."""
+        return self.rd.path / FILE_SINK_DIR if self.cfg.sink == "file" else None
+
+    @property
+    def control(self) -> Path:
+        return self.rd.control
+
+
+def _timed(r: _Run, key: str):
+    t = time.monotonic()
+    return lambda: r.timings.__setitem__(key, round(time.monotonic() - t, 1))
+
+
+def _setup(r: _Run) -> None:
+    """Fault network (if any), Kafka and topics, the supervised Spark driver. Each resource's teardown is
+    registered *before* it starts, so an interrupt in the middle of a start still stops it."""
+    cfg, console, td, cluster = r.cfg, r.console, r.td, r.cluster
+    if cfg.proxied:
+        r.net = net = r.backend.network(cluster, r.rd.logs)
+        td.push("proxy network stop", net.stop)
+        td.track(net.kill)
+        with console.status("building/starting the fault network (the cluster's proxies)"):
+            done = _timed(r, "proxy_start_s")
+            net.start()
+            done()
+        console.print(f"fault network up in {r.timings['proxy_start_s']}s: {net.describe()}")
+    td.push("cluster down", cluster.down)
+    td.track(cluster.down)
+    pipeline = PipelineArgs(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
+                            sink_log=r.rd.sink, input_topic=INPUT, output_topic=OUTPUT,
+                            progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
+                            max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
+                            pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd(),
+                            workload=cfg.workload, file_sink=r.file_sink)
+    r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
+    td.push("driver stop", spark.stop)
+    td.track(spark.kill_now)
+    what = f"your pipeline: {cfg.pipeline_cmd}" if cfg.pipeline_cmd else f"{cfg.master}, sink={cfg.sink}"
+    setup_done = _timed(r, "setup_s")
+    # the driver's start-up (JVMs, executors, its warm-up job) overlaps the brokers' when it can wait for
+    # its input topic (SparkApp.starts_before_cluster); otherwise it starts once the topics exist
+    early = spark.starts_before_cluster
+    spark_done = _timed(r, "spark_start_s")
+    if early:
+        spark.start()
+        console.print(f"starting the Spark driver ({what}) while Kafka starts")
+    with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
+        done = _timed(r, "cluster_start_s")
+        cluster.up()
+        topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions, PROGRESS: 1},
+                             replication=min(3, cfg.brokers))
+        done()
+    console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
+    with console.status(f"starting the Spark driver ({what}) and its warm-up job"):
+        if not early:
+            spark_done = _timed(r, "spark_start_s")
+            spark.start()
+        deadline = time.monotonic() + cfg.startup_timeout
+        while (ready := spark.ready()) is None:
+            if spark.restarts() >= EARLY_EXITS:
+                raise RuntimeError(_early_exits(spark))
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark query did not start in {cfg.startup_timeout:.0f}s; "
+                                   f"see {r.rd.logs}/driver-*.log")
+            time.sleep(0.5)
+        spark_done()
+    setup_done()
+    warm = f", its warm-up job {ready['warm_up_s']:.1f}s" if isinstance(ready.get("warm_up_s"), (int, float)) else ""
+    console.print(f"spark query up in {r.timings['spark_start_s']}s{' (started with Kafka)' if early else ''}{warm}; "
+                  f"setup {r.timings['setup_s']}s")
+
+
+EARLY_EXITS = 3
+"""Driver exits before the query first started that end the run at once (a broken --pipeline-cmd, a
+missing module): a driver that cannot start would otherwise be restarted until --startup-timeout."""
+
+
+def _early_exits(spark: SparkApp) -> str:
+    """Why the run stops: the driver's exits and the last lines of its newest log."""
+    log = spark.driver_log()
+    tail = ""
+    if log is not None:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        tail = "; its log ends: " + " | ".join(ln.strip() for ln in lines[-3:])
+    return (f"the Spark driver exited {spark.restarts()} times before its query started{tail} "
+            f"(see {log})")
+
+
+def _run_phase(r: _Run) -> None:
+    """Workload, live reader and nemesis for the time limit (longer, up to ``max_run_factor``, until
+    every planned fault has had its turn)."""
+    cfg, console, td = r.cfg, r.console, r.td
+    r.live = live = LiveReader(r.cluster.bootstrap, OUTPUT)
+    td.push("live reader stop", live.stop)
+    live.start()
+    r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate,
+                                                               keys=cfg.keys, seed=cfg.seed)
+    td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
+    ctx_caps = cfg.sink_capabilities
+    r.ctx = ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
+                                 output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
+                                 network=r.net,
+                                 # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
+                                 # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside
+                                 sink_capabilities=None if cfg.pipeline_cmd else ctx_caps,
+                                 commit_window="hook" if sinks.DRIVER_HOOKS in ctx_caps else "watch",
+                                 file_sink=r.file_sink)
+
+    def on_op(op):
+        style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
+        console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
+                      f"{brief(op['evidence'])}")
+
+    specs = sorted({f for _, f in r.plan})
+    r.nem = nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms, partitions=cfg.partitions,
+                                              max_offsets=cfg.max_offsets), r.plan, ctx, r.nem_hist,
+                                cfg.seed, on_op=on_op, rng_keys=cfg.rng_keys())
+    td.push("nemesis stop and heal", lambda: _heal_faults(r, teardown=True))
+    workload.start()
+    nem.start(progress=lambda: checkpoint.latest_commit(r.ckpt))
+    t0 = time.monotonic()
+    next_report = t0
+    planned = {f for _, f in r.plan}
+
+    announced = False
+
+    def keep_running(el: float) -> bool:
+        nonlocal announced
+        if _budget_left(el):
+            return True
+        nem.close()  # no new fault; the one in flight, if any, finishes (its own bounds)
+        if nem.in_flight is not None and not announced:
+            announced = True
+            console.print(f"the run's fault budget is used up; letting {nem.in_flight} finish, no new fault")
+        return nem.in_flight is not None
+
+    def _budget_left(el: float) -> bool:
+        return schedule.keep_running(el, nem.fault_time_s(),
+                                     cfg.time_limit, cfg.max_run_factor, planned <= {op["f"] for op in nem.ops})
+
+    extended = False
+    while keep_running(el := time.monotonic() - t0):
+        if el >= cfg.time_limit and not extended:
+            extended = True
+            console.print("time limit reached; running on until every fault has had its turn")
+        if time.monotonic() >= next_report:
+            s = workload.stats
+            console.print(f"[{el:5.0f}s/{cfg.time_limit:.0f}s] sends ok={s.ok} info={s.info} fail={s.fail} "
+                          f"| batch committed={checkpoint.latest_commit(r.ckpt)} | driver restarts="
+                          f"{r.spark.restarts()} | faults={len(nem.ops)}")
+            for e in workload.new_errors() + live.new_errors():
+                console.print(f"  [yellow]{e}[/]")
+            next_report += 5
+        time.sleep(0.2)
+
+
+def _heal_faults(r: _Run, teardown: bool = False) -> list[str]:
+    """Stop the nemesis and undo every fault. In an interrupted teardown, faults are healed only as far
+    as the teardown does not undo them anyway: no broker is restarted just to be killed."""
+    if r.nem is None:
+        return []
+    if teardown and r.td.interrupted and r.ctx is not None:
+        r.ctx.teardown.set()
+    return r.nem.stop_and_heal(join_timeout_s=10.0 if r.td.interrupted else 120.0)
+
+
+def _heal(r: _Run) -> None:
+    console = r.console
+    console.print("time limit reached: stopping workload and healing faults")
+    r.workload.stop()
+    errors = _heal_faults(r)
+    if errors:
+        console.print(f"[red]heal errors: {errors}[/]")
+    r.health = cluster_health(r.cluster, r.net)
+    console.print(f"after heal: brokers registered {r.health['brokers_registered']}, "
+                  f"stopped {r.health['brokers_stopped']}, proxies cut {r.health['proxies_cut']}")
+
+
+def _recover(r: _Run) -> recovery.RecoveryStatus:
+    done = _timed(r, "recovery_s")
+    st = recovery.wait(r.cluster.bootstrap, INPUT, OUTPUT, r.ckpt, r.cfg.recovery_timeout,
+                       progress=lambda s: r.console.print(f"  recovering ({s.seconds:.0f}s): {'; '.join(s.reasons)}"))
+    done()
+    r.console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
+                    f"in {r.timings['recovery_s']}s")
+    return st
+
+
+def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
+    done = _timed(r, "check_s")
+    with r.console.status("reading topics at read_committed and checking"):
+        live_frame = r.live.stop()
+        result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
+                                     workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read)
+    done()
+    return result
+
+
+def _phases(r: _Run) -> dict:
+    """Setup → run → heal → recover → check inside the teardown's ``ExitStack``; returns the result (verdict
+    ``crashed`` on an exception or an interrupt). The teardown runs with SIGINT and SIGTERM ignored (a
+    second Ctrl-C must not cut it short) and is bounded by the watchdog instead."""
+    cfg, console, td = r.cfg, r.console, r.td
+    result: dict = {}
+    prev = None
+    t_td = time.monotonic()
+    try:
+        with td.stack:
+            td.push("close histories", lambda: (r.history.close(), r.nem_hist.close()))
+            if not cfg.keep_data:
+                td.push("remove broker data", r.cluster.clean)
+            try:
+                _setup(r)
+                _run_phase(r)
+                _heal(r)
+                result = coverage.judge(_check(r, _recover(r)), r.plan, r.nem.ops)
+            except KeyboardInterrupt as e:
+                td.interrupted = True
+                why = signals.reason(e)
+                console.print(f"[yellow]{why}: tearing down (the history so far is kept)[/]")
+                result = {"verdict": "crashed", "error": why}
+            except Exception as e:  # noqa: BLE001 - a crashed run still gets a results.json and a teardown
+                log.exception("run crashed")
+                console.print(f"[red]run crashed: {e}[/]")
+                result = {"verdict": "crashed", "error": repr(e)}
+            finally:
+                prev = (signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN))
+                td.begin()
+                t_td = time.monotonic()
+                console.print("tearing down" + (" (interrupted: bounded, no broker restarts)" if td.interrupted else ""))
+    finally:
+        td.end()
+        if prev is not None:
+            signal.signal(signal.SIGINT, prev[0])
+            signal.signal(signal.SIGTERM, prev[1])
+    r.timings["teardown_s"] = round(time.monotonic() - t_td, 1)
+    return result
+
+
+@contextlib.contextmanager
+def _client_log(rd: RunDir):
+    """librdkafka's own logs (connection refused while a broker is down, ...) go to ``logs/clients.log``,
+    not the console, while the run lasts."""
+    handler = logging.FileHandler(rd.clients_log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    lk = logging.getLogger("onceproof.librdkafka")
+    lk.addHandler(handler)
+    lk.setLevel(logging.INFO)
+    lk.propagate = False
+    try:
+        yield
+    finally:
+        lk.removeHandler(handler)
+        handler.close()
+
+
+def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> tuple[RunDir, dict]:
+    """The run directory and ``test.json`` (config, replay command, versions, schedule), announced."""
+    rd = RunDir(Path(cfg.results_root), cfg.name)
+    os.environ["ONCEPROOF_RUN"] = str(rd.path)  # inherited by every process we start: traceable leftovers
+    sink_id = default_sink_id(rd.checkpoint, f"onceproof-{cfg.sink}")
+    meta = {"config": {**asdict(cfg), "results_root": str(cfg.results_root)}, "name": cfg.name,
+            "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
+    try:
+        meta["versions"] = versions(backend)
+    except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
+        meta["versions"] = {"error": repr(e)}
+    meta["schedule"] = plan
+    meta["faults"], meta["faults_left_out"] = cfg.faults, cfg.faults_left_out
+    rd.write_json(TEST, meta)
+    console.print(f"[bold]onceproof[/] {cfg.name} → {rd.path}")
+    console.print(f"replay: [cyan]{cfg.replay_command()}[/]", soft_wrap=True)
+    for spec, why in cfg.faults_left_out.items():
+        console.print(f"[dim]all: left out {spec}: {why}[/]", soft_wrap=True)
+    return rd, meta
+
+
+def _finish(r: _Run, result: dict, t_start: float) -> int:
+    """``results.json``, older runs pruned, ``junit.xml`` and the report, the verdict on the console;
+    returns the exit code."""
+    cfg, rd, console, td = r.cfg, r.rd, r.console, r.td
+    r.timings["total_s"] = round(time.monotonic() - t_start, 1)
+    result.update({"test": cfg.name, "run_dir": str(rd.path), "seed": cfg.seed, "replay": cfg.replay_command(),
+                   "faults": fault_counts(r.nem.ops if r.nem else []),
+                   "driver_restarts": r.spark.restarts() if r.spark else 0, "timings": r.timings,
+                   "health_after_heal": r.health, "teardown": {"steps_s": td.steps, "errors": td.errors},
+                   "client_errors": {"workload": r.workload.errors[:50] if r.workload else [],
+                                     "live_reader": r.live.errors[:50] if r.live else []}})
+    if td.errors:
+        console.print(f"[red]teardown errors: {td.errors}[/]")
+    rd.write_json(RESULTS, result)
+    if result["verdict"] != "crashed":  # a crashed run keeps its files as they were when it stopped
+        try:
+            done = compact(rd.path)
+            if done:
+                console.print(f"compressed {len(done)} file(s) of the run: {sum(b for _, b, _ in done) / 1e6:.1f} MB "
+                              f"→ {sum(a for _, _, a in done) / 1e6:.1f} MB (the history and logs, as .gz)")
+        except OSError as e:
+            console.print(f"[yellow]compressing the run's history and logs failed: {e}[/]")
+    if cfg.keep_last:
+        try:
+            gone = retention.prune(Path(cfg.results_root), cfg.name, cfg.keep_last)
+            if gone:
+                console.print(f"pruned {len(gone)} older run(s) of {cfg.name} (--keep-last {cfg.keep_last})")
+        except OSError as e:
+            console.print(f"[yellow]pruning older runs failed: {e}[/]")
+    try:
+        write_junit(rd.path)
+        report = build_report(rd.path)
+        build_index(Path(cfg.results_root))
+        result_report = f"report: {report}"
+    except Exception as e:  # noqa: BLE001 - the verdict stands without its report
+        log.exception("building the report failed")
+        result_report = f"report failed: {e!r} (rebuild with `onceproof report {rd.path}`)"
+    summarize(result, console)
+    console.print(result_report)
+    return EXIT.get(result["verdict"], 255)
+
+
+def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
+    """Run one test: setup → run → heal → recover → check, then teardown on every path.
+
+    Returns ``(exit code, run directory)``; never raises for a failed or interrupted run (Ctrl-C and
+    SIGTERM give verdict ``crashed``, exit 255). Teardown is bounded by ``TEARDOWN_BOUND_S`` seconds.
+    Raises ``ConfigError`` (nothing started) for an invalid config, and ``ClusterError`` when the
+    backend cannot reserve the cluster's resources (ports) before the run starts.
+    """
+    console = console or Console()
+    cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
+    plan = cfg.fault_plan()
+    backend = registry.get(cfg.backend)
+    t_start = time.monotonic()
+    rd, meta = _begin(cfg, backend, console, plan)
+    with _client_log(rd):
+        history = HistoryWriter(rd.history)
+        nem_hist = HistoryWriter(rd.nemesis, start_ns=history.start_ns)
+        cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir=rd.logs,
+                                               proxied=cfg.proxied))
+        r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
+        result = _phases(r)
+    return _finish(r, result, t_start), rd.path
+
+
+def cluster_health(cluster: Cluster, net: FaultNetwork | None, timeout_s: float = 90.0) -> dict:
+    """After heal: wait (≤ ``timeout_s``) until every broker is registered (Kafka's metadata at the
+    cluster's bootstrap); report what is registered, any broker whose process is gone or still paused,
+    and any network path still cut."""
+    want = list(cluster.nodes)
+    deadline = time.monotonic() + timeout_s
+    seen: list[int] = []
+    while time.monotonic() < deadline:
+        try:
+            seen = sorted(topics.admin(cluster.bootstrap).list_topics(timeout=5).brokers)
+        except Exception:  # noqa: BLE001 - still electing
+            seen = []
+        if seen == want:
+            break
+        time.sleep(1)
+    stopped = [n for n in want if not (st := cluster.state(n)).alive or st.paused]
+    cut = net.cut_paths() if net is not None else []
+    return {"brokers_registered": seen, "brokers_expected": want, "brokers_stopped": stopped,
+            "proxies_cut": cut, "healthy": seen == want and not stopped and not cut}

@@ -1,0 +1,285 @@
+"""``onceproof test-all``: a matrix of runs and its certificate (Jepsen's ``test-all``).
+
+A suite is a list of **cells**, each one ``onceproof run`` of sink × workload × fault package × seed
+(:func:`plan_cells`). Cells run one after another (two clusters on a small machine would slow each other
+and blur every timing), each in its own ``onceproof run`` process, so each has the run's own
+guarantees: its own teardown on every exit path, its own run directory under
+``<suite dir>/runs/``, its own report. A live table shows every cell's verdict, elapsed time and the
+suite's ETA. At the end (and after every cell, so an interrupted suite keeps what it learned) the
+suite writes ``suite.json``, ``certificate.md``, ``certificate.html`` and ``junit.xml``
+(``report/certificate.py``) into ``results/<suite name>/<timestamp>/``.
+
+``--mutants`` turns the suite into the **detection table**: every mutant (``pipeline/mutants.py``)
+and Spark's at-least-once sink run against the fault package that targets their flaw, and the real
+``eos`` sink runs against the same packages as the control that must stay valid.
+
+Exit code: the worst cell's, where a caught mutant counts as passed (``onceproof.report.certificate.suite_exit_code``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from onceproof.nemesis import catalog, packages, schedule
+from onceproof.pipeline import sinks
+from onceproof.report import certificate
+from onceproof.store.runs import RunDir, runs_of
+
+CELL_STOP_GRACE_S = 150.0  # a Ctrl-C'd cell's own teardown is bounded (harness/teardown.py); then SIGKILL
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the suite. ``expect``: ``valid`` for an exactly-once sink, ``invalid`` for a mutant or
+    a weak sink (``pipeline/sinks.py`` ``Sink.expect``); ``time_limit`` (s) is raised to what the
+    package's faults need (:func:`fit_time_limit`)."""
+
+    sink: str
+    workload: str
+    package: str
+    seed: int
+    expect: str
+    time_limit: float
+
+    @property
+    def name(self) -> str:
+        w = "" if self.workload == "keyed" else f"{self.workload}-"
+        return f"{w}{self.sink}-{self.package}"
+
+
+def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: float = 10.0,
+                   max_run_factor: float = 3.0) -> float:
+    """``time_limit`` (s), raised to the least that fits one turn of every spec of the package
+    (``onceproof.nemesis.schedule.PlanDoesNotFit.min_time_limit_s``)."""
+    try:
+        schedule.plan(specs, interval_s, time_limit, seed, targets=catalog.target_choices(),
+                      durations=lambda s: catalog.expected_s(s), max_run_factor=max_run_factor)
+        return time_limit
+    except schedule.PlanDoesNotFit as e:
+        return float(e.min_time_limit_s)
+
+
+def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[str], test_count: int,
+               time_limit: float, mutants: bool = False, seed_base: int = 1) -> list[Cell]:
+    """The suite's cells, in run order: for each package, each sink, each workload, seeds
+    ``seed_base`` .. ``seed_base + test_count - 1``.
+
+    With ``mutants``: every mutant and ``at-least-once`` against the package that targets it
+    (``Sink.targeted_by``; or against every package in ``package_names`` when given), and ``eos`` against
+    every package used, as the control.
+
+    Raises: ``ValueError`` for an unknown sink, workload or package, or ``test_count`` < 1.
+    """
+    from onceproof.workloads import registry as workload_registry
+
+    if test_count < 1:
+        raise ValueError(f"--test-count must be ≥ 1, got {test_count}")
+    for w in workloads:
+        if w not in workload_registry.names():
+            raise ValueError(f"unknown workload {w!r}; choose from {', '.join(workload_registry.names())}")
+    for p in package_names:
+        packages.specs(p)
+    pairs: list[tuple[str, str]] = []  # (sink, package)
+    if mutants:
+        weak = [s.name for s in sinks.SINKS.values() if s.mutant] + ["at-least-once"]
+        for s in weak:
+            for p in package_names or [sinks.get(s).targeted_by]:
+                pairs.append((s, p))
+        used = list(dict.fromkeys(p for _, p in pairs))
+        pairs = [("eos", p) for p in used] + pairs
+    else:
+        for s in sinks_:
+            sinks.get(s)  # ValueError naming the known sinks
+        pairs = [(s, p) for p in package_names for s in sinks_]
+    cells = []
+    for sink, pkg in pairs:
+        specs = _fitting(packages.specs(pkg), sink)
+        if not specs:
+            raise ValueError(f"the {sink} sink can take none of the {pkg} package's faults")
+        for w in workloads:
+            for k in range(test_count):
+                seed = seed_base + k
+                cells.append(Cell(sink, w, pkg, seed, sinks.get(sink).expect,
+                                  fit_time_limit(specs, time_limit, seed)))
+    return cells
+
+
+def cell_specs(cell: Cell) -> list[str]:
+    """The package's faults that the cell's sink can take (``onceproof.nemesis.catalog.for_sink``: e.g.
+    ``zombie-task`` needs the transactional sink's hooks, so at-least-once runs ``process`` without it)."""
+    return _fitting(packages.specs(cell.package), cell.sink)
+
+
+def _fitting(specs: list[str], sink: str) -> list[str]:
+    """``specs`` the sink can take; a fault without a target is kept when any target fits (it then draws
+    only those, ``TestConfig.target_choices``)."""
+    caps = sinks.get(sink).capabilities
+    return [s for s in specs if catalog.for_sink(catalog.expand(s), caps)[0]]
+
+
+def run_argv(run_args: list[str]) -> list[str]:
+    """The argv of ``onceproof run <run_args>`` as this Python runs it (no console script needed)."""
+    return [sys.executable, "-c", "import sys; from onceproof.harness.cli import main; sys.exit(main())", "run", *run_args]
+
+
+def new_run(results_root: Path, test: str, before: list[Path]) -> Path | None:
+    """The newest run directory of ``test`` (``onceproof.store.runs.runs_of``) that is not in ``before`` (the runs
+    listed before a run started), or ``None`` when that run made none (it crashed first)."""
+    return next((r for r in runs_of(results_root, test) if r not in before), None)
+
+
+def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
+    """The ``onceproof run`` argv of ``cell`` (as this Python runs it), results under ``runs_dir``;
+    ``extra``: the user's further ``run`` options, passed as they are."""
+    return run_argv(["--sink", cell.sink, "--workload", cell.workload, "--nemesis", ",".join(cell_specs(cell)),
+                     "--seed", str(cell.seed), "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
+                     "--results", str(runs_dir), *extra])
+
+
+def _versions(backend: str) -> dict[str, str]:
+    from onceproof.backends import registry
+    from onceproof.harness.runner import versions
+
+    try:
+        v = versions(registry.get(backend))
+    except Exception as e:  # noqa: BLE001 - the certificate says so rather than failing the suite
+        v = {"error": repr(e)}
+    return {**v, "os": platform.platform()}
+
+
+class Suite:
+    """Runs ``cells`` and keeps ``<dir>/suite.json`` and the certificate up to date after each."""
+
+    def __init__(self, name: str, cells: list[Cell], results_root: Path, command: str, backend: str,
+                 extra: list[str], console: Console):
+        self.name, self.cells, self.command, self.extra, self.console = name, cells, command, extra, console
+        self.dir = RunDir(results_root, name).path
+        self.runs_dir = self.dir / "runs"
+        self.backend = backend
+        self.records: list[dict] = []
+        self.started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        self.versions: dict[str, str] = {}
+        self._child: subprocess.Popen | None = None
+
+    def doc(self) -> dict:
+        """``suite.json``: name, command, times, versions, the planned cells and the finished ones."""
+        return {"suite": self.name, "started": self.started,
+                "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                "command": self.command, "versions": self.versions, "planned": [asdict(c) for c in self.cells],
+                "cells": self.records, "result": certificate.suite_result(self.records)}
+
+    def _save(self) -> dict[str, Path]:
+        doc = self.doc()
+        (self.dir / "suite.json").write_text(json.dumps(doc, indent=1))
+        return certificate.write_certificate(doc, self.dir)
+
+    def _table(self, running: int | None, started: float) -> Table:
+        t = Table(title=f"{self.name}: {len(self.records)}/{len(self.cells)} cells", expand=False)
+        for h in ("#", "sink", "workload", "package", "seed", "expect", "verdict", "elapsed", ""):
+            t.add_column(h)
+        for i, c in enumerate(self.cells):
+            rec = self.records[i] if i < len(self.records) else None
+            if rec:
+                ok = "[green]PASS[/]" if rec["passed"] else "[red]FAIL[/]"
+                t.add_row(str(i + 1), c.sink, c.workload, c.package, str(c.seed), c.expect, rec["verdict"],
+                          f"{rec['elapsed_s']:.0f}s", ok)
+            elif i == running:
+                t.add_row(str(i + 1), c.sink, c.workload, c.package, str(c.seed), c.expect, "[yellow]running[/]",
+                          f"{time.monotonic() - started:.0f}s", "")
+            else:
+                t.add_row(str(i + 1), c.sink, c.workload, c.package, str(c.seed), c.expect, "[dim]queued[/]", "", "")
+        done = [r["elapsed_s"] for r in self.records]
+        if done:
+            left = len(self.cells) - len(self.records)
+            t.caption = f"ETA {left * statistics.mean(done) / 60:.0f} min ({left} cells left, mean {statistics.mean(done):.0f}s a cell)"
+        return t
+
+    def run(self) -> int:
+        """Run every cell; returns the suite's exit code. Ctrl-C (or SIGTERM) stops the running cell (its
+        own teardown, ≤ :data:`CELL_STOP_GRACE_S` s), writes what was learned and returns 255."""
+        def on_term(_sig, _frame):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, on_term)
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.versions = _versions(self.backend)
+        self.console.print(f"[bold]onceproof test-all[/] {self.name}: {len(self.cells)} cells → {self.dir}")
+        interrupted = False
+        with Live(self._table(None, time.monotonic()), console=self.console, refresh_per_second=1,
+                  transient=not self.console.is_terminal) as live:
+            for i, cell in enumerate(self.cells):
+                t0, before = time.monotonic(), runs_of(self.runs_dir, cell.name)
+                log = self.dir / "cells" / f"{i + 1:03d}-{cell.name}-seed{cell.seed}.log"
+                log.parent.mkdir(exist_ok=True)
+                argv = run_command(cell, self.runs_dir, self.extra)
+                with open(log, "w") as out:
+                    out.write("$ " + shlex.join(["onceproof", *argv[3:]]) + "\n")
+                    out.flush()
+                    # its own session: a terminal's Ctrl-C reaches the suite only, which forwards one SIGINT
+                    self._child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                                   env={**os.environ, "COLUMNS": "160"})
+                    try:
+                        while self._child.poll() is None:
+                            live.update(self._table(i, t0))
+                            time.sleep(1)
+                    except KeyboardInterrupt:
+                        interrupted = True
+                        self._stop_child()
+                code = self._child.returncode
+                self._child = None
+                run_dir = new_run(self.runs_dir, cell.name, before)
+                rec = certificate.cell_from_run(run_dir, sink=cell.sink, workload=cell.workload,
+                                                package=cell.package, seed=cell.seed, expect=cell.expect,
+                                                exit_code=code, elapsed_s=round(time.monotonic() - t0, 1),
+                                                suite_dir=self.dir)
+                rec["log"] = str(log.relative_to(self.dir))
+                self.records.append(rec)
+                self._save()
+                live.update(self._table(None, t0))
+                if not self.console.is_terminal:
+                    self.console.print(f"cell {i + 1}/{len(self.cells)} {cell.name} seed {cell.seed}: "
+                                       f"{rec['verdict']} ({'PASS' if rec['passed'] else 'FAIL'}) "
+                                       f"in {rec['elapsed_s']:.0f}s")
+                if interrupted:
+                    break
+        paths = self._save()
+        result = certificate.suite_result(self.records)
+        self.console.print(f"[bold]{result}[/] ({sum(r['passed'] for r in self.records)}/{len(self.records)} "
+                           f"cells passed{', interrupted' if interrupted else ''}); certificate: {paths['md']}, "
+                           f"{paths['html']}; JUnit: {paths['junit']}")
+        if any(c.expect == "invalid" for c in self.cells):
+            for row in certificate.detection_table(self.records):
+                self.console.print(f"  {row['mutant']:<24} × {row['package']:<8} caught {row['caught']}/{row['runs']}"
+                                   f"  {certificate.anomalies_text(row['anomalies'])}")
+        return 255 if interrupted else certificate.suite_exit_code(self.records)
+
+    def _stop_child(self) -> None:
+        """SIGINT the running cell (its run tears down and writes its verdict), then SIGKILL it after
+        :data:`CELL_STOP_GRACE_S` seconds."""
+        p = self._child
+        if p is None or p.poll() is not None:
+            return
+        try:
+            p.send_signal(signal.SIGINT)
+            p.wait(timeout=CELL_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+        except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
+            p.kill()
+            p.wait(timeout=10)

@@ -1,0 +1,82 @@
+"""The verdict on the console: anomaly counts with a first example, fault coverage or fault counts, why a
+run is unknown, where its results are (``onceproof run`` and ``onceproof check`` print the same), and the
+one-line forms of a nemesis op the runner prints as faults happen. Reads a ``results.json`` dict only.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from onceproof.checkers.compose import ANOMALIES
+
+
+def brief(ev: dict) -> str:
+    """The evidence keys worth a console line (batch, pid, executor, ...), as ``k=v`` words."""
+    keys = ("batch", "pid", "executor_id", "offsets_logged", "commit_logged_after_kill", "reason")
+    return " ".join(f"{k}={ev[k]}" for k in keys if k in ev)
+
+
+def fault_counts(ops: list[dict]) -> dict[str, dict[str, int]]:
+    """``{fault spec: {outcome: turns}}`` of the nemesis ops (``results.json["faults"]``)."""
+    out: dict[str, dict[str, int]] = {}
+    for op in ops:
+        d = out.setdefault(op["f"], {})
+        d[op["outcome"]] = d.get(op["outcome"], 0) + 1
+    return out
+
+
+def summarize(result: dict, console: Console) -> None:
+    """Print the verdict, anomaly counts and faults as tables."""
+    v = result.get("verdict", "crashed")
+    color = {"valid": "green", "invalid": "red", "unknown": "yellow"}.get(v, "magenta")
+    t = Table(title=f"{result.get('test', '')}: [{color} bold]{v.upper()}[/]")
+    t.add_column("anomaly")
+    t.add_column("count", justify="right")
+    t.add_column("first example")
+    counts = result.get("counts", {})
+    for a in list(counts) or ANOMALIES:  # the workload checker's anomalies, then the transaction checks
+        ex = (result.get("anomalies", {}).get(a) or [None])[0]
+        t.add_row(a, str(counts.get(a, "-")), _short(ex))
+    console.print(t)
+    if result.get("coverage"):
+        ct = Table(title="fault coverage (turns)")
+        for c in ("fault", "target", "planned", "effective", "exercised", "other"):
+            ct.add_column(c, justify="left" if c in ("fault", "target", "other") else "right")
+        for row in result["coverage"]:
+            style = "" if row["exercised"] else "yellow"
+            ct.add_row(row["fault"], row["target"], str(row["planned"]), str(row["effective"]),
+                       f"[{style}]{row['exercised']}[/]" if style else str(row["exercised"]),
+                       ", ".join(f"{k}={n}" for k, n in row["other"].items()))
+        console.print(ct)
+    elif result.get("faults"):
+        ft = Table(title="faults")
+        ft.add_column("fault")
+        ft.add_column("effective", justify="right")
+        ft.add_column("other")
+        for f, d in result["faults"].items():
+            ft.add_row(f, str(d.get("effective", 0)), ", ".join(f"{k}={n}" for k, n in d.items() if k != "effective"))
+        console.print(ft)
+    for r in result.get("unknown_reasons", []):
+        console.print(f"[yellow]unknown because: {r}[/]")
+    if result.get("error"):
+        console.print(f"[magenta]error: {result['error']}[/]")
+    st = result.get("stats", {})
+    if st:
+        console.print(f"input {st.get('input_records')} records, output {st.get('output_records')} records, "
+                      f"{st.get('keys')} keys; sends ok={st.get('sends_ok')} info={st.get('sends_info')} "
+                      f"fail={st.get('sends_fail')}; driver restarts={result.get('driver_restarts')}")
+    if result.get("file_sink"):
+        from onceproof.report.html import file_sink_line
+
+        console.print(file_sink_line(result["file_sink"]))
+    console.print(f"results: {result.get('run_dir')}")
+
+
+def _short(ex) -> str:
+    if ex is None:
+        return ""
+    if "copies" in ex:
+        batches = sorted({c.get("batch", "?") for c in ex["copies"]})
+        return f"key={ex['key']} seq={ex['seq']} ×{len(ex['copies'])} batch={','.join(batches)}"
+    return " ".join(f"{k}={v}" for k, v in list(ex.items())[:6])

@@ -1,0 +1,383 @@
+"""The exactly-once Kafka sink: one Kafka transaction per (micro-batch, sink partition), made idempotent
+under replay by a progress marker committed in the same transaction (DESIGN §2).
+
+Why ``foreachBatch`` + ``foreachPartition`` rather than a Python data source writer
+(``pyspark.sql.datasource.DataSourceStreamWriter``):
+
+* ``foreachBatch`` hands us ``batchId`` through a public API. A data source writer only sees it through
+  the internal task-local property ``streaming.sql.batchId``.
+* It gives one driver-side point that runs after every sink task has committed and before Spark writes
+  ``commits/<batchId>``: the commit-notification window the ``kill-driver-in-commit-window`` nemesis
+  needs, on the same code path for both sinks (the at-least-once sink uses Spark's batch Kafka writer
+  inside ``foreachBatch``).
+* Both run the same per-partition tasks on executors, with the same retry semantics.
+
+Per task, in this order (each step's reason in DESIGN §2):
+
+1. ``transactional.id = <sink_id>-<partitionId>``; ``init_transactions()`` fences every older producer
+   with that id (producer epoch bump, KIP-98) and aborts or completes its open transaction.
+2. Read the marker (now stable). If it is ≥ ``batchId`` this partition of this batch is already in
+   Kafka: skip. ≥, not ==, so that a zombie from an older batch never writes.
+3. ``begin_transaction()`` → produce every row with provenance headers → ``flush()``.
+4. Commit-delay hook (pre-commit window, ``pipeline/hooks.py``), then ``send_offsets_to_transaction(marker = batchId+1)`` and
+   ``commit_transaction()``.
+
+**No producer reuse (a deliberate choice, issue 11).** Every task attempt builds its own producer and
+calls ``init_transactions()``, so every transaction runs under a fresh producer epoch. librdkafka speaks
+transaction protocol v1 (no KIP-890 part 2 yet: https://github.com/confluentinc/librdkafka/issues/5423),
+and under v1 a delayed Produce or EndTxn request of one transaction can land in the *next* transaction of
+the same producer epoch: KAFKA-17754 (found by Jepsen), an aborted read, a lost write or a torn
+transaction. The epoch bump per transaction is the defence #5423 proposes. Reusing a producer across
+batches would save the ``init_transactions()`` round trip (``init_ms`` in ``sink.jsonl``: 30-700 ms, 150 ms
+typical on 2 cores) but would give that defence up; it is not done, because no test here yet proves a reused
+producer safe under a delayed broker connection during produce and EndTxn (it would have to discard the
+producer after any timed-out or failed request). The throughput cost is measured in
+``bench/pipeline_bench.py`` (eos ≥ at-least-once without reuse).
+
+Errors, per librdkafka's classes (https://github.com/confluentinc/librdkafka/blob/master/INTRODUCTION.md
+#transactional-producer): retriable → retry the call; ``txn_requires_abort()`` → abort, then fail the
+task so Spark retries it; fatal (e.g. fenced) → fail the task. ``message.timeout.ms`` is kept below
+``transaction.timeout.ms`` as librdkafka requires.
+
+``sink.jsonl`` events (one JSON line each; every line has ``time`` (epoch s), ``event``, ``pid``,
+``incarnation`` (the driver incarnation, ``ONCEPROOF_DRIVER_INCARNATION``) and, for a task, ``batch``,
+``partition``, ``attempt``, ``txn_id``). An attempt is identified by (incarnation, batch, partition,
+attempt): Spark numbers task attempts from 0 again in every new driver.
+
+* ``fence-on-start`` – ``abort_leftovers`` settled the transactional id ``txn_id`` at query start.
+* ``init-error`` – ``init_transactions()`` failed: no transaction of this attempt exists.
+* ``marker-error`` – reading the marker failed (``error_class``, ``error_code``); no transaction began.
+* ``skip`` – the marker (``marker``) is ≥ the batch: already committed, nothing written.
+* ``begin`` – the transaction began; ``marker`` is the value read after ``init_transactions()``.
+* ``hold`` – the pre-commit hold hook held this transaction (``hold_ms``).
+* ``commit`` – ``commit_transaction()`` returned: committed.
+* ``commit-unknown`` – ``commit_transaction()`` raised. The outcome is **unknown**: the EndTxn(COMMIT)
+  request may have reached the transaction coordinator before the error (a timeout, a broker that died
+  after writing the commit, a fenced producer whose commit had completed), so the data may be visible.
+  A later attempt's marker read tells (``checkers/transactions.py``). After an *abortable* commit error
+  the sink calls ``abort_transaction()`` as librdkafka requires: ``abort`` follows if it returned,
+  ``abort-failed`` if it raised (the outcome stays unknown).
+* ``abort`` – ``abort_transaction()`` returned: the transaction is aborted (the coordinator accepted
+  EndTxn(ABORT) from the current producer epoch). Logged only after the call returned, never before.
+* ``abandon`` – the attempt failed *before* ``commit_transaction()`` was called (``stage``: produce,
+  flush, delivery, send_offsets, ...) and ``abort_transaction()`` did not return (not attempted after
+  a fatal error, or it raised: ``abort_error``). The transaction was never asked to commit, so it cannot
+  commit: only EndTxn(COMMIT), sent by ``commit_transaction()``, commits a transaction (KIP-98); the
+  coordinator aborts it at ``transaction.timeout.ms`` or when the next producer of the same id calls
+  ``init_transactions()``. Its records must never be visible at read_committed.
+
+Error events carry ``error`` (text), ``error_class`` (the exception's class), ``error_code`` (librdkafka
+error name, for ``KafkaException``) and ``kind`` (fatal / abortable / retriable / other / delivery).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from onceproof.pipeline import hooks, marker, provenance
+from onceproof.pipeline.mutants import Flaws
+
+
+class SinkError(RuntimeError):
+    """A sink task could not commit; Spark retries the task."""
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """What a sink task needs; picklable (sent to executors with the task closure).
+
+    Attributes:
+        bootstrap: Kafka bootstrap servers.
+        output_topic: topic receiving rows.
+        progress_topic: topic whose committed offsets hold the markers (1 partition).
+        sink_id: prefix of every transactional.id and marker group; stable across restarts of a query.
+        txn_timeout_ms: ``transaction.timeout.ms`` (ms); must exceed the longest commit delay.
+        log_path: file receiving one JSON line per event (``sink.jsonl``; events in the module docstring),
+            or "".
+        control_dir: hook control directory, or "".
+        flaws: a mutant's deliberate flaws (``pipeline/mutants.py``); all off for the real sink.
+        incarnation: driver incarnation ("1", "2", ... from ``ONCEPROOF_DRIVER_INCARNATION``; "0" when
+            unset); logged on every event and sent as the ``op.incarnation`` header.
+    """
+
+    bootstrap: str
+    output_topic: str
+    progress_topic: str
+    sink_id: str
+    txn_timeout_ms: int = 60000
+    log_path: str = ""
+    control_dir: str = ""
+    incarnation: str = "0"
+    flaws: Flaws = Flaws()  # MUTANTS ONLY (pipeline/mutants.py): never set outside test-all --mutants
+
+
+def append_event(log_path: str, incarnation: str, event: str, **fields) -> None:
+    """Append one ``sink.jsonl`` event (``time``, ``event``, ``pid``, ``incarnation``, then ``fields``) to
+    ``log_path``; nothing when it is "". Also used by ``pipeline/file_sink.py``'s hold."""
+    if not log_path:
+        return
+    line = json.dumps({"time": time.time(), "event": event, "pid": os.getpid(), "incarnation": incarnation,
+                       **fields}) + "\n"
+    # One write(2) of a short line with O_APPEND: lines from concurrent tasks do not interleave.
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _log(cfg: SinkConfig, event: str, **fields) -> None:
+    append_event(cfg.log_path, cfg.incarnation, event, **fields)
+
+
+def log_event(cfg: SinkConfig, event: str, **fields) -> None:
+    """Append one driver-side event to ``sink.jsonl`` (same line format as the tasks' events)."""
+    _log(cfg, event, **fields)
+
+
+def transactional_id(sink_id: str, partition: int) -> str:
+    """Stable transactional.id of sink partition ``partition``."""
+    return f"{sink_id}-{partition}"
+
+
+def _attempt_txn_id(cfg: SinkConfig, partition: int, attempt: int) -> str:
+    """The transactional.id a task attempt uses: the stable one, except under the ``eos-no-fencing``
+    mutant (a fresh id per attempt, so no attempt fences another)."""
+    if cfg.flaws.fresh_txn_id:
+        return f"{cfg.sink_id}-{partition}-i{cfg.incarnation}-a{attempt}-{os.getpid()}-{time.time_ns() % 10**6}"
+    return transactional_id(cfg.sink_id, partition)
+
+
+def _producer(cfg: SinkConfig, txn_id: str) -> Producer:
+    return Producer({
+        "bootstrap.servers": cfg.bootstrap,
+        "transactional.id": txn_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "transaction.timeout.ms": cfg.txn_timeout_ms,
+        "message.timeout.ms": max(1000, cfg.txn_timeout_ms - 5000),
+        "linger.ms": 5,
+        "partitioner": "murmur2_random",  # same key → partition mapping as Java clients / Spark's sink
+        "log_level": 3,
+    })
+
+
+def _retrying(what: str, fn, *args, attempts: int = 5):
+    """Call ``fn``; retry librdkafka-retriable errors with backoff, re-raise the rest."""
+    for i in range(attempts):
+        try:
+            return fn(*args)
+        except KafkaException as e:
+            err: KafkaError = e.args[0]
+            if err.retriable() and i + 1 < attempts:
+                time.sleep(0.2 * 2 ** i)
+                continue
+            raise
+
+
+def abort_leftovers(cfg: SinkConfig, pool_size: int) -> None:
+    """On query start, settle what a dead run left open for every id in the pool (Flink's
+    abort-on-restore). Without it the output's last stable offset stays pinned and read_committed
+    readers stall until ``transaction.timeout.ms``.
+
+    Args: pool_size: number of sink partitions (= partitions of the input topic, read from Kafka's
+    metadata at query start by ``onceproof.pipeline.job``; ids ``<sink_id>-0`` .. ``<sink_id>-<pool_size-1>``).
+    """
+    if cfg.flaws.no_abort_on_start:  # the eos-no-abort-on-start mutant
+        _log(cfg, "fence-on-start-skipped", pool_size=pool_size)
+        return
+    def fence(p: int) -> None:
+        txn_id = transactional_id(cfg.sink_id, p)
+        prod = _producer(cfg, txn_id)
+        _retrying("init_transactions", prod.init_transactions, 60)
+        _log(cfg, "fence-on-start", txn_id=txn_id, partition=p)
+        del prod
+
+    # the ids are independent (each its own producer and coordinator round trip), so they are fenced at
+    # once: one by one cost ~0.1-0.6 s each at every driver start (1.5 s for 6, measured in sink.jsonl)
+    with ThreadPoolExecutor(max_workers=max(1, min(pool_size, 16)), thread_name_prefix="fence") as ex:
+        for f in [ex.submit(fence, p) for p in range(pool_size)]:
+            f.result()
+
+
+def _error_fields(e: BaseException) -> dict:
+    """What an error event records: text, exception class, librdkafka error name and class."""
+    f = {"error": str(e), "error_class": type(e).__name__}
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        err: KafkaError = e.args[0]
+        f["error_code"] = err.name()
+        f["kind"] = ("fatal" if err.fatal() else "abortable" if err.txn_requires_abort()
+                     else "retriable" if err.retriable() else "other")
+    elif isinstance(e, SinkError):
+        f["kind"] = "delivery"
+    return f
+
+
+def _abort_or_abandon(cfg: SinkConfig, prod: Producer, e: BaseException, stage: str, where: dict,
+                      event_fields: dict | None = None) -> None:
+    """Settle a transaction that failed before ``commit_transaction()`` was called, and log how.
+
+    Calls ``abort_transaction()`` unless ``e`` is fatal (librdkafka refuses every transactional call
+    after a fatal error; a fenced producer's transaction was already aborted by the fencer's
+    ``init_transactions()``). Logs ``abort`` only after that call returned, else ``abandon`` (see the
+    module docstring for why an abandoned transaction cannot commit).
+    """
+    fields = {**_error_fields(e), "stage": stage, **(event_fields or {})}
+    fatal = isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError) and e.args[0].fatal()
+    if not fatal:
+        try:
+            prod.abort_transaction(30)
+        except Exception as ae:  # noqa: BLE001 - any failure leaves the outcome to the coordinator
+            fields.update(abort_error=str(ae), abort_error_class=type(ae).__name__)
+        else:
+            _log(cfg, "abort", **fields, **where)
+            return
+    _log(cfg, "abandon", **fields, **where)
+
+
+def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: dict[int, int] | None = None) -> None:
+    """Write one sink partition of micro-batch ``batch_id`` in one Kafka transaction.
+
+    ``expected``: ``{sink partition: rows}`` the driver counted in the batch (``ExactlyOnceSink``); a task
+    that produced another number aborts its transaction and fails (``incomplete-partition``, stage
+    ``count-check``) instead of committing. Why: a Python task's input is streamed from its JVM task, and
+    when the JVM side fails mid-stream (a shuffle ``FetchFailedException`` after another executor died,
+    a Kafka fetch error), PySpark's serializer sees the closed stream as a normal end of input
+    (``FramedSerializer.load_stream`` returns on ``EOFError``): the Python function runs to its end on a
+    *truncated* partition, and only afterwards does the JVM fail the task. Without this check the
+    transaction commits the partial rows with the marker, and the retry skips the rest (seen in issue 10:
+    a retry committed 0 of 114 rows while its shuffle fetch failed).
+
+    Runs on an executor inside ``foreachPartition``. ``rows`` yields ``Row(key: str, value: bytes,
+    in_partition: int, in_offset: int)``; without ``in_partition``/``in_offset`` the ``op.input`` header
+    is left out. Raises ``SinkError`` (Spark retries the task) when the
+    transaction cannot be committed or its outcome is unknown; re-raises anything else (e.g. the input
+    iterator failing) after settling the transaction. Every failure is logged first (module docstring).
+    """
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    part, attempt = ctx.partitionId(), ctx.attemptNumber()
+    txn_id = _attempt_txn_id(cfg, part, attempt)
+    where = {"batch": batch_id, "partition": part, "attempt": attempt, "txn_id": txn_id}
+    rows = hooks.zombie_point(cfg.control_dir, "preinit", where, rows, lambda **f: _log(cfg, "zombie", **f))
+    prod = _producer(cfg, txn_id)
+    t0 = time.monotonic()
+    try:
+        _retrying("init_transactions", prod.init_transactions, 60)
+    except Exception as e:
+        _log(cfg, "init-error", **_error_fields(e), **where)
+        raise SinkError(f"init_transactions failed in sink task {where}: {e}") from e
+    cons = marker.open_consumer(cfg.bootstrap, cfg.sink_id, part)
+    try:
+        try:
+            done = _retrying("marker.read", marker.read, cons, cfg.progress_topic)
+        except Exception as e:
+            _log(cfg, "marker-error", **_error_fields(e), **where)
+            raise SinkError(f"reading the marker failed in sink task {where}: {type(e).__name__}: {e}") from e
+        already = (done == batch_id) if cfg.flaws.marker_equal else (done >= batch_id)  # mutant: ==
+        if already and not cfg.flaws.no_marker:
+            _log(cfg, "skip", marker=done, **where)
+            return
+        stage = "begin"
+        try:
+            if cfg.flaws.marker_first:  # the eos-marker-first mutant: "done" is visible before the data
+                stage = "marker-first"
+                prod.begin_transaction()
+                prod.send_offsets_to_transaction(marker.offsets_for(cfg.progress_topic, batch_id),
+                                                 cons.consumer_group_metadata(), 60)
+                prod.commit_transaction(60)
+                _log(cfg, "marker-first", marker=batch_id, **where)
+                stage = "begin"
+            prod.begin_transaction()
+            _log(cfg, "begin", marker=done, init_ms=round((time.monotonic() - t0) * 1000), **where)
+            errors: list[KafkaError] = []
+
+            def on_delivery(err, _msg):
+                if err is not None:
+                    errors.append(err)
+
+            base_headers = [(provenance.BATCH, str(batch_id)), (provenance.SINK_PARTITION, str(part)),
+                            (provenance.ATTEMPT, str(attempt)), (provenance.TXN_ID, txn_id),
+                            (provenance.SINK, "eos"), (provenance.INCARNATION, cfg.incarnation)]
+            n = 0
+            stage = "produce"
+            with_input = None  # rows carry in_partition/in_offset (optional: the library's users may drop them)
+            for row in rows:
+                if with_input is None:
+                    with_input = hasattr(row, "in_partition") and hasattr(row, "in_offset")
+                headers = (base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
+                           if with_input else base_headers)
+                while True:
+                    try:
+                        prod.produce(cfg.output_topic, key=row.key, value=row.value, headers=headers,
+                                     on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        prod.poll(0.1)
+                n += 1
+                if n % 1000 == 0:
+                    prod.poll(0)
+            if expected is not None and n != expected.get(part, 0):
+                stage = "count-check"
+                _log(cfg, "incomplete-partition", records=n, expected=expected.get(part, 0), **where)
+                raise SinkError(f"sink task {where} read {n} rows, the batch has {expected.get(part, 0)} in this "
+                                "partition: its input stream ended early (an upstream failure); not committing")
+            stage = "flush"
+            remaining = prod.flush(cfg.txn_timeout_ms / 1000)
+            if errors or remaining:
+                stage = "delivery"
+                raise SinkError(f"{len(errors)} delivery error(s), {remaining} undelivered: "
+                                f"{errors[:3]} at {where}")
+            stage = "precommit-hook"
+            hooks.zombie_point(cfg.control_dir, "precommit", where, None, lambda **f: _log(cfg, "zombie", **f))
+            delayed_ms = hooks.precommit_delay(cfg.control_dir, where, lambda **f: _log(cfg, "hold", **f))
+            # A failure here is not an unknown outcome: send_offsets_to_transaction only adds the marker
+            # (AddOffsetsToTxn + TxnOffsetCommit) to the open transaction. Nothing commits a Kafka
+            # transaction but EndTxn(COMMIT), which only commit_transaction() sends (KIP-98), so up to
+            # here the transaction is certainly not committed.
+            stage = "send_offsets"
+            if not cfg.flaws.marker_first:
+                _retrying("send_offsets_to_transaction", prod.send_offsets_to_transaction,
+                          marker.offsets_for(cfg.progress_topic, batch_id), cons.consumer_group_metadata(), 60)
+        except BaseException as e:
+            _abort_or_abandon(cfg, prod, e, stage, where)
+            if isinstance(e, KafkaException):
+                f = _error_fields(e)
+                raise SinkError(f"{f.get('kind')} Kafka error at {stage} in sink task {where}: {e}") from e
+            raise
+        # commit_transaction() sends EndTxn(COMMIT). If it raises, the coordinator may already have
+        # written the commit (the request timed out after it arrived; the broker died after writing the
+        # PREPARE_COMMIT; the producer was fenced by an init_transactions() that completed our pending
+        # commit): the outcome is unknown, so it is logged as ``commit-unknown``, never as ``abort``.
+        try:
+            _retrying("commit_transaction", prod.commit_transaction, 60)
+        except BaseException as e:
+            f = _error_fields(e)
+            _log(cfg, "commit-unknown", **f, **where)
+            if isinstance(e, KafkaException) and f.get("kind") == "abortable":
+                # librdkafka: an abortable error from commit_transaction() must be followed by
+                # abort_transaction(). If that returns, the coordinator accepted EndTxn(ABORT) for this
+                # epoch, which it refuses for a completed commit: the outcome is then known, ``abort``.
+                try:
+                    prod.abort_transaction(30)
+                except Exception as ae:  # noqa: BLE001 - the outcome stays unknown
+                    _log(cfg, "abort-failed", error=str(ae), error_class=type(ae).__name__, stage="commit",
+                         **where)
+                else:
+                    _log(cfg, "abort", **f, stage="commit", **where)
+            if isinstance(e, KafkaException):
+                raise SinkError(f"{f.get('kind')} Kafka error in commit_transaction, outcome unknown, "
+                                f"in sink task {where}: {e}") from e
+            raise
+        _log(cfg, "commit", records=n, ms=round((time.monotonic() - t0) * 1000), precommit_delay_ms=delayed_ms,
+             **where)
+    finally:
+        cons.close()

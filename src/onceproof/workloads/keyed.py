@@ -1,0 +1,217 @@
+"""The keyed-sequence workload: each key gets the sequence 0, 1, 2, ... written to the input topic, and
+the pipeline must deliver every record exactly once, in order per key (the :data:`WORKLOAD` object:
+generator and client, the pipeline's transform, the output decoder and ``onceproof.checkers.exactly_once``).
+
+Generator: a seeded stream of ``(key, seq)``; keys are ``k0``..``k<n-1>`` chosen uniformly, ``seq``
+counts per key from 0 with no gaps in what is *attempted*.
+
+Client: an idempotent producer, recreated when librdkafka reports a fatal error (an idempotent
+producer's fatal error, e.g. an unrecoverable sequence gap, leaves it unable to send; librdkafka's
+INTRODUCTION.md, "Idempotent Producer"), so the workload never goes silent. The producer (``enable.idempotence=true``, ``acks=all``) writing Kafka key = the
+workload key, value = ``{"key", "seq", "t"}`` (``t`` = send time, epoch ms). Each send is two ops in the
+history: ``invoke`` before ``produce()``, then from the delivery report ``ok`` (with partition/offset),
+``fail`` (a definite error: the record is certainly not in the log) or ``info`` (indeterminate: a timeout
+or a fatal producer error, so the record may or may not be in the log). At close, anything never
+reported becomes ``info``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, Producer
+
+from onceproof.store.history import HistoryWriter
+
+# Delivery errors after which the record is certainly absent from the log. Everything else is
+# indeterminate: e.g. _MSG_TIMED_OUT may come after the broker appended the record.
+_DEFINITE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+             KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._INVALID_ARG}
+
+
+def sequences(keys: int, seed: int) -> Iterator[tuple[str, int]]:
+    """Endless seeded stream of ``(key, seq)``; per key, ``seq`` is 0, 1, 2, ..."""
+    rng = random.Random(seed)
+    nxt = [0] * keys
+    while True:
+        k = rng.randrange(keys)
+        yield f"k{k}", nxt[k]
+        nxt[k] += 1
+
+
+@dataclass
+class SendStats:
+    """Counts of completed sends by type (records)."""
+
+    invoke: int = 0
+    ok: int = 0
+    fail: int = 0
+    info: int = 0
+
+
+@dataclass
+class KeyedWorkload:
+    """Drives ``rate`` records/s of ``sequences(keys, seed)`` into ``topic`` until :meth:`stop`.
+
+    Raises nothing from the sending thread: producer errors become ``fail``/``info`` ops.
+    """
+
+    bootstrap: str
+    topic: str
+    history: HistoryWriter
+    rate: float = 300.0
+    keys: int = 50
+    seed: int = 0
+    delivery_timeout_ms: int = 30000
+    stats: SendStats = field(default_factory=SendStats)
+    errors: list[str] = field(default_factory=list)  # client-level errors (error_cb), newest last
+    producers: int = 0  # producer instances created (1 + recreations after fatal errors)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _abandon: threading.Event = field(default_factory=threading.Event)
+    _fatal: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _reported: int = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop sending, wait for outstanding deliveries, record the rest as ``info``.
+
+        ``timeout_s`` bounds the wait (seconds); ``None`` waits up to ``delivery_timeout_ms`` + 30 s, so
+        every send gets its report. A teardown after Ctrl-C passes a few seconds.
+        """
+        self._stop.set()
+        if timeout_s is not None:
+            self._abandon.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s if timeout_s is not None else self.delivery_timeout_ms / 1000 + 30)
+
+    def new_errors(self) -> list[str]:
+        """Fatal client errors since the last call, for the console; every error (transient ones such
+        as a refused connection to a killed broker included) stays in ``errors`` for results.json."""
+        new, self._reported = self.errors[self._reported:], len(self.errors)
+        return [f"workload: {e}" for e in new if e.endswith("(fatal)")]
+
+    def _on_error(self, err) -> None:
+        self.errors.append(f"{time.strftime('%H:%M:%S')} {err.str()}" + (" (fatal)" if err.fatal() else ""))
+        if err.fatal():
+            self._fatal.set()
+
+    def _complete(self, key: str, seq: int, err, msg) -> None:
+        if err is None:
+            self.stats.ok += 1
+            self.history.append({"process": 0, "type": "ok", "f": "send", "key": key, "seq": seq,
+                                 "partition": msg.partition(), "offset": msg.offset()})
+        else:
+            definite = err.code() in _DEFINITE and not err.fatal()
+            t = "fail" if definite else "info"
+            setattr(self.stats, t, getattr(self.stats, t) + 1)
+            self.history.append({"process": 0, "type": t, "f": "send", "key": key, "seq": seq,
+                                 "error": err.str()})
+
+    def _producer(self) -> Producer:
+        self.producers += 1
+        self._fatal.clear()
+        return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
+                         "partitioner": "murmur2_random", "error_cb": self._on_error,
+                         "logger": logging.getLogger("onceproof.librdkafka.workload")})
+
+    def _run(self) -> None:
+        prod = self._producer()
+        pending: dict[tuple[str, int], bool] = {}
+        gen = sequences(self.keys, self.seed)
+        interval = 1.0 / self.rate if self.rate > 0 else 0.0
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            key, seq = next(gen)
+            self.history.append({"process": 0, "type": "invoke", "f": "send", "key": key, "seq": seq})
+            self.stats.invoke += 1
+            pending[(key, seq)] = True
+
+            def cb(err, msg, key=key, seq=seq):
+                pending.pop((key, seq), None)
+                self._complete(key, seq, err, msg)
+
+            value = json.dumps({"key": key, "seq": seq, "t": int(time.time() * 1000)})
+            while True:
+                try:
+                    prod.produce(self.topic, key=key, value=value, on_delivery=cb)
+                    break
+                except BufferError:
+                    prod.poll(0.05)
+            next_t += interval
+            prod.poll(max(0.0, next_t - time.monotonic()))
+            if time.monotonic() - next_t > 1.0:  # fell behind (e.g. broker down): do not burst later
+                next_t = time.monotonic()
+            if self._fatal.is_set():
+                # The old instance fails what it still holds (delivery reports → fail/info ops); then a
+                # new one carries on with the next sequence numbers.
+                prod.flush(5)
+                prod = self._producer()
+        prod.flush(2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
+        for key, seq in list(pending):
+            self.stats.info += 1
+            self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,
+                                 "error": "no delivery report before close"})
+
+
+def transform(src):
+    """Input rows (Kafka source schema) → ``key: string, value: binary (JSON), in_partition, in_offset``.
+
+    The output value is ``{"key", "seq", "in_partition", "in_offset", "in_ts"}`` with ``in_ts`` the input
+    record's append time in ms.
+    """
+    from pyspark.sql import functions as F
+
+    schema = "key STRING, seq LONG"
+    parsed = src.select(
+        F.col("key").cast("string").alias("kkey"),
+        F.from_json(F.col("value").cast("string"), schema).alias("v"),
+        F.col("partition").alias("in_partition"),
+        F.col("offset").alias("in_offset"),
+        (F.col("timestamp").cast("double") * 1000).cast("long").alias("in_ts"),
+    )
+    value = F.to_json(F.struct(F.col("v.key").alias("key"), F.col("v.seq").alias("seq"),
+                               "in_partition", "in_offset", "in_ts"))
+    return parsed.select(F.col("kkey").alias("key"), value.cast("binary").alias("value"),
+                         "in_partition", "in_offset")
+
+
+class Keyed:
+    """The keyed workload (``workloads/base.py``): every input record once in the output, in order per key
+    (``checkers/exactly_once.py``, whose docstring names the anomalies)."""
+
+    name = "keyed"
+    summary = "every (key, seq) record passes through once, in order per key"
+    output_mode = "append"
+    spark_conf: dict[str, str] = {}
+    input_refs = True
+
+    def client(self, bootstrap: str, topic: str, history: HistoryWriter, *, rate: float, keys: int,
+               seed: int) -> KeyedWorkload:
+        return KeyedWorkload(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
+
+    def transform(self, src):
+        return transform(src)
+
+    def decode(self, frame):
+        from onceproof.clients.topics import decode_values
+
+        return decode_values(frame)
+
+    def check(self, history, input, output, recovery=None) -> dict:
+        from onceproof.checkers.exactly_once import check
+
+        return check(history, input, output, recovery)
+
+
+WORKLOAD = Keyed()

@@ -1,0 +1,32 @@
+"""The workloads by name: what ``--workload`` chooses from (``workloads/base.py`` says what one is).
+
+Each entry names the workload object as ``module:attribute``, imported only when chosen (listing the
+names for ``--help`` costs no import). A new workload is one module and one line here.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+
+from onceproof.workloads.base import Workload
+
+WORKLOADS: dict[str, str] = {
+    "keyed": "onceproof.workloads.keyed:WORKLOAD",
+    "counter": "onceproof.workloads.counter:WORKLOAD",
+}
+DEFAULT = "keyed"
+
+
+def names() -> list[str]:
+    """The workloads' names, in registration order."""
+    return list(WORKLOADS)
+
+
+def get(name: str) -> Workload:
+    """The workload called ``name``.
+
+    Raises: ``ValueError`` naming the known workloads when ``name`` is not one of them.
+    """
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
+    return pkgutil.resolve_name(WORKLOADS[name])  # "module:attribute", imported now
