@@ -1,6 +1,7 @@
 # onceproof: two commands do all set-up.
 #   make run   – create .venv, install, resolve jars, run the default test on a local cluster
-#   make test  – the test suite (unit + real-cluster integration)
+#   make test  – lint, then every test folder (unit, cluster, docker, browser: see tests/README.md)
+#   make unit  – tests/unit only: no cluster, no Docker, no browser (about 2 minutes)
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -25,21 +26,24 @@ $(VENV)/.installed: pyproject.toml constraints.txt src/onceproof/deps/kafka/pom.
 run: setup
 	$(BIN)/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 60 --seed 1
 
-# tests/test_report.py renders report.html in headless Chromium (Debian's package)
+# tests/browser/ renders report.html in headless Chromium (Debian's package)
 $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "need Chromium at $(CHROMIUM): install your distribution's chromium"; exit 1; }
 	$(SUDO) apt-get update -q
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
 
-# The Docker tests (tests/test_docker_*.py, tests/test_compose.py) are part of `make test`: Debian's docker.io,
-# debootstrap and docker-compose are installed when missing, and ONCEPROOF_TEST_DOCKER=require turns a
-# missing engine into a failure rather than a skip. The session starts dockerd when no engine answers
-# (stopping it at the end) and builds the images when their tags are missing (tests/conftest.py).
-test: setup $(CHROMIUM) docker-prereqs
-	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rA --durations=0
+# tests/docker/ is part of `make test`: Debian's docker.io, debootstrap and docker-compose are installed when
+# missing, and ONCEPROOF_TEST_DOCKER=require turns a missing engine into a failure rather than a skip. The
+# session starts dockerd when no engine answers (stopping it at the end) and builds the images when their
+# tags are missing (tests/conftest.py).
+test: setup lint $(CHROMIUM) docker-prereqs
+	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rA --durations=0 tests
 
-unit: setup $(CHROMIUM)
-	$(BIN)/python -m pytest -v -m "not cluster and not docker"
+unit: setup
+	$(BIN)/python -m pytest -v tests/unit
+
+lint: setup
+	$(BIN)/ruff check .
 
 bench: setup
 	$(BIN)/python bench/checker_bench.py

@@ -49,7 +49,7 @@ def test_offline_recheck_applies_the_same_coverage_judgement(tmp_path):
     import json
 
     from onceproof.harness import checking
-    from tests.test_report import make_run
+    from tests.unit.test_report import make_run
 
     d = make_run(tmp_path / "run")
     base = checking.check_saved(d)

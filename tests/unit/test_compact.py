@@ -14,7 +14,7 @@ from onceproof.store.history import HistoryWriter
 from onceproof.store.runfiles import GZ, HISTORY, RunFiles, stored
 from onceproof.store.runs import RunDir, is_run_dir
 from tests.conftest import run_cli
-from tests.test_cli_check_damaged import make_run
+from tests.unit.test_cli_check_damaged import make_run
 
 
 def _run_with_logs(tmp_path) -> RunDir:

@@ -28,7 +28,7 @@ from onceproof.harness.cli import EXIT
 from onceproof.pytest_plugin import runs
 from onceproof.store.runfiles import RESULTS, TEST
 from onceproof.store.runs import RunDir
-from tests.conftest import REPO, load_run_dir, our_jvms
+from tests.conftest import REPO
 from tests.stand_in_backend import StandInBackend, StandInCluster
 
 pytest_plugins = ["pytester"]
@@ -465,41 +465,3 @@ def test_the_ci_example_collects_with_strict_markers(pytester):
 # ------------------------------------------------------------------------------------------ a real run
 
 
-@pytest.mark.cluster
-@pytest.mark.timeout(1500)
-def test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expects_invalid(pytester, monkeypatch):
-    """A user's test file in its own pytest process: the mutant transactional sink without its replay
-    marker (``eos-no-marker``), with the driver killed after the sink committed a batch and before Spark
-    logged its commit, must be caught (verdict invalid, the replayed batch committed twice), so a test
-    expecting ``invalid`` passes, with the verdict in its JUnit entry and no JVM left behind. (Spark's
-    at-least-once sink is caught the same way in ``tests/test_docker_backend.py``.)"""
-    pytester.makepyfile(test_mutant="""
-        import pytest
-
-        @pytest.mark.onceproof(sink="eos-no-marker", nemesis="kill-driver-in-commit-window", time_limit=20,
-                               seed=3, expect="invalid")
-        def test_the_mutant_is_caught(onceproof_run):
-            r = onceproof_run()
-            assert r.counts["duplicate"] > 0, r.counts
-            assert r.report is not None and r.report.is_file()
-    """)
-    results = pytester.path / "results"
-    junit = pytester.path / "junit.xml"
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--onceproof-results={results}",
-                                        f"--junitxml={junit}", *plugin_args(), timeout=1400)
-    res.assert_outcomes(passed=1)
-    props = properties(junit_cases(junit)["test_the_mutant_is_caught"])
-    assert (props["onceproof.verdict"], props["onceproof.expected"]) == ("invalid", "invalid"), props
-    assert int(props["onceproof.count.duplicate"]) > 0, props
-    assert Path(props["onceproof.report"]).is_file(), props
-    # the run itself (this was test_e2e's mutant run, folded in to save a cluster): a batch the driver kill
-    # made Spark replay is among the duplicated copies, named by its batchId, and both copies were
-    # committed transactions (fencing alone does not stop a replay from committing again)
-    _, result, ops = load_run_dir(Path(props["onceproof.report"]).parent)
-    replayed = {str(o["evidence"]["batch"]) for o in ops if o.get("outcome") == "effective"}
-    assert replayed, ops
-    copies = [c for ex in result["anomalies"]["duplicate"] for c in ex["copies"]]
-    assert {c["batch"] for c in copies} & replayed, (copies, replayed)
-    assert all(c.get("sink") == "eos" and c.get("txn_id") for c in copies), copies
-    assert not our_jvms(str(results)), "JVMs of the run outlived it"

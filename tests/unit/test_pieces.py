@@ -125,6 +125,6 @@ def test_the_pipeline_imports_without_pandas_or_pyarrow():
             "import onceproof.pipeline.job, onceproof.pipeline.eos_sink, onceproof.pipeline.file_sink\n"
             "from onceproof.workloads import registry\n"
             "[registry.get(n) for n in registry.names()]")
-    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -1,0 +1,29 @@
+"""The cluster half of ``tests/unit/test_completeness.py``: the tests that need a real local cluster or Spark session."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceproof.pipeline import completeness
+from tests.unit.test_completeness import _offsets  # noqa: F401 (fixtures are used by name)
+
+
+@pytest.mark.cluster
+def test_verify_on_a_real_spark_frame(tmp_path):
+    """The Spark side (cache, groupBy count, collect) against a real local Spark."""
+    from pyspark.sql import SparkSession
+
+    _offsets(tmp_path, 1, {0: 10, 1: 5})
+    _offsets(tmp_path, 2, {0: 13, 1: 7})
+    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    try:
+        full = spark.createDataFrame([(0, o) for o in range(10, 13)] + [(1, 5), (1, 6)], "in_partition int, in_offset long")
+        assert completeness.verify(full, tmp_path, 2, "input") == 2
+        short = full.where("in_partition = 0")  # partition 1's two rows never arrived
+        with pytest.raises(completeness.IncompleteBatch, match=r"input partition 1: 0 rows for offsets \[5, 7\)"):
+            completeness.verify(short, tmp_path, 2, "input")
+        assert completeness.verify(full, tmp_path, 0, "input") is None
+    finally:
+        spark.stop()
+
+
