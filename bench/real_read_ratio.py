@@ -16,7 +16,7 @@ What it does, on a fresh ``onceproof cluster up`` (3 KRaft brokers on 127.0.0.1,
    output at read_committed), each a bare confluent-kafka consumer assigned from offset 0 that calls
    ``consume(10000, topics.CONSUME_WAIT_S)`` (as ``read_topic`` does) until its position reaches the end offsets and only counts the messages:
    the fetch and librdkafka's decoding, nothing of ours;
-3. **whole check**: ``onceproof.harness.checking.check_live`` on the same topics and run directory (reads in
+3. **whole check**: ``onceproof.checking.checks.check_live`` on the same topics and run directory (reads in
    bounded chunks, decodes, saves the parquet snapshots, reads the history, runs every checker), as
    ``onceproof run``'s check phase does;
 4. reports ``ratio = whole check s / raw read s`` (target ≤ 1.3) and fails (exit 1) unless the check
@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import pipeline_bench
     import whole_process
+    from onceproof.checking import checks as checking
     from onceproof.clients import topics
-    from onceproof.harness import checking
     from onceproof.harness.recovery import RecoveryStatus
 
     feed = whole_process.Feed(a.records, a.keys, 6, a.seed)

@@ -368,8 +368,8 @@ def child(a) -> int:
     import onceproof.checkers.exactly_once as exactly_once
     import onceproof.checkers.nearby as nearby
     import onceproof.checkers.transactions as transactions
+    from onceproof.checking import checks as checking
     from onceproof.clients import topics
-    from onceproof.harness import checking
     from onceproof.harness.recovery import RecoveryStatus
     from onceproof.store import readers
 

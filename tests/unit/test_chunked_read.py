@@ -15,8 +15,8 @@ from confluent_kafka import Message, TopicPartition
 
 from onceproof.checkers import exactly_once, transactions
 from onceproof.checkers.exactly_once import Recovery
+from onceproof.checking import checks as checking
 from onceproof.clients import topics
-from onceproof.harness import checking
 from onceproof.store import columns, readers
 from onceproof.store.runfiles import INPUT, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles
 

@@ -48,7 +48,7 @@ def test_offline_recheck_applies_the_same_coverage_judgement(tmp_path):
     """`onceproof check RUN_DIR` must not turn a run that never exercised a planned fault into valid."""
     import json
 
-    from onceproof.harness import checking
+    from onceproof.checking import checks as checking
     from tests.unit.test_report import make_run
 
     d = make_run(tmp_path / "run")

@@ -1,6 +1,6 @@
 """A read_committed consumer of the output topic that runs through the whole test, faults included —
 the first of Kafka's transactions system test's two readers (the second is the final read after
-recovery, ``harness/checking.py``).
+recovery, ``checking/checks.py``).
 
 Its view must never show a duplicate or an aborted record either, and it measures end-to-end
 *visibility* latency: the wall time this consumer received a record minus the input record's append

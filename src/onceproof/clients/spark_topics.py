@@ -6,11 +6,11 @@ when the query is planned: with ``kafka.isolation.level=read_committed`` those a
 offsets, so records of open and aborted transactions and the transaction markers are not returned
 (Spark's source skips the offsets read_committed hides; Structured Streaming + Kafka Integration
 Guide, "Kafka Specific Configurations"; KIP-98). A re-planned query would look the end offsets up
-again, so the caller writes the frame once (``harness/spark_checking.py`` saves it as the run's
+again, so the caller writes the frame once (``checking/spark/checks.py`` saves it as the run's
 parquet snapshot) and checks what it wrote.
 
 The Kafka connector is not in PySpark's jars: the session needs ``spark.jars`` = the jars of
-``onceproof.backends.local.jars.spark_kafka_classpath()`` (``harness/spark_checking.session(kafka=True)`` sets it).
+``onceproof.backends.local.jars.spark_kafka_classpath()`` (``onceproof.checking.spark.checks.session(kafka=True)`` sets it).
 
 Columns, as ``topics.decode_values`` gives them: ``key`` (the value's ``key``, else the record key, UTF-8),
 ``seq`` (long; null when the value is not a JSON object with an integer ``seq``: the checker counts it
@@ -48,7 +48,7 @@ def read(spark, bootstrap: str, topic: str, *, committed: bool = True, headers: 
     except Exception as e:  # noqa: BLE001 - AnalysisException when the data source is missing
         if "kafka" in str(e).lower() and "data source" in str(e).lower():
             raise SparkTopicError("Spark has no Kafka data source: start the session with the connector "
-                                  "(onceproof.harness.spark_checking.session(kafka=True), or spark.jars = the jars "
+                                  "(onceproof.checking.spark.checks.session(kafka=True), or spark.jars = the jars "
                                   "`onceproof deps` resolves)") from e
         raise
     return decode(raw, header_names(raw) if headers else [])

@@ -124,8 +124,8 @@ def _usage_exit(e: UsageError) -> int:
 
 
 def _crash_exit(e: BaseException, args: list[str]) -> int:
+    from onceproof.checking.checks import CheckError
     from onceproof.clients.topics import TopicError
-    from onceproof.harness.checking import CheckError
 
     text = (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} onceproof {shlex.join(args)}\n"
             + "".join(traceback.format_exception(e)))
@@ -391,9 +391,9 @@ def check(
 
 def _engine(name: str, spark_master: str, spark_conf: list[str], bootstrap: str, input_topic: str,
             output_topic: str):
-    """The ``--engine`` and its options (``harness/engines.py``). Raises a usage error (254) for an unknown
+    """The ``--engine`` and its options (``checking/engines.py``). Raises a usage error (254) for an unknown
     engine, a ``--spark-*`` option without ``--engine spark`` or a ``--spark-conf`` that is not KEY=VALUE."""
-    from onceproof.harness import engines
+    from onceproof.checking import engines
 
     try:
         eng = engines.get(name)
@@ -417,7 +417,9 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
                 file_sink: Path | None = None, file_read: str = "committed", engine=None, options=None) -> dict:
     """``check --bootstrap``: wait until caught up, read, check (with ``engine``, default pandas), and store
     a run directory (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
-    from onceproof.harness import checking, engines, recovery
+    from onceproof.checking import checks as checking
+    from onceproof.checking import engines
+    from onceproof.harness import recovery
     from onceproof.store.runs import RunDir
 
     _finite(recovery_timeout, "--recovery-timeout")

@@ -3,7 +3,7 @@
 Every reader takes the run directory. An absent file is not an error: JSON objects and snapshots read as
 ``None``, JSON-lines files as no rows. A file that exists but cannot be parsed raises
 :class:`DamagedFile`, whose message starts with the file's path; callers decide whether that ends a
-check (``harness/checking.py``) or is listed in the report (``report/load.py``).
+check (``checking/checks.py``) or is listed in the report (``report/load.py``).
 
 JSON-lines files are appended while the run goes, by one writer (``history.jsonl``, ``nemesis.jsonl``:
 ``store/history.py``) or by many processes at once (``sink.jsonl``: every sink task and the driver,

@@ -1,6 +1,6 @@
 """A run's large files as Spark DataFrames, in the row order :mod:`onceproof.store.readers` gives them.
 
-The Spark engine (``harness/spark_checking.py``) reads the two files that grow with a run's length,
+The Spark engine (``checking/spark/checks.py``) reads the two files that grow with a run's length,
 the topic snapshots (``input.parquet``, ``output.parquet``, ``output_uncommitted.parquet``,
 ``live.parquet``) and ``history.jsonl``, through these readers; the small ones (``test.json``,
 ``recovery.json``, ``sink.jsonl``, ``nemesis.jsonl``) stay with :mod:`onceproof.store.readers`.
@@ -10,7 +10,7 @@ pandas reads: a checker that breaks ties by row position (``checkers/exactly_onc
 records at the same partition and offset) makes the same choice on either engine.
 
 * Parquet: ``_metadata.row_index`` (Spark 3.5+), the row's position in its file. A snapshot written by
-  pandas is one file; one written by Spark (``harness/spark_checking.py``'s live check) is a directory of
+  pandas is one file; one written by Spark (``checking/spark/checks.py``'s live check) is a directory of
   part files, which pyarrow reads in file-name order, so there ``ORD`` is ``file rank << 40 | row``.
 * ``history.jsonl`` (or ``.gz``): ``monotonically_increasing_id()`` over the text source, which is file
   order: Spark's file scan splits one file into partitions in offset order (``FilePartition`` packs the

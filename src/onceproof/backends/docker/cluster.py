@@ -27,9 +27,9 @@ import time
 import uuid
 from pathlib import Path
 
-import docker
 import psutil
 
+import docker
 from onceproof.backends.base import GONE, STOPPED, ClusterError, NodeState, wait_healthy
 from onceproof.backends.docker.layout import CLIENT_PORT, DATA_DIR, DockerLayout
 from onceproof.backends.docker.site import DockerSite, save_logs

@@ -21,9 +21,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import docker
 import psutil
 
+import docker
 from onceproof.backends.docker.site import DockerSite
 from onceproof.backends.local.supervisor import DriverSupervisor
 

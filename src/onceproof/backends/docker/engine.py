@@ -43,9 +43,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import psutil
 
+import docker
 from onceproof.backends.cache import cache_dir
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"

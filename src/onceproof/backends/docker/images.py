@@ -54,7 +54,6 @@ from importlib import metadata
 from pathlib import Path
 
 import docker
-
 from onceproof.backends.docker.engine import DockerEngine, engine_dir
 from onceproof.checkout import repository
 

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import docker
-
 from onceproof.backends.base import BackendError
 from onceproof.backends.docker.layout import APP_PORT, CLIENT_PORT, INTERNAL_PORT, PROXY_API_PORT, PROXY_HOST
 from onceproof.backends.docker.site import DockerSite

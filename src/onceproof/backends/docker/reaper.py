@@ -66,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     while _alive(a.pid, a.start):
         time.sleep(1.0)
     import docker
-
     from onceproof.backends.docker.engine import docker_host
     from onceproof.backends.docker.layout import DockerLayout
     from onceproof.backends.docker.site import API_TIMEOUT_S, DockerSite

@@ -24,9 +24,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-import docker
 from docker.types import EndpointConfig, IPAMConfig, IPAMPool
 
+import docker
 from onceproof.backends.base import BackendError
 from onceproof.backends.docker.layout import DockerLayout, subnet_candidates
 

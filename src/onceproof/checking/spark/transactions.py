@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from onceproof.checkers import compose, transactions
-from onceproof.checkers.spark_engine import columns
+from onceproof.checking.spark.engine import columns
 from onceproof.store.spark_readers import ORD
 
 _HEADERS = {"op.batch": "batch", "op.sink_partition": "sink_partition", "op.attempt": "attempt"}

@@ -1,4 +1,4 @@
-"""``onceproof check --engine spark``: the checks of ``harness/checking.py`` as Spark jobs, on whatever
+"""``onceproof check --engine spark``: the checks of ``checking/checks.py`` as Spark jobs, on whatever
 Spark master is configured, so that a run too large for one machine's memory (a long soak) is checked
 on a cluster.
 
@@ -11,9 +11,9 @@ Where the records come from:
   (a directory of part files per snapshot, which both engines read), then checked;
 * ``check --bootstrap`` (live): the same read into the new run directory, after the caught-up wait.
 
-What is checked is ``onceproof.harness.checking.check_saved`` / ``check_live``'s composition: the keyed workload's
-exactly-once checker (``checkers/spark_engine.py``), the transaction checks
-(``checkers/spark_transactions.py`` through ``checkers/compose.py``), the faults near each example
+What is checked is ``onceproof.checking.checks.check_saved`` / ``check_live``'s composition: the keyed workload's
+exactly-once checker (``checking/spark/engine.py``), the transaction checks
+(``checking/spark/transactions.py`` through ``checkers/compose.py``), the faults near each example
 (``checkers/nearby.py`` on the example rows only), the history's completeness and the nemesis coverage.
 The result dict is the pandas engine's (``tests/test_spark_engine.py``), so ``results.json``, the
 report and the exit code follow unchanged. The small run files (``test.json``, ``recovery.json``,
@@ -35,11 +35,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from onceproof.checkers import nearby, spark_engine, spark_transactions
+from onceproof.checkers import nearby
 from onceproof.checkers.exactly_once import Recovery
-from onceproof.checkers.spark_engine import columns
-from onceproof.harness import checking
-from onceproof.harness.checking import CheckError
+from onceproof.checking import checks as checking
+from onceproof.checking.checks import CheckError
+from onceproof.checking.spark import engine as spark_engine
+from onceproof.checking.spark import transactions as spark_transactions
+from onceproof.checking.spark.engine import columns
 from onceproof.nemesis import coverage
 from onceproof.store import readers, spark_readers
 from onceproof.store.runfiles import INPUT, OUTPUT, RunFiles, stored
@@ -102,7 +104,7 @@ def session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None, ka
 
 
 class SparkEngine:
-    """The ``spark`` entry of ``harness/engines.py``."""
+    """The ``spark`` entry of ``checking/engines.py``."""
 
     name = "spark"
     summary = "Spark jobs on --spark-master (parquet snapshots, or the topics at read_committed)"
@@ -158,7 +160,7 @@ def snapshot(spark, run_dir: Path, bootstrap: str, input_topic: str, output_topi
 
 def check_run(spark, run_dir: Path, *, bootstrap: str = "", input_topic: str = "input",
               output_topic: str = "output") -> dict:
-    """``onceproof.harness.checking.check_saved`` on ``spark``; with ``bootstrap``, a run directory without
+    """``onceproof.checking.checks.check_saved`` on ``spark``; with ``bootstrap``, a run directory without
     snapshots gets them from the topics first (:func:`snapshot`).
 
     Raises: ``CheckError`` as ``check_saved`` does (no snapshots and no ``bootstrap``, a damaged file).
@@ -186,7 +188,7 @@ def check_run(spark, run_dir: Path, *, bootstrap: str = "", input_topic: str = "
 
 
 def check_topics(spark, bootstrap: str, input_topic: str, output_topic: str, run_dir: Path, st) -> dict:
-    """``onceproof.harness.checking.check_live`` on ``spark``: read both topics into ``run_dir``'s snapshots, write
+    """``onceproof.checking.checks.check_live`` on ``spark``: read both topics into ``run_dir``'s snapshots, write
     ``recovery.json``, check. ``st`` is the caught-up wait's ``onceproof.harness.recovery.RecoveryStatus``."""
     snapshot(spark, run_dir, bootstrap, input_topic, output_topic)
     rec = Recovery(finished=st.finished, reasons=list(st.reasons))
@@ -223,7 +225,7 @@ def shuffle_partitions(spark, run_dir: Path) -> int | None:
 
 
 def _checks(spark, run_dir: Path, rec: Recovery, lso, hw, damaged: str) -> tuple[dict, pd.DataFrame]:
-    """The composition of ``onceproof.harness.checking.run_checks`` plus the history's completeness, on the run's
+    """The composition of ``onceproof.checking.checks.run_checks`` plus the history's completeness, on the run's
     snapshots: ``(result, nemesis ops)``. Sets :func:`shuffle_partitions` for the duration and drops
     every cached frame at the end."""
     n = shuffle_partitions(spark, run_dir)
@@ -300,7 +302,7 @@ def _rows_at(frame, places: set[tuple[int, int]]) -> pd.DataFrame | None:
 
 
 def history_gaps(path: Path, hist, inp) -> list[str]:
-    """``onceproof.harness.checking.history_gaps`` on Spark frames (the same reasons, word for word)."""
+    """``onceproof.checking.checks.history_gaps`` on Spark frames (the same reasons, word for word)."""
     from pyspark.sql import functions as F
 
     why = "acknowledged sends could not be checked against the input (lost-write)"

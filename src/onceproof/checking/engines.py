@@ -1,14 +1,14 @@
 """Check engines by name: what ``onceproof check --engine`` chooses from.
 
 An engine runs the whole check of a stored run (``check_saved``) or of live topics after the
-caught-up wait (``check_live``) and returns the result dict of ``harness/checking.py`` (verdict,
+caught-up wait (``check_live``) and returns the result dict of ``checking/checks.py`` (verdict,
 counts, anomalies with examples, stats), so the console summary, ``results.json``, the report and the
 exit code do not depend on the engine. ``refusal`` says, before anything starts, why the engine cannot
 check a run: the CLI turns it into a usage error (exit 254).
 
-* ``pandas`` (default): ``harness/checking.py``, in this process's memory (``bench/README.md``: about
+* ``pandas`` (default): ``checking/checks.py``, in this process's memory (``bench/README.md``: about
   10 M records on a 24 GiB machine).
-* ``spark``: ``harness/spark_checking.py``, Spark jobs on ``--spark-master``.
+* ``spark``: ``checking/spark/checks.py``, Spark jobs on ``--spark-master``.
 
 Each entry names the engine as ``module:attribute``, imported only when chosen (pandas never imports
 pyspark). A new engine is one module and one line here.
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Protocol
 
 ENGINES: dict[str, str] = {
-    "pandas": "onceproof.harness.engines:PANDAS",
-    "spark": "onceproof.harness.spark_checking:ENGINE",
+    "pandas": "onceproof.checking.engines:PANDAS",
+    "spark": "onceproof.checking.spark.checks:ENGINE",
 }
 DEFAULT = "pandas"
 
@@ -65,15 +65,15 @@ class Engine(Protocol):
         other arguments): one line naming the fix; ``None`` when it can."""
 
     def check_saved(self, run_dir: Path, *, file_read: str | None, options: Options) -> dict:
-        """``onceproof.harness.checking.check_saved``'s contract. Raises ``onceproof.harness.checking.CheckError``."""
+        """``onceproof.checking.checks.check_saved``'s contract. Raises ``onceproof.checking.checks.CheckError``."""
 
     def check_live(self, bootstrap: str, input_topic: str, output_topic: str, run_dir: Path, st, *,
                    workload: str, file_sink: Path | None, file_read: str, options: Options) -> dict:
-        """``onceproof.harness.checking.check_live``'s contract (``st``: ``onceproof.harness.recovery.RecoveryStatus``)."""
+        """``onceproof.checking.checks.check_live``'s contract (``st``: ``onceproof.harness.recovery.RecoveryStatus``)."""
 
 
 class PandasEngine:
-    """``harness/checking.py``: every check on pandas frames in this process."""
+    """``checking/checks.py``: every check on pandas frames in this process."""
 
     name = "pandas"
     summary = "pandas in this process (the default)"
@@ -83,14 +83,14 @@ class PandasEngine:
         return None
 
     def check_saved(self, run_dir: Path, *, file_read: str | None = None, options: Options | None = None) -> dict:
-        from onceproof.harness import checking
+        from onceproof.checking import checks as checking
 
         return checking.check_saved(run_dir, file_read=file_read)
 
     def check_live(self, bootstrap: str, input_topic: str, output_topic: str, run_dir: Path, st, *,
                    workload: str = "keyed", file_sink: Path | None = None, file_read: str = "committed",
                    options: Options | None = None) -> dict:
-        from onceproof.harness import checking
+        from onceproof.checking import checks as checking
 
         return checking.check_live(bootstrap, input_topic, output_topic, run_dir, st, workload=workload,
                                    file_sink=file_sink, file_read=file_read)

@@ -22,7 +22,7 @@ driver:
   anomaly. The per-key counts go through the pandas checker's own ``_bad_keys`` (its tie order
   included); examples are built with ``checkers/examples.py``'s rules (no NA fields, ``op.`` dropped).
 
-Spark settings: none needed; the caller owns the session (``harness/spark_checking.py`` builds one).
+Spark settings: none needed; the caller owns the session (``checking/spark/checks.py`` builds one).
 The three big intermediate frames are persisted (memory, then disk) and released before returning.
 
 Raises: whatever Spark raises for unreadable data (``Py4JJavaError``, ``AnalysisException``).
