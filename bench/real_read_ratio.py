@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     import pipeline_bench
     import whole_process
     from onceproof.checking import checks as checking
+    from onceproof.checking.recovery import RecoveryStatus
     from onceproof.clients import topics
-    from onceproof.harness.recovery import RecoveryStatus
 
     feed = whole_process.Feed(a.records, a.keys, 6, a.seed)
     work = Path(tempfile.mkdtemp(prefix="onceproof-realread-"))

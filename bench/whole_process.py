@@ -369,8 +369,8 @@ def child(a) -> int:
     import onceproof.checkers.nearby as nearby
     import onceproof.checkers.transactions as transactions
     from onceproof.checking import checks as checking
+    from onceproof.checking.recovery import RecoveryStatus
     from onceproof.clients import topics
-    from onceproof.harness.recovery import RecoveryStatus
     from onceproof.store import readers
 
     FEED = Feed(a.records, a.keys, a.partitions, a.seed)

@@ -264,7 +264,7 @@ def test_read_pair_reads_input_then_uncommitted_then_committed(run, monkeypatch)
 
 
 def test_check_live_saves_every_field_and_checks_with_what_the_checks_read(run, tmp_path, monkeypatch):
-    from onceproof.harness.recovery import RecoveryStatus
+    from onceproof.checking.recovery import RecoveryStatus
 
     _FakeConsumer.topics = {("in", True): run["input"], ("in", False): run["input"],
                             ("out", True): run["output"], ("out", False): run["uncommitted"]}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import time
 
-from onceproof.harness import recovery
-from onceproof.harness.recovery import RecoveryStatus
+from onceproof.checking import recovery
+from onceproof.checking.recovery import RecoveryStatus
 from tests.conftest import run_cli
 
 # ---------------------------------------------------------------------------------- caught-up, no cluster

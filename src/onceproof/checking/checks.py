@@ -24,8 +24,8 @@ import pandas as pd
 
 from onceproof.checkers import compose, exactly_once, nearby, transactions
 from onceproof.checkers.exactly_once import Recovery
+from onceproof.checking.recovery import RecoveryStatus
 from onceproof.clients import topics
-from onceproof.harness.recovery import RecoveryStatus
 from onceproof.nemesis import coverage
 from onceproof.store import readers
 from onceproof.store.columns import release_freed_memory

@@ -418,8 +418,7 @@ def _check_live(bootstrap: str, input_topic: str, output_topic: str, group: str,
     """``check --bootstrap``: wait until caught up, read, check (with ``engine``, default pandas), and store
     a run directory (``results.json``, ``report.html``, ``junit.xml``, the parquet snapshots)."""
     from onceproof.checking import checks as checking
-    from onceproof.checking import engines
-    from onceproof.harness import recovery
+    from onceproof.checking import engines, recovery
     from onceproof.store.runs import RunDir
 
     _finite(recovery_timeout, "--recovery-timeout")

@@ -28,9 +28,10 @@ from rich.console import Console
 from onceproof.backends import registry
 from onceproof.backends.base import Backend, Cluster, ClusterShape, FaultNetwork, PipelineArgs, SparkApp
 from onceproof.checking import checks as checking
+from onceproof.checking import recovery
 from onceproof.clients import topics
 from onceproof.clients.live_reader import LiveReader
-from onceproof.harness import recovery, signals
+from onceproof.harness import signals
 from onceproof.harness.config import TestConfig
 from onceproof.harness.summary import brief, fault_counts, summarize
 from onceproof.harness.teardown import Teardown

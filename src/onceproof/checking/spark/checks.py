@@ -189,7 +189,7 @@ def check_run(spark, run_dir: Path, *, bootstrap: str = "", input_topic: str = "
 
 def check_topics(spark, bootstrap: str, input_topic: str, output_topic: str, run_dir: Path, st) -> dict:
     """``onceproof.checking.checks.check_live`` on ``spark``: read both topics into ``run_dir``'s snapshots, write
-    ``recovery.json``, check. ``st`` is the caught-up wait's ``onceproof.harness.recovery.RecoveryStatus``."""
+    ``recovery.json``, check. ``st`` is the caught-up wait's ``onceproof.checking.recovery.RecoveryStatus``."""
     snapshot(spark, run_dir, bootstrap, input_topic, output_topic)
     rec = Recovery(finished=st.finished, reasons=list(st.reasons))
     lso, hw, moved = checking.live_offsets(bootstrap, input_topic, output_topic, st)
