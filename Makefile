@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint test-oldest bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -38,6 +38,22 @@ $(CHROMIUM):
 # tags are missing (tests/conftest.py).
 test: setup lint $(CHROMIUM) docker-prereqs
 	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rA --durations=0 tests
+	$(MAKE) test-oldest
+
+# The oldest PySpark that pyproject.toml accepts (its "pyspark>=X" floor), everything else from the lock:
+# the unit tests, the tests that run PySpark itself (the driver's warm-up micro-batch, the Spark checking
+# engine) and the default run on a local cluster, in a virtualenv of its own (.venv-oldest).
+OLDEST_PYSPARK := $(shell sed -n 's/^ *"pyspark>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+OLDEST := .venv-oldest
+test-oldest: setup
+	@test -n "$(OLDEST_PYSPARK)" || { echo "no pyspark>= floor in pyproject.toml"; exit 1; }
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	sed 's/^pyspark==.*/pyspark==$(OLDEST_PYSPARK)/' constraints.txt > $(OLDEST)/constraints.txt
+	$(OLDEST)/bin/pip install -q --disable-pip-version-check -c $(OLDEST)/constraints.txt -e '.[test]'
+	$(OLDEST)/bin/python -c "import pyspark; assert pyspark.__version__ == '$(OLDEST_PYSPARK)', pyspark.__version__"
+	$(OLDEST)/bin/python -m pytest -q -rA tests/unit tests/cluster/test_warm_up.py tests/cluster/test_spark_engine.py
+	$(OLDEST)/bin/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 60 \
+	  --seed 1 --results $(OLDEST)/results
 
 unit: setup
 	$(BIN)/python -m pytest -v tests/unit
