@@ -141,10 +141,10 @@ def make_run(n: int, n_keys: int, n_parts: int, seed: int, key_dtype: str = "str
     in_part_of_key = rng.integers(0, n_parts, n_keys)
     out_part_of_key = rng.integers(0, n_parts, n_keys)
     P = in_part_of_key[K]
-    O = _cumcount(P, n_parts)
+    OFF = _cumcount(P, n_parts)
     ts = 1_795_311_883_494 + np.arange(n) // 1000
 
-    inp = pd.DataFrame({"partition": P.astype(np.int32), "offset": O, "timestamp": ts,
+    inp = pd.DataFrame({"partition": P.astype(np.int32), "offset": OFF, "timestamp": ts,
                         "key": _strings(keys, K, key_dtype), "seq": pd.array(seq, dtype="Int64")})
 
     # --- planted anomalies: distinct records from the middle of the run
@@ -179,7 +179,7 @@ def make_run(n: int, n_keys: int, n_parts: int, seed: int, key_dtype: str = "str
         "partition": OP.astype(np.int32), "offset": OO, "timestamp": ts[src_all] + 5,
         "key": _strings(keys, K[src_all], key_dtype),
         "seq": pd.array(seq[src_all], dtype="Int64"),
-        "in_partition": P[src_all], "in_offset": O[src_all], "in_ts": ts[src_all],
+        "in_partition": P[src_all], "in_offset": OFF[src_all], "in_ts": ts[src_all],
         "op.batch": _strings([str(b) for b in range(n_batches)], batch, prov_dtype),
         "op.sink_partition": _strings([str(p) for p in range(n_parts)], OP, prov_dtype),
         "op.attempt": _strings(["0", "1"], attempt.astype(np.int64), prov_dtype),
@@ -197,7 +197,8 @@ def make_run(n: int, n_keys: int, n_parts: int, seed: int, key_dtype: str = "str
     for i, p in enumerate(tail["partition"]):
         tail.loc[i, "offset"] = int(OO[OP == p].max(initial=-1)) + 1 + i
     # the provenance our pipeline always writes: the checker pairs copies with input records through it
-    out["op.input"] = (pd.Series(P[src_all]).astype(str) + ":" + pd.Series(O[src_all]).astype(str)).to_numpy(dtype=object)
+    in_ref = pd.Series(P[src_all]).astype(str) + ":" + pd.Series(OFF[src_all]).astype(str)
+    out["op.input"] = in_ref.to_numpy(dtype=object)
     tail["op.input"] = ["0:-1"] * 3
     dtypes = {c: out[c].dtype for c in ("key",) + PROV}
     out = pd.concat([out.astype({c: object for c in dtypes}), tail], ignore_index=True)
@@ -205,7 +206,7 @@ def make_run(n: int, n_keys: int, n_parts: int, seed: int, key_dtype: str = "str
 
     hist = pd.DataFrame({"type": _strings(["ok"], np.zeros(n, np.int64), "object"),
                          "f": _strings(["send"], np.zeros(n, np.int64), "object"),
-                         "key": _strings(keys, K, "object"), "seq": seq, "partition": P, "offset": O})
+                         "key": _strings(keys, K, "object"), "seq": seq, "partition": P, "offset": OFF})
     lw_seq = [2 * 10**9 + i for i in range(3)]
     hist = pd.concat([hist, pd.DataFrame({
         "type": ["ok"] * 3 + ["info", "info", "fail"], "f": ["send"] * 6,
@@ -270,7 +271,9 @@ def raw_read(msgs: list[tuple]) -> pd.DataFrame:
     """What ``topics.read_topic`` does per message once librdkafka handed it over (no headers)."""
     parts, offs, keys, vals, tss = [], [], [], [], []
     for p, o, ts, k, v in msgs:
-        parts.append(p); offs.append(o); tss.append(ts)
+        parts.append(p)
+        offs.append(o)
+        tss.append(ts)
         keys.append(k.decode() if k is not None else None)
         vals.append(v)
     return pd.DataFrame({"partition": pd.array(parts, dtype="int32"),

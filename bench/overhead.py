@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN = ["--sink", "eos", "--nemesis", "kill-executor,kill-driver-in-commit-window", "--time-limit", "60",
                "--seed", "1"]
-PHASES = ("setup_s", "cluster_start_s", "spark_start_s", "run_phase_s", "recovery_s", "check_s", "teardown_s", "other_s")
+PHASES = ("setup_s", "cluster_start_s", "spark_start_s", "run_phase_s", "recovery_s", "check_s", "teardown_s",
+          "other_s")
 
 
 def one(results: Path, run_args: list[str], time_limit: float) -> dict:

@@ -14,7 +14,8 @@ What it does, on a fresh ``onceproof cluster up`` (3 KRaft brokers on 127.0.0.1,
    ``sink.jsonl``, ``nemesis.jsonl`` and ``test.json``;
 2. **raw read**: the three reads the check makes (input at read_committed, output at read_uncommitted,
    output at read_committed), each a bare confluent-kafka consumer assigned from offset 0 that calls
-   ``consume(10000, topics.CONSUME_WAIT_S)`` (as ``read_topic`` does) until its position reaches the end offsets and only counts the messages:
+   ``consume(10000, topics.CONSUME_WAIT_S)`` (as ``read_topic`` does) until its position reaches the end
+   offsets and only counts the messages:
    the fetch and librdkafka's decoding, nothing of ours;
 3. **whole check**: ``onceproof.checking.checks.check_live`` on the same topics and run directory (reads in
    bounded chunks, decodes, saves the parquet snapshots, reads the history, runs every checker), as

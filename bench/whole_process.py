@@ -449,7 +449,8 @@ def child(a) -> int:
     analysis_s = sum(analysis.values())
     report = {
         "records": a.records, "output_records": n_out, "keys": a.keys, "code_root": a.code_root,
-        "verdict": result["verdict"], "counts_ok": ok, "counts": got, "aborted_hidden": result["stats"].get("aborted_hidden"),
+        "verdict": result["verdict"], "counts_ok": ok, "counts": got,
+        "aborted_hidden": result["stats"].get("aborted_hidden"),
         "hidden_planted": hidden,
         "peak_rss_mib": round(max(ph.peak_kb, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024, 1),
         "rss_before_check_live_mib": round(rss_before / 1024, 1),

@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     for sink in a.sinks.split(","):
         for seed in _seeds(a.seeds):
             t = time.time()
-            p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--sink", sink, "--nemesis", a.nemesis,
-                                "--time-limit", a.time_limit, "--seed", str(seed), "--results", str(a.results),
-                                "--test-name", f"soak-{sink}"], capture_output=True, text=True)
+            p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--sink", sink,
+                                "--nemesis", a.nemesis, "--time-limit", a.time_limit, "--seed", str(seed),
+                                "--results", str(a.results), "--test-name", f"soak-{sink}"], capture_output=True, text=True)
             run_dir = (a.results / f"soak-{sink}" / "latest").resolve()
             try:
                 r = json.loads((run_dir / "results.json").read_text())
@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                    "anomalies": {k: v for k, v in (r.get("counts") or {}).items() if v},
                    "why": (r.get("unknown_reasons") or [r.get("error")] or [""])[:2], "run_dir": str(run_dir)}
             rows.append(row)
+            why = "" if row["verdict"] == row["expected"] else row["why"]
             print(f"{sink:14} seed {seed:2}: {row['verdict']:8} exercised {row['exercised']:6} "
-                  f"{row['minutes']} min {row['anomalies'] or ''} {'' if row['verdict'] == row['expected'] else row['why']}",
-                  flush=True)
+                  f"{row['minutes']} min {row['anomalies'] or ''} {why}", flush=True)
             out_json.write_text(json.dumps(rows, indent=2))
             _write_md(out_md, rows, a, time.time() - t0)
     ok = all(r["verdict"] == r["expected"] for r in rows)

@@ -60,7 +60,7 @@ def load_run(results_root: Path) -> tuple[Path, dict, list[dict]]:
 def load_run_dir(run_dir: Path) -> tuple[Path, dict, list[dict]]:
     """(run dir, results.json, nemesis ops as dicts) of one run directory."""
     result = json.loads((run_dir / "results.json").read_text())
-    ops = [json.loads(l) for l in (run_dir / "nemesis.jsonl").read_text().splitlines() if l.strip()]
+    ops = [json.loads(line) for line in (run_dir / "nemesis.jsonl").read_text().splitlines() if line.strip()]
     return run_dir, result, ops
 
 

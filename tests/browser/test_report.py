@@ -1,4 +1,4 @@
-"""The browser half of ``tests/unit/test_report.py``: the tests that need headless Chromium."""
+"""The browser half of ``tests/unit/test_report.py``: tests that need headless Chromium."""
 
 from __future__ import annotations
 

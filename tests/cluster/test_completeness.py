@@ -1,4 +1,4 @@
-"""The cluster half of ``tests/unit/test_completeness.py``: the tests that need a real local cluster or Spark session."""
+"""The cluster half of ``tests/unit/test_completeness.py``: tests that need a local cluster or Spark."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def test_verify_on_a_real_spark_frame(tmp_path):
     _offsets(tmp_path, 2, {0: 13, 1: 7})
     spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
     try:
-        full = spark.createDataFrame([(0, o) for o in range(10, 13)] + [(1, 5), (1, 6)], "in_partition int, in_offset long")
+        rows = [(0, o) for o in range(10, 13)] + [(1, 5), (1, 6)]
+        full = spark.createDataFrame(rows, "in_partition int, in_offset long")
         assert completeness.verify(full, tmp_path, 2, "input") == 2
         short = full.where("in_partition = 0")  # partition 1's two rows never arrived
         with pytest.raises(completeness.IncompleteBatch, match=r"input partition 1: 0 rows for offsets \[5, 7\)"):

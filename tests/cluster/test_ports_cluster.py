@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 
 import pytest
 
@@ -15,14 +14,14 @@ from onceproof.backends.local.kafka import KafkaCluster
 from onceproof.backends.local.layout import ClusterSpec
 from onceproof.backends.local.ports import free_base_port, ports_dir
 from onceproof.store.compact import read_text
-from tests.conftest import REPO, our_jvms
+from tests.conftest import ONCEPROOF, REPO, our_jvms
 
 pytestmark = pytest.mark.cluster
 
 
 def test_two_runs_started_together_both_get_a_verdict(tmp_path):
     roots = [tmp_path / "a", tmp_path / "b"]
-    procs = [subprocess.Popen([sys.executable, "-m", "onceproof.harness.cli", "run", "--time-limit", "20", "--seed", str(i),
+    procs = [subprocess.Popen([*ONCEPROOF, "run", "--time-limit", "20", "--seed", str(i),
                                # any verdict will do: no need to wait long for the pipelines to catch up
                                "--recovery-timeout", "10", "--results", str(r)],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,4 +1,4 @@
-"""The cluster half of ``tests/unit/test_pytest_plugin.py``: the tests that need a real local cluster or Spark session."""
+"""The cluster half of ``tests/unit/test_pytest_plugin.py``: tests that need a local cluster or Spark."""
 
 from __future__ import annotations
 

@@ -5,14 +5,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, our_jvms, our_processes, run_cli
+from tests.conftest import ONCEPROOF, REPO, our_jvms, our_processes, run_cli
 
 pytestmark = pytest.mark.cluster
 
@@ -65,7 +64,7 @@ def test_interrupt_leaves_nothing_and_keeps_the_history(results_root, moment):
 
     extra, sig = MOMENTS[moment]
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
-    proc = subprocess.Popen([sys.executable, "-m", "onceproof.harness.cli", "run", "--results", str(results_root), *extra],
+    proc = subprocess.Popen([*ONCEPROOF, "run", "--results", str(results_root), *extra],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             preexec_fn=_started_with_sigint_ignored)
     lines: list[str] = []

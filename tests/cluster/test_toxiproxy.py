@@ -1,4 +1,5 @@
-"""onceproof.backends.local.toxiproxy against a real toxiproxy server (built from its Go module) and a plain TCP echo server.
+"""onceproof.backends.local.toxiproxy against a real toxiproxy server (built from its Go module) and a
+plain TCP echo server.
 
 No mocks: every fault is measured on real sockets through the proxy. The first run builds toxiproxy
 (about half a minute, then cached under ``cache_dir()``); each test then takes at most a few seconds.

@@ -2,7 +2,8 @@
 images built (the session fixtures of ``tests/conftest.py`` start an engine and build them when
 needed): the exactly-once sink stays valid under executor kills, broker
 kills and pauses and partitions; the at-least-once sink is caught duplicating the counter workload's
-aggregates after a driver kill in the commit window; ``onceproof cluster up|status|down --backend docker`` attach by label. Every test
+aggregates after a driver kill in the commit window; ``onceproof cluster up|status|down --backend docker``
+attach by label. Every test
 also checks that none of its containers (nor its network, nor a process of its run) is left.
 
 Each full run takes 3–6 minutes on 2 cores at the engine's nice 19.

@@ -1,4 +1,4 @@
-"""The docker half of ``tests/unit/test_docker_images.py``: the tests that need a Docker engine."""
+"""The docker half of ``tests/unit/test_docker_images.py``: tests that need a Docker engine."""
 
 from __future__ import annotations
 
@@ -88,9 +88,10 @@ def test_spark_image_has_the_drivers_python_packages_and_runs_the_pipeline_impor
                "print(sys.version_info[:2], v('pyspark'), v('py4j'), v('confluent-kafka'))"])
     assert out.strip() == f"(3, 11) {reqs['pyspark']} {reqs['py4j']} {reqs['confluent-kafka']}"
     # what the executors import (cloudpickle references pipeline.* by module), from the repository mounted
-    out = _run(engine, built["spark"].tag, ["python", "-c", "import onceproof.pipeline.job, onceproof.pipeline.transactional_sink, "
-               "onceproof.pipeline.marker, onceproof.pipeline.completeness, onceproof.pipeline.hooks; print('ok')"],
-               volumes={str(REPO): {"bind": "/src", "mode": "ro"}}, environment={"PYTHONPATH": "/src"})
+    out = _run(engine, built["spark"].tag,
+               ["python", "-c", "import onceproof.pipeline.job, onceproof.pipeline.transactional_sink, "
+                "onceproof.pipeline.marker, onceproof.pipeline.completeness, onceproof.pipeline.hooks; print('ok')"],
+               volumes={str(REPO / "src"): {"bind": "/src", "mode": "ro"}}, environment={"PYTHONPATH": "/src"})
     assert out.strip() == "ok"
     out = _run(engine, built["spark"].tag, ["sh", "-c", "ls $SPARK_HOME/bin/spark-class /opt/onceproof/spark-kafka"])
     assert "spark-class" in out and "spark-sql-kafka-0-10" in out
