@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             t = time.time()
             p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--sink", sink,
                                 "--nemesis", a.nemesis, "--time-limit", a.time_limit, "--seed", str(seed),
-                                "--results", str(a.results), "--test-name", f"soak-{sink}"], capture_output=True, text=True)
+                                "--results", str(a.results), "--test-name", f"soak-{sink}"],
+                               capture_output=True, text=True)
             run_dir = (a.results / f"soak-{sink}" / "latest").resolve()
             try:
                 r = json.loads((run_dir / "results.json").read_text())
