@@ -1,4 +1,4 @@
-"""store/file_sink_log.py: the committed view of a Spark file sink's output through ``_spark_metadata``
+"""sinks/file_log.py: the committed view of a Spark file sink's output through ``_spark_metadata``
 (plain deltas, a .compact then deltas, stale superseded files, "delete" entries, orphans, percent-encoded
 ``file:`` URIs, torn / empty / headerless / newer-version log files, a missing log, missing data files,
 a container path remap) and the frames it feeds the exactly-once checker. Synthetic directories in the
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from onceproof.checkers import exactly_once
-from onceproof.store import file_sink_log as fsl
-from onceproof.store.file_sink_log import FileSinkLogError
+from onceproof.sinks import file_log as fsl
+from onceproof.sinks.file_log import FileSinkLogError
 
 # A line from _spark_metadata/10 of a real run (pyspark 4.3.0, local[1], writeStream.format("json") into
 # "/tmp/i9b_spark/w/out dir%x", trigger availableNow): file:/// (three slashes), space -> %20, % -> %25,

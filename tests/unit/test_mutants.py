@@ -14,18 +14,19 @@ import pytest
 from onceproof.harness import suite
 from onceproof.harness.config import ConfigError, TestConfig, read_schedule
 from onceproof.nemesis import catalog, packages
-from onceproof.pipeline import hooks, mutants, sinks
+from onceproof.pipeline import hooks, mutants
+from onceproof.sinks import registry as sinks
 
 
 def test_every_mutant_is_a_sink_with_exactly_one_flaw_and_never_the_default():
     assert TestConfig().sink == "eos" and not mutants.flaws_of("eos").any
     for name, m in mutants.MUTANTS.items():
         s = sinks.get(name)
-        assert s.mutant and s.eos and s.expect == "invalid"
+        assert s.mutant and s.writer is sinks.get("eos").writer and s.expect == "invalid"
         on = [f for f in mutants.Flaws.__dataclass_fields__ if getattr(m.flaws, f)]
         assert on == [m.flaw]
         assert m.package in packages.PACKAGES and s.targeted_by == m.package
-    assert not sinks.get("eos").mutant and not sinks.get("at-least-once").eos
+    assert not sinks.get("eos").mutant and sinks.get("at-least-once").writer is not sinks.get("eos").writer
 
 
 def test_packages_name_known_faults_and_all_is_their_union():

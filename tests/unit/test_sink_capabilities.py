@@ -1,4 +1,4 @@
-"""Sink capabilities (``pipeline/sinks.py``): a fault the sink cannot take is refused when asked for by
+"""Sink capabilities (each sink entry's, ``sinks/base.py``): a fault the sink cannot take is refused when asked for by
 name, left out of ``--nemesis all`` with the reason, and a fault given without a target never draws a
 target the sink cannot take. Pure logic: configs, plans and a stand-in Spark; no cluster.
 
@@ -20,8 +20,9 @@ from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.nemesis import catalog
 from onceproof.nemesis.fault import NemesisContext
 from onceproof.nemesis.kill_executor import KillExecutor
-from onceproof.pipeline import sinks
 from onceproof.report import junit
+from onceproof.sinks import base as sink_base
+from onceproof.sinks import registry as sinks
 from tests.stand_in_backend import StandInSpark
 
 NO_TXN = {"kill-broker:txn-coordinator", "pause-broker:txn-coordinator", "commit-delay:precommit",
@@ -76,8 +77,9 @@ def test_a_fault_without_a_target_draws_only_targets_the_sink_can_take(seed):
 
 def test_every_fault_need_is_a_known_capability():
     for spec in catalog.all_specs():
-        assert catalog.sink_needs(spec) <= set(sinks.CAPABILITIES), spec
-    assert catalog.sink_needs("commit-delay") == {sinks.PRECOMMIT_HOOK, sinks.TRANSACTIONS, sinks.DRIVER_HOOKS}
+        assert catalog.sink_needs(spec) <= set(sink_base.CAPABILITIES), spec
+    assert catalog.sink_needs("commit-delay") == {sink_base.PRECOMMIT_HOOK, sink_base.TRANSACTIONS,
+                                                  sink_base.DRIVER_HOOKS}
 
 
 class LoggingSpark(StandInSpark):

@@ -27,6 +27,9 @@ from onceproof.checkers.exactly_once import Recovery
 from onceproof.checking.recovery import RecoveryStatus
 from onceproof.clients import topics
 from onceproof.nemesis import coverage
+from onceproof.sinks import file_log, kafka_topic
+from onceproof.sinks import registry as sinks
+from onceproof.sinks.base import COMMITTED, OutputError, OutputLocation, OutputReader, OutputView
 from onceproof.store import readers
 from onceproof.store.columns import release_freed_memory
 from onceproof.store.runfiles import INPUT, LIVE, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles, stored
@@ -49,54 +52,32 @@ def read_pair(bootstrap: str, input_topic: str, output_topic: str, timeout_s: fl
     read did not reach its end offsets within ``timeout_s`` seconds.
 
     Each read goes ``chunk`` messages at a time into compact columns (``topics.Records``): the input's
-    values decoded by ``topics.decode_values``, the committed output's by ``workload``'s decoder, and
-    the uncommitted output only as ``partition``/``offset``, taking nothing else from its messages (it only
-    tells which records read_committed hid: ``transactions.hidden_aborted``). The uncommitted read comes first
-    so that a record committed between the two reads is in both: read the other way round, it would be
-    counted as hidden."""
-    reasons = []
+    values decoded by ``topics.decode_values``, the output as ``onceproof.sinks.kafka_topic.read_output``
+    reads it (the committed view by ``workload``'s decoder, the uncommitted one as ``partition``/``offset``
+    only, read first)."""
+    inp, reasons = read_input(bootstrap, input_topic, timeout_s, chunk)
+    view = kafka_topic.read_output(OutputLocation(bootstrap, output_topic, workload=workload, timeout_s=timeout_s,
+                                                  chunk=chunk))
+    return inp, view.committed, view.uncommitted, reasons + view.unsettled
+
+
+def read_input(bootstrap: str, input_topic: str, timeout_s: float = 300.0,
+               chunk: int = topics.READ_CHUNK) -> tuple[pd.DataFrame, list[str]]:
+    """The input topic at read_committed, values decoded by ``topics.decode_values``, and why the read is
+    incomplete (it did not reach the end offsets within ``timeout_s`` seconds), ``[]`` when it is not."""
     inp = topics.read_topic(bootstrap, input_topic, committed=True, timeout_s=timeout_s, with_headers=False,
                             decode=topics.decode_values, chunk=chunk)
-    unc = topics.read_topic(bootstrap, output_topic, committed=False, timeout_s=timeout_s, with_headers=False,
-                            places_only=True, chunk=chunk)
-    out = topics.read_topic(bootstrap, output_topic, committed=True, timeout_s=timeout_s, with_headers=True,
-                            decode=workloads.get(workload).decode, chunk=chunk)
-    for name, r in ((input_topic, inp), (output_topic, out)):
-        if not r.complete:
-            reasons.append(f"reading {name} did not reach its end offsets within {timeout_s:.0f}s")
-    return inp.frame, out.frame, unc.frame, reasons
+    why = [] if inp.complete else [f"reading {input_topic} did not reach its end offsets within {timeout_s:.0f}s"]
+    return inp.frame, why
 
 
-def read_file_sink(path: Path, file_read: str = "committed") -> tuple[pd.DataFrame, pd.DataFrame, dict, list[str]]:
-    """A file sink's output directory as checker frames: ``(view, listing, stats, problems)``. ``view`` is
-    the committed view (the files ``_spark_metadata`` lists: the sink's read_committed) or, with
-    ``file_read="listing"``, every data file in the directory (the mutant reader); ``listing`` is every
-    data file (the "uncommitted" view); ``stats`` is ``onceproof.store.file_sink_log.stats`` (``orphan_files``, ...).
-
-    Raises: ``CheckError`` naming the directory when it is not a Spark file-sink output or its log is
-    damaged."""
-    from onceproof.store import file_sink_log
-
-    if file_read not in ("committed", "listing"):
-        raise CheckError(f"unknown file reader {file_read!r}: use committed or listing")
-    problems: list[str] = []
+def read_output(reader: OutputReader, location: OutputLocation) -> OutputView:
+    """``reader(location)`` (a sink entry's reader, ``sinks/base.py``). Raises ``CheckError`` with the
+    reader's message when the output cannot be read."""
     try:
-        listing = file_sink_log.listing_view(path, problems)
-        view = listing if file_read == "listing" else file_sink_log.committed_view(path, problems)
-        st = file_sink_log.stats(path)
-    except (OSError, file_sink_log.FileSinkLogError) as e:
-        raise CheckError(f"{path}: {e}") from e
-    return view, listing, st, problems + list(st.get("problems") or [])
-
-
-def _file_sink_stats(result: dict, st: dict, file_read: str) -> dict:
-    """The file sink's counts into ``result["stats"]`` (``orphan_files`` is a statistic, not an anomaly)
-    and ``result["file_sink"]``."""
-    keep = ("committed_files", "data_files", "orphan_files", "missing_files", "committed_records",
-            "listed_records", "last_batch")
-    result.setdefault("stats", {}).update({f"file_sink_{k}" if k != "orphan_files" else k: st.get(k) for k in keep})
-    result["file_sink"] = {"read": file_read, **{k: st.get(k) for k in keep}}
-    return result
+        return reader(location)
+    except OutputError as e:
+        raise CheckError(str(e)) from e
 
 
 def _save(frame: pd.DataFrame, path: Path) -> None:
@@ -372,18 +353,26 @@ def saved_recovery(run_dir: Path) -> tuple[Recovery, dict | None, dict | None]:
 
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
                st: RecoveryStatus, live: pd.DataFrame | None = None, workload: str = "keyed",
-               file_sink: Path | None = None, file_read: str = "committed") -> dict:
+               file_sink: Path | None = None, file_read: str = COMMITTED, reader: OutputReader | None = None) -> dict:
     """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``.
+
+    The output is read by ``reader`` (the run's sink entry's, ``sinks/base.py``) at ``output_topic`` or,
+    for a sink that writes a directory, ``file_sink``, the view ``file_read`` names; without ``reader``:
+    Spark's file sink when ``file_sink`` is given (``check --file-sink``), else the output topic at
+    read_committed.
 
     When ``run_dir`` holds a run of our workload, a missing, empty or cut-short ``history.jsonl`` makes a
     valid verdict ``unknown``. When the input's end offsets moved after ``st`` was taken (a producer
     still writing), an invalid verdict resting only on ``lost``/``unexpected`` becomes ``unknown``.
+
+    Raises: ``CheckError`` when the output cannot be read (a damaged file sink log, ...).
     """
-    inp, out, unc, reasons = read_pair(bootstrap, input_topic, output_topic, workload=workload)
-    fs_stats = None
-    if file_sink is not None:  # the output is the directory, not the (empty) output topic
-        out, unc, fs_stats, fs_problems = read_file_sink(file_sink, file_read)
-        reasons = reasons + [f"file sink: {p}" for p in fs_problems if "torn" in p]
+    reader = reader or (file_log.read_output if file_sink is not None else kafka_topic.read_output)
+    inp, reasons = read_input(bootstrap, input_topic)
+    view = read_output(reader, OutputLocation(bootstrap, output_topic, directory=file_sink, workload=workload,
+                                              read=file_read))
+    out, unc, reasons = view.committed, view.uncommitted, reasons + view.unsettled
+    view.committed = view.uncommitted = None  # the frames are freed as the check drops them
     files = RunFiles(run_dir) if run_dir else None
     with Snapshots(files) if files else contextlib.nullcontext() as snaps:
         # the uncommitted read is only counted against the committed one: saved, then dropped
@@ -394,7 +383,8 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
         release_freed_memory()
         problems: list[str] = []
         invoked = InvokedSeqs()
-        hist = _read(readers.read_history, run_dir, problems, HISTORY_COLUMNS, invoked, True) if run_dir else pd.DataFrame()
+        hist = (_read(readers.read_history, run_dir, problems, HISTORY_COLUMNS, invoked, True) if run_dir
+                else pd.DataFrame())
         rec = Recovery(finished=st.finished and not reasons, reasons=st.reasons + reasons)
         lso, hw, moved = live_offsets(bootstrap, input_topic, output_topic, st)
         if snaps:
@@ -410,12 +400,19 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), aborted_hidden=hidden, live=live,
                         lso=lso, hw=hw, nemesis=nem, workload=workload)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
-    if fs_stats is not None:
-        _file_sink_stats(result, fs_stats, file_read)
+    view.record(result)
+    return _judge_inputs(result, run_dir, problems, hist, inp, invoked, moved)
+
+
+def _judge_inputs(result: dict, run_dir: Path | None, problems: list[str], hist: pd.DataFrame, inp: pd.DataFrame,
+                  invoked: InvokedSeqs, moved: str | None) -> dict:
+    """The check's inputs' own problems on ``result``: ``problems`` as warnings, a history that cannot
+    back the lost-write check (:func:`history_gaps`, for a run of our workload), and an input that
+    ``moved`` while it was read (:func:`_input_moved`)."""
     if problems:
         result.setdefault("warnings", []).extend(problems)
     if workload_ran(run_dir):
-        gaps = history_gaps(files.history, hist, inp, invoked.top())
+        gaps = history_gaps(RunFiles(run_dir).history, hist, inp, invoked.top())
         if gaps:
             _history_unknown(result, gaps)
     if moved:
@@ -423,10 +420,34 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     return result
 
 
+def _saved_output(run_dir: Path, config: dict, file_read: str | None, replay: str,
+                  damaged: str) -> tuple[pd.DataFrame, pd.DataFrame, OutputView | None]:
+    """A stored run's output ``(committed, uncommitted, view)``: read again from the sink's output
+    directory (a sink entry with an ``output_dir``, the way ``file_read`` says; default: as the run read
+    it), else from the topic snapshots (``view`` is then ``None``).
+
+    Raises: ``CheckError`` when the directory is gone, ``file_read`` is not a read the sink offers, or a
+    snapshot is damaged."""
+    sink = sinks.find(config.get("sink"))
+    if sink is not None and sink.output_dir:  # the output is read again from the directory, not the snapshots
+        read = file_read or str(config.get("file_read") or COMMITTED)
+        directory = run_dir / sink.output_dir
+        if not directory.is_dir():
+            raise CheckError(f"{directory} is gone: the {sink.name} sink's output cannot be read again{_rerun(replay)}")
+        view = read_output(sink.read, OutputLocation(directory=directory, workload=str(config.get("workload")
+                                                                                        or "keyed"), read=read))
+        return view.committed, view.uncommitted, view
+    if file_read and file_read != COMMITTED:
+        raise CheckError(f"{run_dir} is not a --sink file run: --file-read applies to file sinks only")
+    return (_read(readers.read_output, run_dir, advice=damaged),
+            _read(readers.read_output_uncommitted, run_dir, advice=damaged), None)
+
+
 def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
     """Re-check a stored run from its parquet snapshots, ``history.jsonl``, ``sink.jsonl`` and
-    ``recovery.json``. A ``--sink file`` run's output is read again from its ``file-sink/`` directory,
-    the way ``file_read`` says (``committed`` or ``listing``; default: as the run read it).
+    ``recovery.json``. A run whose sink writes a directory (``--sink file``: ``file-sink/``) has its output
+    read again from there by the sink's reader, the way ``file_read`` says (``committed`` or ``listing``;
+    default: as the run read it).
 
     A run of our workload (a ``test.json`` not of kind ``check``) whose ``history.jsonl`` is missing,
     empty or cut short gets at best ``unknown`` (the lost-write check could not run); a torn last line of
@@ -450,18 +471,7 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
     damaged = f"; the run directory is damaged{_rerun(replay)}"
     inp = _read(readers.read_input, run_dir, advice=damaged)
     config = test.get("config") or {}
-    fs_stats = None
-    if config.get("sink") == "file":  # the output is read again from the directory, not the snapshots
-        file_read = file_read or str(config.get("file_read") or "committed")
-        fs_dir = run_dir / "file-sink"
-        if not fs_dir.is_dir():
-            raise CheckError(f"{fs_dir} is gone: the file sink's output cannot be read again{_rerun(replay)}")
-        out, unc, fs_stats, fs_problems = read_file_sink(fs_dir, file_read)
-    elif file_read and file_read != "committed":
-        raise CheckError(f"{run_dir} is not a --sink file run: --file-read applies to file sinks only")
-    else:
-        out = _read(readers.read_output, run_dir, advice=damaged)
-        unc = _read(readers.read_output_uncommitted, run_dir, advice=damaged)
+    out, unc, view = _saved_output(run_dir, config, file_read, replay, damaged)
     hidden = transactions.hidden_aborted(unc, out)  # all the uncommitted view is used for
     del unc
     rec, lso, hw = saved_recovery(run_dir)
@@ -473,14 +483,11 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
                         aborted_hidden=hidden, live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw,
                         nemesis=nem, workload=str(config.get("workload") or "keyed"))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
-    if fs_stats is not None:
-        _file_sink_stats(result, fs_stats, file_read)
-    if problems:
-        result.setdefault("warnings", []).extend(problems)
+    if view is not None:
+        view.committed = view.uncommitted = None
+        view.record(result)
+    result = _judge_inputs(result, run_dir, problems, hist, inp, invoked, None)
     if workload_ran(run_dir):
-        gaps = history_gaps(files.history, hist, inp, invoked.top())
-        if gaps:
-            _history_unknown(result, gaps)
         # the same coverage judgement as the run itself: a re-check must not turn "a planned fault was
         # never exercised" back into valid
         ops = nem.to_dict("records") if len(nem) else []

@@ -69,7 +69,8 @@ class Engine(Protocol):
 
     def check_live(self, bootstrap: str, input_topic: str, output_topic: str, run_dir: Path, st, *,
                    workload: str, file_sink: Path | None, file_read: str, options: Options) -> dict:
-        """``onceproof.checking.checks.check_live``'s contract (``st``: ``onceproof.checking.recovery.RecoveryStatus``)."""
+        """``onceproof.checking.checks.check_live``'s contract (``st``:
+        ``onceproof.checking.recovery.RecoveryStatus``)."""
 
 
 class PandasEngine:

@@ -26,8 +26,10 @@ from onceproof.backends import registry
 from onceproof.backends.base import can_perform
 from onceproof.checkout import repository
 from onceproof.nemesis import catalog, schedule
-from onceproof.pipeline import sinks
+from onceproof.sinks import registry as sinks
+from onceproof.sinks.base import CAPABILITIES
 from onceproof.store.runs import DEFAULT_ROOT
+from onceproof.workloads import registry as workloads
 
 
 class ConfigError(ValueError):
@@ -71,8 +73,6 @@ def _check_sink(v: str) -> str | None:
 
 
 def _check_workload(v: str) -> str | None:
-    from onceproof.workloads import registry as workloads
-
     return None if v in workloads.names() else f"unknown workload {v!r}; choose one of {', '.join(workloads.names())}"
 
 
@@ -256,7 +256,7 @@ class TestConfig:
 
     @property
     def sink_capabilities(self) -> frozenset[str]:
-        """What the pipeline's sink lets faults use (``pipeline/sinks.py``): the bundled sink's, or none
+        """What the pipeline's sink lets faults use (its entry, ``sinks/registry.py``): the bundled sink's, or none
         for a ``--pipeline-cmd`` pipeline, whose sink onceproof knows nothing of."""
         return frozenset() if self.pipeline_cmd else sinks.get(self.sink).capabilities
 
@@ -274,7 +274,7 @@ class TestConfig:
 
     @staticmethod
     def _lacks(missing: list[str]) -> str:
-        return " and no ".join(sinks.CAPABILITIES[m] for m in missing)
+        return " and no ".join(CAPABILITIES[m] for m in missing)
 
     def target_choices(self) -> dict[str, tuple[str, ...]]:
         """``{fault: targets}`` a fault given without a target draws from: the catalog's, without the
@@ -375,23 +375,40 @@ class TestConfig:
             raise ConfigError("--time-limit", str(e)) from None
         return self
 
+    def _check_sink_fits(self, backend) -> None:
+        """The sink's entry against the backend, the workload and ``--file-read``: a sink that writes a
+        directory needs a backend whose executors write where the harness reads (``file_sinks``), the
+        workload's output mode must be one the sink takes, and ``--file-read`` one of the reads it offers.
+
+        Raises: ``ConfigError`` for ``--sink``, ``--workload`` or ``--file-read``, naming what fits.
+        """
+        if self.sink not in sinks.SINKS:
+            return  # _check_sink reports it
+        sink = sinks.get(self.sink)
+        if sink.output_dir and not backend.file_sinks:
+            raise ConfigError("--sink", f"the {backend.name} backend cannot run {sink.label}; use --backend "
+                              + ", ".join(n for n in registry.names() if registry.get(n).file_sinks))
+        mode = workloads.get(self.workload).output_mode if self.workload in workloads.names() else None
+        if mode is not None and mode not in sink.output_modes:
+            others = " or ".join(s.name for s in sinks.entries() if mode in s.output_modes and not s.mutant)
+            raise ConfigError("--workload", f"{sink.label} takes {' and '.join(sorted(sink.output_modes))} mode "
+                                            f"only; the {self.workload} workload emits in {mode} mode: use --sink "
+                                            f"{others} with it")
+        if self.file_read not in sink.reads:
+            with_it = " or ".join(s.name for s in sinks.entries() if self.file_read in s.reads)
+            raise ConfigError("--file-read", f"only with --sink {with_it}" if with_it else
+                              f"--sink {self.sink} reads {', '.join(sink.reads)} only")
+
     def _check_capabilities(self) -> None:
         """Every fault (every target of a fault given without one) must be in the backend's capabilities,
-        and every explicitly requested fault must be one the sink can take (``pipeline/sinks.py``; ``all``
+        and every explicitly requested fault must be one the sink can take (its entry's capabilities; ``all``
         leaves those out instead, :attr:`faults`).
 
         Raises: ``ConfigError`` for ``--nemesis`` naming the backend or the sink and the faults it cannot
         perform, and what to ask for instead.
         """
         backend = registry.get(self.backend)
-        if self.sink == "file" and not backend.file_sinks:
-            raise ConfigError("--sink", f"the {backend.name} backend cannot run Spark's file sink; use --backend "
-                              + ", ".join(n for n in registry.names() if registry.get(n).file_sinks))
-        if self.sink == "file" and self.workload != "keyed":
-            raise ConfigError("--workload", f"Spark's file sink only appends; the {self.workload} workload emits "
-                                            "in update mode: use --sink eos or at-least-once with it")
-        if self.file_read != "committed" and self.sink != "file":
-            raise ConfigError("--file-read", "only with --sink file")
+        self._check_sink_fits(backend)
         if self.pipeline_cmd:
             if not backend.user_pipelines:
                 raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "
@@ -411,7 +428,7 @@ class TestConfig:
                     missing = sorted(catalog.sink_needs(spec) - caps)
                     fix = ("Drop it: onceproof cannot reach inside a --pipeline-cmd pipeline's sink"
                            if self.pipeline_cmd else "Drop it, or use a sink that has it: " + ", ".join(
-                               n for n, s in sinks.SINKS.items() if set(missing) <= s.capabilities))
+                               s.name for s in sinks.entries() if set(missing) <= s.capabilities))
                     raise ConfigError("--nemesis", f"{spec} cannot hit {self.sink_label}: it has no "
                                       f"{self._lacks(missing)}. {fix}")
         for spec in self.faults:

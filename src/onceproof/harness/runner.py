@@ -38,11 +38,12 @@ from onceproof.harness.teardown import Teardown
 from onceproof.nemesis import catalog, coverage, schedule
 from onceproof.nemesis.fault import NemesisContext
 from onceproof.nemesis.runner import NemesisRunner
-from onceproof.pipeline import sinks
 from onceproof.pipeline.identity import default_sink_id
 from onceproof.report.html import build_report
 from onceproof.report.index import build_index
 from onceproof.report.junit import write_junit
+from onceproof.sinks import registry as sinks
+from onceproof.sinks.base import DRIVER_HOOKS
 from onceproof.store import checkpoint, retention
 from onceproof.store.compact import compact
 from onceproof.store.history import HistoryWriter
@@ -56,7 +57,6 @@ log = logging.getLogger("onceproof.runner")
 
 
 INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
-FILE_SINK_DIR = "file-sink"
 
 
 def versions(backend: Backend) -> dict[str, str]:
@@ -97,9 +97,15 @@ class _Run:
         return self.rd.checkpoint
 
     @property
+    def sink(self):
+        """The sink's entry (``sinks/registry.py``)."""
+        return sinks.get(self.cfg.sink)
+
+    @property
     def file_sink(self) -> Path | None:
-        """The file sink's output directory (``--sink file``), in the run directory."""
-        return self.rd.path / FILE_SINK_DIR if self.cfg.sink == "file" else None
+        """The sink's output directory in the run directory (its entry's ``output_dir``: ``file-sink/``
+        for Spark's file sink), ``None`` for a sink that writes a Kafka topic."""
+        return self.rd.path / self.sink.output_dir if self.sink.output_dir else None
 
     @property
     def control(self) -> Path:
@@ -144,7 +150,7 @@ def _setup(r: _Run) -> None:
     if early:
         spark.start()
         console.print(f"starting the Spark driver ({what}) while Kafka starts")
-    with console.status("starting Kafka (KRaft, %d brokers)" % cfg.brokers):
+    with console.status(f"starting Kafka (KRaft, {cfg.brokers:d} brokers)"):
         done = _timed(r, "cluster_start_s")
         cluster.up()
         topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions, PROGRESS: 1},
@@ -203,7 +209,7 @@ def _run_phase(r: _Run) -> None:
                                  # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
                                  # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside
                                  sink_capabilities=None if cfg.pipeline_cmd else ctx_caps,
-                                 commit_window="hook" if sinks.DRIVER_HOOKS in ctx_caps else "watch",
+                                 commit_window="hook" if DRIVER_HOOKS in ctx_caps else "watch",
                                  file_sink=r.file_sink)
 
     def on_op(op):
@@ -291,7 +297,8 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     with r.console.status("reading topics at read_committed and checking"):
         live_frame = r.live.stop()
         result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
-                                     workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read)
+                                     workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read,
+                                     reader=r.sink.read)
     done()
     return result
 
@@ -327,7 +334,8 @@ def _phases(r: _Run) -> dict:
                 prev = (signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN))
                 td.begin()
                 t_td = time.monotonic()
-                console.print("tearing down" + (" (interrupted: bounded, no broker restarts)" if td.interrupted else ""))
+                console.print("tearing down"
+                              + (" (interrupted: bounded, no broker restarts)" if td.interrupted else ""))
     finally:
         td.end()
         if prev is not None:

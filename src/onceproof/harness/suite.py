@@ -36,8 +36,8 @@ from rich.live import Live
 from rich.table import Table
 
 from onceproof.nemesis import catalog, packages, schedule
-from onceproof.pipeline import sinks
 from onceproof.report import certificate
+from onceproof.sinks import registry as sinks
 from onceproof.store.runs import RunDir, runs_of
 
 CELL_STOP_GRACE_S = 150.0  # a Ctrl-C'd cell's own teardown is bounded (harness/teardown.py); then SIGKILL
@@ -46,7 +46,7 @@ CELL_STOP_GRACE_S = 150.0  # a Ctrl-C'd cell's own teardown is bounded (harness/
 @dataclass(frozen=True)
 class Cell:
     """One run of the suite. ``expect``: ``valid`` for an exactly-once sink, ``invalid`` for a mutant or
-    a weak sink (``pipeline/sinks.py`` ``Sink.expect``); ``time_limit`` (s) is raised to what the
+    a weak sink (the sink entry's ``expect``, ``sinks/base.py``); ``time_limit`` (s) is raised to what the
     package's faults need (:func:`fit_time_limit`)."""
 
     sink: str
@@ -96,12 +96,14 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
         packages.specs(p)
     pairs: list[tuple[str, str]] = []  # (sink, package)
     if mutants:
-        weak = [s.name for s in sinks.SINKS.values() if s.mutant] + ["at-least-once"]
+        # the mutants first, then the other weak sinks (at-least-once), each in registration order
+        weak = sorted((s for s in sinks.entries() if s.expect == "invalid" and s.targeted_by),
+                      key=lambda s: not s.mutant)
         for s in weak:
-            for p in package_names or [sinks.get(s).targeted_by]:
-                pairs.append((s, p))
+            for p in package_names or [s.targeted_by]:
+                pairs.append((s.name, p))
         used = list(dict.fromkeys(p for _, p in pairs))
-        pairs = [("eos", p) for p in used] + pairs
+        pairs = [(sinks.DEFAULT, p) for p in used] + pairs
     else:
         for s in sinks_:
             sinks.get(s)  # ValueError naming the known sinks

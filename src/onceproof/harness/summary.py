@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onceproof.checkers.compose import ANOMALIES
+from onceproof.sinks import registry as sinks
 
 
 def brief(ev: dict) -> str:
@@ -66,10 +67,8 @@ def summarize(result: dict, console: Console) -> None:
         console.print(f"input {st.get('input_records')} records, output {st.get('output_records')} records, "
                       f"{st.get('keys')} keys; sends ok={st.get('sends_ok')} info={st.get('sends_info')} "
                       f"fail={st.get('sends_fail')}; driver restarts={result.get('driver_restarts')}")
-    if result.get("file_sink"):
-        from onceproof.report.html import file_sink_line
-
-        console.print(file_sink_line(result["file_sink"]))
+    for line in sinks.output_lines(result):  # e.g. the file sink's files and orphans
+        console.print(line)
     console.print(f"results: {result.get('run_dir')}")
 
 

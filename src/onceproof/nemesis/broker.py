@@ -17,7 +17,7 @@ import time
 from onceproof.backends.base import STOPPED
 from onceproof.nemesis import targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
-from onceproof.pipeline import sinks
+from onceproof.sinks.base import TRANSACTIONS
 
 
 def _live(ctx: NemesisContext) -> list[int]:
@@ -37,9 +37,9 @@ class _BrokerFault:
 
     @staticmethod
     def sink_needs(target: str) -> frozenset[str]:
-        """The sink capabilities (``pipeline/sinks.py``) target ``target`` needs: a transaction coordinator
+        """The sink capabilities (``sinks/base.py``) target ``target`` needs: a transaction coordinator
         exists only for a sink with transactional.ids."""
-        return frozenset({sinks.TRANSACTIONS}) if target == "txn-coordinator" else frozenset()
+        return frozenset({TRANSACTIONS}) if target == "txn-coordinator" else frozenset()
 
     def __init__(self, target: str | None = None):
         if target is not None and target not in targets.TARGETS:
@@ -82,7 +82,8 @@ class KillBroker(_BrokerFault):
             ev["killed"][n] = {"pid": killed.pid, "status_after": killed.status}
         t_kill = time.monotonic()
         moved = self._wait_moved(ctx, choice, ev) if target in ("leader", "txn-coordinator") else None
-        ev["held_s"] = round(time.monotonic() - t_kill + hold(ctx, max(0.0, ctx.hold_s - (time.monotonic() - t_kill))), 2)
+        waited = time.monotonic() - t_kill
+        ev["held_s"] = round(waited + hold(ctx, max(0.0, ctx.hold_s - (time.monotonic() - t_kill))), 2)
         if ctx.teardown.is_set():
             return Outcome(SKIPPED, f"{target}: broker {choice.nodes}", {**ev, "reason": "run interrupted"})
         ev["rejoined_after_s"] = self._restart(ctx, choice.nodes)
@@ -101,7 +102,8 @@ class KillBroker(_BrokerFault):
                 now = self._coordinator(ctx, choice)
                 ev["coordinator_during"] = now
             else:
-                now = targets.partition_leaders(ctx.cluster.bootstrap, ctx.output_topic).get(choice.why["partition"], -1)
+                leaders = targets.partition_leaders(ctx.cluster.bootstrap, ctx.output_topic)
+                now = leaders.get(choice.why["partition"], -1)
                 ev["leader_during"] = now
             if now is not None and now >= 0 and now not in gone:
                 ev["moved_after_s"] = round(time.monotonic() - t, 1)

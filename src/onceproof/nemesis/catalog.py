@@ -68,7 +68,7 @@ def expand(spec: str) -> list[str]:
 
 
 def sink_needs(spec: str) -> frozenset[str]:
-    """The sink capabilities (``pipeline/sinks.py``) one turn of ``spec`` needs; for a fault given without
+    """The sink capabilities (``sinks/base.py``) one turn of ``spec`` needs; for a fault given without
     a target, what any of its targets needs (it may draw any). An unknown name needs nothing."""
     needs = getattr(FAULTS.get(spec.partition(":")[0]), "sink_needs", None)
     if needs is None:

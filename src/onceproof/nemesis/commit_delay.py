@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, NemesisContext, Outcome, sink_events
-from onceproof.pipeline import hooks, sinks
+from onceproof.pipeline import hooks
+from onceproof.sinks.base import DRIVER_HOOKS, PRECOMMIT_HOOK, TRANSACTIONS
 
 VARIANTS = ("precommit", "notify", "txn-timeout")
 FAILED_ATTEMPT = ("abort", "abandon", "commit-unknown", "abort-failed")  # sink.jsonl events of a failed attempt
@@ -40,12 +41,12 @@ class CommitDelay:
 
     @staticmethod
     def sink_needs(target: str) -> frozenset[str]:
-        """Sink capabilities (``pipeline/sinks.py``) variant ``target`` needs: ``precommit`` the tasks'
+        """Sink capabilities (``sinks/base.py``) variant ``target`` needs: ``precommit`` the tasks'
         pre-commit hook, ``txn-timeout`` that hook and a Kafka transaction to time out, ``notify`` the
         driver's after-commit hook."""
-        return {"precommit": frozenset({sinks.PRECOMMIT_HOOK}),
-                "txn-timeout": frozenset({sinks.PRECOMMIT_HOOK, sinks.TRANSACTIONS}),
-                "notify": frozenset({sinks.DRIVER_HOOKS})}.get(target, frozenset())
+        return {"precommit": frozenset({PRECOMMIT_HOOK}),
+                "txn-timeout": frozenset({PRECOMMIT_HOOK, TRANSACTIONS}),
+                "notify": frozenset({DRIVER_HOOKS})}.get(target, frozenset())
 
     def __init__(self, target: str | None = None, delay_ms: int = 2000, txn_timeout_ms: int = 30000):
         if target is not None and target not in VARIANTS:

@@ -141,7 +141,8 @@ class _FileSinkEnds:
         self.path = path
 
     def read(self) -> dict[int, int]:
-        from onceproof.store.file_sink_log import latest_batch
+        # lazy: sinks.file_log loads pandas, which a run without a file sink need not load here
+        from onceproof.sinks.file_log import latest_batch
 
         last = latest_batch(self.path)
         return {0: 0 if last is None else last + 1}

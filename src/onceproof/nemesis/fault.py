@@ -54,7 +54,7 @@ class NemesisContext:
     output_topic: str = "output"
     sink_ids: list[str] = field(default_factory=list)  # the sink's transactional.ids
     hold_s: float = 6.0  # how long a start/stop fault stays in effect, seconds
-    # the sink's capabilities (pipeline/sinks.py); None: unknown, a fault tries its hooks anyway
+    # the sink's capabilities (sinks/base.py); None: unknown, a fault tries its hooks anyway
     sink_capabilities: frozenset[str] | None = None
     network: FaultNetwork | None = None  # None: the cluster is not behind a fault network
     # how kill-driver-in-commit-window finds the window: "hook" (the bundled pipeline's, pipeline/hooks.py)

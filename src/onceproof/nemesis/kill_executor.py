@@ -23,7 +23,8 @@ import re
 import time
 
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
-from onceproof.pipeline import hooks, sinks
+from onceproof.pipeline import hooks
+from onceproof.sinks.base import PRECOMMIT_HOOK, WRITE_HOLD
 
 
 def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
@@ -56,7 +57,7 @@ class KillExecutor:
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         partitions = max(1, len(ctx.sink_ids))
         part = rng.randrange(partitions)
-        if ctx.sink_capabilities is not None and not ctx.sink_capabilities & {sinks.PRECOMMIT_HOOK, sinks.WRITE_HOLD}:
+        if ctx.sink_capabilities is not None and not ctx.sink_capabilities & {PRECOMMIT_HOOK, WRITE_HOLD}:
             return self._random_victim(ctx, rng, part)  # no task will announce itself: do not wait for one
         held = park_task(ctx, part, self.hold_ms, self.wait_for_task_s)
         if held is None:

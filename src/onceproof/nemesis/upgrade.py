@@ -54,7 +54,8 @@ import time
 
 from onceproof.backends.base import BackendError
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
-from onceproof.pipeline import hooks, sinks
+from onceproof.pipeline import hooks
+from onceproof.sinks.base import PRECOMMIT_HOOK
 
 TARGETS = ("min-partitions", "max-offsets", "graceful", "pyspark")
 OPTIONS = {"min-partitions": "min_partitions", "max-offsets": "max_offsets"}  # target → driver.ready key
@@ -88,7 +89,7 @@ class Upgrade:
     @staticmethod
     def sink_needs(target: str) -> frozenset[str]:
         """The sink's pre-commit hook parks a task so the kill lands on a partially committed batch."""
-        return frozenset({sinks.PRECOMMIT_HOOK})
+        return frozenset({PRECOMMIT_HOOK})
 
     def __init__(self, target: str | None = None, partitions: int = 6, max_offsets: int = 5000,
                  wait_for_task_s: float = 30.0, restart_wait_s: float = 150.0, graceful_wait_s: float = 75.0):

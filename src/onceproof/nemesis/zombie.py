@@ -22,7 +22,7 @@ Evidence: the zombie (pid, batch, partition, attempt, stage), the executor kille
 (batch, partition), the later batch waited for (``preinit``) and the zombie's own outcome from
 ``sink.jsonl`` (``commit``: it committed; ``skip``; ``abandon``/``abort``/``commit-unknown`` with the
 error: fenced). ``exercised`` is true when the zombie resumed after the retry and reached an outcome.
-Needs the sink's hooks (``pipeline/sinks.py`` ``PRECOMMIT_HOOK``) and an executor whose JVM can be
+Needs the sink's hooks (``sinks/base.py`` ``PRECOMMIT_HOOK``) and an executor whose JVM can be
 killed alone (the local backend).
 """
 
@@ -33,7 +33,8 @@ import random
 import time
 
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
-from onceproof.pipeline import hooks, sinks
+from onceproof.pipeline import hooks
+from onceproof.sinks.base import PRECOMMIT_HOOK, TRANSACTIONS
 
 _OUTCOMES = ("commit", "skip", "abandon", "abort", "commit-unknown", "abort-failed", "init-error", "marker-error")
 
@@ -50,7 +51,7 @@ class ZombieTask:
     @staticmethod
     def sink_needs(target: str) -> frozenset[str]:
         """The sink's tasks must run the zombie hook (the transactional sink's)."""
-        return frozenset({sinks.PRECOMMIT_HOOK, sinks.TRANSACTIONS})
+        return frozenset({PRECOMMIT_HOOK, TRANSACTIONS})
 
     def __init__(self, target: str | None = None, wait_for_task_s: float = 30.0, retry_wait_s: float = 60.0):
         if target is not None and target not in hooks.ZOMBIE_STAGES:
@@ -85,7 +86,8 @@ class ZombieTask:
         victim = ctx.spark.executor_of(int(z["zombie_pid"]))
         if victim is None:
             self._release(ctx)
-            return Outcome(NOT_EFFECTIVE, f"{stage} sink partition {part}", {**ev, "reason": "no executor above the task"})
+            return Outcome(NOT_EFFECTIVE, f"{stage} sink partition {part}",
+                           {**ev, "reason": "no executor above the task"})
         why = ctx.spark.kill_executor(victim)
         ev.update(executor_id=victim.id, executor_pid=victim.pid)
         if why:
@@ -106,7 +108,8 @@ class ZombieTask:
                                and e.get("batch") == z["batch"], 60.0)
         ev["zombie_outcome"] = out and {k: out.get(k) for k in ("event", "error_code", "kind", "stage", "marker",
                                                                   "records")}
-        exercised = retry is not None and out is not None and (stage == "precommit" or ev.get("later_batch") is not None)
+        exercised = (retry is not None and out is not None
+                     and (stage == "precommit" or ev.get("later_batch") is not None))
         return Outcome(EFFECTIVE, f"{stage} zombie of sink partition {part} (executor {victim.id})", ev,
                        exercised=exercised)
 

@@ -6,8 +6,8 @@ the batch by writing ``<dir>/_spark_metadata/<batchId>``, the list of files the 
 attempts wrote (``ManifestFileCommitProtocol``), and only then Spark's ``commits/<batchId>``. A replay of a
 batch already in the metadata log is skipped (``FileStreamSink.addBatch``: ``batchId <=
 fileLog.getLatestBatchId``). Files of killed or failed task attempts stay in the directory, listed
-nowhere: a reader that honours the log (Spark's own file source, ``store/file_sink_log.py``'s committed
-view) never sees them; one that lists the directory does.
+nowhere: a reader that honours the log (Spark's own file source, ``sinks/file_log.py``'s committed view)
+never sees them; one that lists the directory does. The sink's entry is ``sinks/files.py``.
 
 Rows written: the keyed workload's value fields, one JSON object per line: ``{"key", "seq",
 "in_partition", "in_offset", "in_ts"}``.

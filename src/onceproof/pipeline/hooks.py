@@ -3,13 +3,13 @@
 The nemesis never restarts the job to change a hook: it creates or removes small files in
 ``<run>/control/`` and the driver looks at them at fixed points of each micro-batch.
 
-Commit window (DESIGN §2): Spark's driver writes ``offsets/N`` before running batch N and ``commits/N``
-after the sink returned. Inside ``foreachBatch`` the sink has committed (eos: every partition's Kafka
-transaction is committed) when our function returns, and Spark has not written ``commits/N`` yet. When
-``kill-in-commit-window.armed`` exists, the driver writes ``kill-in-commit-window.open`` (atomically,
-``{"batch": N, "pid": ...}``), removes the armed file, and holds the batch for up to ``hold_s`` seconds so the nemesis can
-SIGKILL it there. If nobody kills it, it writes ``.missed`` and carries on, and the nemesis reports the
-fault as not taken.
+Commit window (docs/architecture.md, "The exactly-once sink"): Spark's driver writes ``offsets/N``
+before running batch N and ``commits/N`` after the sink returned. Inside ``foreachBatch`` the sink has
+committed (eos: every partition's Kafka transaction is committed) when our function returns, and Spark
+has not written ``commits/N`` yet. When ``kill-in-commit-window.armed`` exists, the driver writes
+``kill-in-commit-window.open`` (atomically, ``{"batch": N, "pid": ...}``), removes the armed file, and
+holds the batch for up to ``hold_s`` seconds so the nemesis can SIGKILL it there. If nobody kills it, it
+writes ``.missed`` and carries on, and the nemesis reports the fault as not taken.
 
 Graceful stop (``upgrade:graceful``): when ``driver-stop.json`` names the running driver incarnation,
 ``onceproof.pipeline.job.await_query`` calls ``query.stop()`` and records it in ``driver-stopped.json``; the

@@ -7,15 +7,9 @@ Source: Spark's Kafka source on the input topic, ``kafka.isolation.level=read_co
 ``startingOffsets=earliest``, ``failOnDataLoss=true``, at most ``--max-offsets`` records per micro-batch.
 Transform: the workload's (``--workload``, ``workloads/registry.py``): ``keyed`` keeps the Kafka key and
 the JSON value's ``key`` and ``seq`` and adds the input partition/offset and append time; ``counter``
-keeps a running count and sum per key in Spark state (update mode). Sinks (the first two inside
-``foreachBatch``, see ``pipeline/transactional_sink.py`` for why):
-
-* ``eos`` – the transactional sink of DESIGN §2 (``pipeline/eos_sink.py``, also a library).
-* ``at-least-once`` – Spark's own Kafka writer (``DataFrame.write.format("kafka")``), unchanged: the
-  same ``KafkaWriteTask`` that Spark's streaming Kafka sink uses, which the Spark docs call "at least
-  once". Records carry the provenance headers through Spark's ``headers`` column.
-* ``file`` – Spark's own file sink, JSON lines under ``--file-sink-path`` with its ``_spark_metadata``
-  commit log (``pipeline/file_sink.py``).
+keeps a running count and sum per key in Spark state (update mode). Sink: the ``--sink`` entry's writer
+(``sinks/registry.py``): ``eos`` (the transactional sink, docs/architecture.md, "The exactly-once
+sink"), its mutants, ``at-least-once`` (Spark's own Kafka writer) or ``file`` (Spark's file sink).
 
 Identity: the sink id (prefix of every transactional.id and marker group) defaults to one stored in the
 checkpoint (``default_sink_id``), so a fresh checkpoint on a reused cluster never inherits the markers of
@@ -30,11 +24,9 @@ import os
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
-from onceproof.pipeline import file_sink, hooks, mutants, provenance, sinks
-from onceproof.pipeline.eos_sink import ExactlyOnceSink
+from onceproof.pipeline import hooks
 from onceproof.pipeline.identity import (  # noqa: F401
     INCARNATION_ENV,
     SINK_ID_FILE,
@@ -42,13 +34,11 @@ from onceproof.pipeline.identity import (  # noqa: F401
     driver_incarnation,
     input_partitions,
 )
-from onceproof.pipeline.mutants import SHORT_TXN_TIMEOUT_MS
-from onceproof.pipeline.transactional_sink import SinkConfig, abort_leftovers
+from onceproof.sinks import registry as sinks
+from onceproof.sinks.base import JobContext
 from onceproof.workloads import registry
 
-SINKS = tuple(sinks.SINKS)  # pipeline/sinks.py: each sink and its capabilities
-# The eos-* sinks other than eos are MUTANTS (pipeline/mutants.py): the transactional sink with one
-# deliberate flaw each, to prove the harness catches what the real sink's protocol prevents.
+SINKS = tuple(sinks.names())  # sinks/registry.py: each sink's entry (the eos-* ones are mutants)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--input-topic", default="input")
     ap.add_argument("--output-topic", default="output")
     ap.add_argument("--progress-topic", default="output-progress")
-    ap.add_argument("--sink", choices=SINKS, default="eos")
+    ap.add_argument("--sink", choices=SINKS, default=sinks.DEFAULT)
     ap.add_argument("--sink-id", default=None,
                     help="transactional.id / marker group prefix (default: the one stored in the checkpoint, "
                          f"<checkpoint>/{SINK_ID_FILE}, created as onceproof-<sink>-<random hex>)")
@@ -241,24 +231,6 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
     return b.getOrCreate()
 
 
-def alo_batch(args: argparse.Namespace, control: hooks.ControlDir, incarnation: str, batch_df, batch_id: int) -> None:
-    """foreachBatch body of the at-least-once sink: Spark's Kafka writer, then the hook."""
-    from pyspark.sql import functions as F
-
-    def h(name, col):
-        return F.struct(F.lit(name).alias("key"), col.cast("string").cast("binary").alias("value"))
-
-    headers = [h(provenance.BATCH, F.lit(batch_id)), h(provenance.SINK_PARTITION, F.spark_partition_id()),
-               h(provenance.SINK, F.lit("at-least-once")), h(provenance.INCARNATION, F.lit(incarnation))]
-    if "in_partition" in batch_df.columns:  # a workload whose rows keep their input record (workloads/base.py)
-        headers.append(h(provenance.INPUT, F.concat_ws(":", F.col("in_partition").cast("string"),
-                                                       F.col("in_offset").cast("string"))))
-    out = batch_df.select("key", "value", F.array(*headers).alias("headers"))
-    (out.write.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
-     .option("topic", args.output_topic).option("kafka.acks", "all").save())
-    control.after_sink_commit(batch_id)
-
-
 def await_query(query, control: hooks.ControlDir, incarnation: str, poll_s: float = 1.0) -> int:
     """Wait for ``query`` (a started ``StreamingQuery``) to end, or stop it when the harness asks.
 
@@ -288,30 +260,10 @@ def await_query(query, control: hooks.ControlDir, incarnation: str, poll_s: floa
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    sink_id = resolve_sink_id(args)
-    incarnation = driver_incarnation()
-    workload = registry.get(args.workload)
-    # Spark first, then Kafka: the session, its executors and the warm-up need no broker, and the harness
-    # starts the brokers meanwhile; shuffle partitions are set once the input's partition count is known
-    spark = build_spark(args, args.pool_size or 1,
-                        {**workload.spark_conf, **(file_sink.SPARK_CONF if args.sink == "file" else {})})
-    spark.sparkContext.setLogLevel("WARN")
-    warm_s = warm_up(spark, spark.sparkContext.defaultParallelism)
-    pool = wait_for_input(args, args.input_wait_s)
-    spark.conf.set("spark.sql.shuffle.partitions", str(pool))
-    warm_s += warm_up_source(spark, args, workload.transform)
-    control = hooks.ControlDir(args.control_dir)
-    flaws = mutants.flaws_of(args.sink)  # all off unless --sink names a mutant (pipeline/mutants.py)
-    overrides = hooks.driver_overrides(args.control_dir)  # a restart with changed options (nemesis/upgrade.py)
-    max_offsets = int(overrides.get("max_offsets") or args.max_offsets)
-    min_partitions = overrides.get("min_partitions", args.min_partitions)
-    cfg = SinkConfig(bootstrap=args.bootstrap, output_topic=args.output_topic,
-                     progress_topic=args.progress_topic, sink_id=sink_id,
-                     flaws=flaws,
-                     txn_timeout_ms=SHORT_TXN_TIMEOUT_MS if flaws.short_txn_timeout else args.txn_timeout_ms, log_path=args.sink_log,
-                     control_dir=args.control_dir, incarnation=incarnation)
+def read_source(spark, args: argparse.Namespace, max_offsets: int, min_partitions):
+    """The input as a streaming frame: Spark's Kafka source on ``--input-topic`` at read_committed from
+    the earliest offset, failing on data loss, at most ``max_offsets`` records per micro-batch, with
+    ``minPartitions`` when ``min_partitions`` is set."""
     src = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", args.bootstrap)
            .option("subscribe", args.input_topic)
@@ -321,26 +273,31 @@ def main(argv: list[str] | None = None) -> int:
            .option("maxOffsetsPerTrigger", str(max_offsets)))
     if min_partitions:
         src = src.option("minPartitions", str(int(min_partitions)))
-    src = src.load()
-    df = workload.transform(src)
-    if args.sink == "file":
-        if not args.file_sink_path:
-            raise SystemExit("--sink file needs --file-sink-path (the output directory)")
-        query = file_sink.write(df, path=args.file_sink_path, checkpoint=args.checkpoint,
-                                trigger_ms=args.trigger_ms, control_dir=args.control_dir, sink_log=args.sink_log,
-                                incarnation=incarnation)
-    else:
-        if sinks.get(args.sink).eos:
-            abort_leftovers(cfg, pool)
-            guard = (args.checkpoint, args.input_topic) if args.input_contiguous and workload.input_refs else None
-            body = ExactlyOnceSink(cfg, guard, control, input_topic=args.input_topic)
-        else:
-            body = partial(alo_batch, args, control, incarnation)
-        query = (df.writeStream.foreachBatch(body).outputMode(workload.output_mode)
-                 .option("checkpointLocation", args.checkpoint)
-                 .trigger(processingTime=f"{args.trigger_ms} milliseconds")
-                 .queryName(f"onceproof-{args.sink}")
-                 .start())
+    return src.load()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sink = sinks.get(args.sink)
+    sink_id = resolve_sink_id(args)
+    incarnation = driver_incarnation()
+    workload = registry.get(args.workload)
+    # Spark first, then Kafka: the session, its executors and the warm-up need no broker, and the harness
+    # starts the brokers meanwhile; shuffle partitions are set once the input's partition count is known
+    spark = build_spark(args, args.pool_size or 1, {**workload.spark_conf, **sink.spark_conf})
+    spark.sparkContext.setLogLevel("WARN")
+    warm_s = warm_up(spark, spark.sparkContext.defaultParallelism)
+    pool = wait_for_input(args, args.input_wait_s)
+    spark.conf.set("spark.sql.shuffle.partitions", str(pool))
+    warm_s += warm_up_source(spark, args, workload.transform)
+    control = hooks.ControlDir(args.control_dir)
+    overrides = hooks.driver_overrides(args.control_dir)  # a restart with changed options (nemesis/upgrade.py)
+    max_offsets = int(overrides.get("max_offsets") or args.max_offsets)
+    min_partitions = overrides.get("min_partitions", args.min_partitions)
+    df = workload.transform(read_source(spark, args, max_offsets, min_partitions))
+    job = JobContext(args=args, sink=sink, sink_id=sink_id, incarnation=incarnation, pool=pool, control=control,
+                     workload=workload)
+    query = sink.writer(df, job)
     control.mark_ready({"query_id": str(query.id), "run_id": str(query.runId), "sink": args.sink,
                         "app_id": spark.sparkContext.applicationId, "sink_id": sink_id,
                         "incarnation": incarnation, "pool_size": pool, "overrides": overrides,
@@ -349,7 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"query {query.id} started, sink={args.sink}, sink_id={sink_id}, incarnation={incarnation}, "
           f"pool={pool}", flush=True)
     return await_query(query, control, incarnation)
-
 
 if __name__ == "__main__":
     sys.exit(main())

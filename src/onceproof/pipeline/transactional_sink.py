@@ -19,8 +19,8 @@ Per task, in this order (each step's reason in DESIGN §2):
 2. Read the marker (now stable). If it is ≥ ``batchId`` this partition of this batch is already in
    Kafka: skip. ≥, not ==, so that a zombie from an older batch never writes.
 3. ``begin_transaction()`` → produce every row with provenance headers → ``flush()``.
-4. Commit-delay hook (pre-commit window, ``pipeline/hooks.py``), then ``send_offsets_to_transaction(marker = batchId+1)`` and
-   ``commit_transaction()``.
+4. Commit-delay hook (pre-commit window, ``pipeline/hooks.py``), then
+   ``send_offsets_to_transaction(marker = batchId+1)`` and ``commit_transaction()``.
 
 **No producer reuse (a deliberate choice, issue 11).** Every task attempt builds its own producer and
 calls ``init_transactions()``, so every transaction runs under a fresh producer epoch. librdkafka speaks

@@ -31,6 +31,7 @@ from onceproof.report.figures import (
     timeline_figure,
 )
 from onceproof.report.load import Run, load_run
+from onceproof.sinks import registry as sinks
 from onceproof.store.runfiles import CONTENTS, NEMESIS, OUTPUT, RECOVERY, RESULTS, SINK, TEST, RunFiles, stored
 from onceproof.store.runs import ASSETS, INDEX, LATEST
 
@@ -304,13 +305,6 @@ def page(title: str, body: str, head_extra: str = "") -> str:
             f"</head><body><main>{body}</main></body></html>\n")
 
 
-def file_sink_line(fs: dict) -> str:
-    """One line on a file sink's output (``result["file_sink"]``): what was read, files, orphan-files."""
-    return (f"file sink read {fs.get('read')}: {fs.get('committed_files')} committed files "
-            f"({fs.get('committed_records')} records), {fs.get('data_files')} data files in the directory "
-            f"({fs.get('listed_records')} records), orphan-files={fs.get('orphan_files')}")
-
-
 def _summary_line(r: dict) -> str:
     """One line under the verdict: record counts, sends, driver restarts, recovery (escaped)."""
     st = r.get("stats") or {}
@@ -327,9 +321,7 @@ def _summary_line(r: dict) -> str:
         bits.append(f"driver restarts={r['driver_restarts']}")
     if r.get("workload") and r["workload"] != "keyed":
         bits.append(f"workload {r['workload']}")
-    fs = r.get("file_sink")
-    if fs:
-        bits.append(file_sink_line(fs))
+    bits += sinks.output_lines(r)  # e.g. the file sink's files and orphans (its entry's report line)
     rec = r.get("recovery") or {}
     if rec:
         bits.append(f"recovery {'finished' if rec.get('finished') else 'DID NOT FINISH'}"

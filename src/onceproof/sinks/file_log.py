@@ -21,6 +21,8 @@ trailing newline; a batch that committed no file is the 2 bytes ``v1``. ``path``
 (``SparkPath.urlEncoded``): the Spark 4.3.0 run wrote ``file:///abs/dir/part-....json`` with a space as
 ``%20`` and ``%`` as ``%25`` (Hadoop's ``file:/abs/...`` form is read the same way).
 
+The file sink's reader (:func:`read_output`, ``onceproof.sinks.files``) reads through this module.
+
 API: :func:`read_log` (the log as read: :class:`SinkLog`), :func:`committed_files`,
 :func:`all_data_files`, :func:`orphan_files`, :func:`read_records` (data files → checker output rows),
 :func:`committed_view` / :func:`listing_view` (the two views as such rows) and :func:`stats` (counts).
@@ -79,7 +81,10 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 import pandas as pd
 
-log = logging.getLogger("onceproof.store")
+from onceproof.clients.topics import decode_values  # the checker's JSON decoding (fast path, same NA rules)
+from onceproof.sinks.base import COMMITTED, OutputError, OutputLocation, OutputView
+
+log = logging.getLogger("onceproof.sinks")
 
 METADATA_DIR = "_spark_metadata"  # FileStreamSink.metadataDir
 COMPACT_SUFFIX = ".compact"  # CompactibleFileStreamLog.COMPACT_FILE_SUFFIX
@@ -261,7 +266,8 @@ def _parse_log_file(p: Path) -> list[dict]:
     except UnicodeDecodeError as e:
         if e.start >= len(data) - 3 and b"\n" in data[:e.start] and b"\n" not in data[e.start:]:
             raise _Torn("cut off inside a UTF-8 character of its last line") from None
-        raise FileSinkLogError(f"{p} is not UTF-8 text ({e}): not a Spark sink log file; remove it or restore it")
+        raise FileSinkLogError(f"{p} is not UTF-8 text ({e}): not a Spark sink log file; remove it or "
+                               "restore it") from e
     lines = text.split("\n")
     if lines[-1] == "":  # a trailing newline (Spark writes none; getLines would ignore it)
         lines.pop()
@@ -278,7 +284,7 @@ def _parse_log_file(p: Path) -> list[dict]:
         raise FileSinkLogError(
             f"{p} is log version v{m.group(1)}, this reader knows v{VERSION} only (Spark: "
             f"logVersionGreaterThanSupported): it was written by a newer Spark; teach "
-            f"store/file_sink_log.py the new format, or write the output with a Spark that writes v1")
+            f"sinks/file_log.py the new format, or write the output with a Spark that writes v1")
     entries = []
     for i, ln in enumerate(lines[1:], start=1):
         try:
@@ -412,8 +418,6 @@ def read_records(files: Sequence[str | os.PathLike], problems: list[str] | None 
     log may list files deleted since. Raises: :class:`FileSinkLogError` for a compression other than
     gzip (``.bz2``, ``.lz4``, ``.snappy``, ``.deflate``, ``.zst``).
     """
-    from onceproof.clients.topics import decode_values  # the checker's JSON decoding (fast path, same NA rules)
-
     if partitions is not None and len(partitions) != len(files):
         raise ValueError(f"partitions has {len(partitions)} items for {len(files)} files")
     vals: list[bytes] = []
@@ -562,3 +566,40 @@ def _spark_dir(p: Path) -> Path:
     while "=" in d.name and d.parent != d:
         d = d.parent
     return d
+
+
+# ------------------------------------------------------------------------------------- the sink's reader
+
+LISTING = "listing"
+"""The file sink's second read (``--file-read listing``): every data file, as a careless downstream job
+reads the directory (a mutant reader)."""
+SUMMARY_KEYS = ("committed_files", "data_files", "orphan_files", "missing_files", "committed_records",
+                "listed_records", "last_batch")
+"""The :func:`stats` kept in ``result["file_sink"]`` and (prefixed ``file_sink_``, but ``orphan_files``)
+in ``result["stats"]``."""
+
+
+def read_output(location: OutputLocation) -> OutputView:
+    """The file sink's :class:`~onceproof.sinks.base.OutputReader`: ``location.directory`` as checker
+    frames. ``committed`` is the committed view (the files ``_spark_metadata`` lists: the sink's
+    read_committed) or, with ``location.read == "listing"``, every data file in the directory;
+    ``uncommitted`` is every data file; ``stats``/``summary`` are :data:`SUMMARY_KEYS` of :func:`stats`
+    (``orphan_files`` is a statistic, not an anomaly); a torn log file makes the output ``unsettled``.
+
+    Raises: :class:`~onceproof.sinks.base.OutputError` for an unknown read, or naming the directory when
+    it is not a Spark file-sink output or its log is damaged."""
+    path, read = location.directory, location.read
+    if read not in (COMMITTED, LISTING):
+        raise OutputError(f"unknown file reader {read!r}: use {COMMITTED} or {LISTING}")
+    problems: list[str] = []
+    try:
+        listing = listing_view(path, problems)
+        view = listing if read == LISTING else committed_view(path, problems)
+        st = stats(path)
+    except (OSError, FileSinkLogError) as e:
+        raise OutputError(f"{path}: {e}") from e
+    problems += list(st.get("problems") or [])
+    return OutputView(committed=view, uncommitted=listing, problems=problems,
+                      unsettled=[f"file sink: {p}" for p in problems if "torn" in p],
+                      stats={f"file_sink_{k}" if k != "orphan_files" else k: st.get(k) for k in SUMMARY_KEYS},
+                      summary={"read": read, **{k: st.get(k) for k in SUMMARY_KEYS}}, result_key="file_sink")

@@ -20,8 +20,8 @@ report and the exit code follow unchanged. The small run files (``test.json``, `
 ``sink.jsonl``, ``nemesis.jsonl``) are read in the driver, as the pandas engine reads them.
 
 Refused (:meth:`SparkEngine.refusal`, a usage error naming ``--engine pandas``): the counter workload
-(its checker judges each key's aggregates against input prefixes, not ported) and file-sink runs (their
-output is a directory read through ``_spark_metadata``, ``store/file_sink_log.py``).
+(its checker judges each key's aggregates against input prefixes, not ported) and runs of a sink that
+writes a directory (``--sink file``: read through ``_spark_metadata``, ``sinks/file_log.py``).
 
 On a cluster master every executor must see the run directory (a shared filesystem), since the
 snapshots are read and written by the executors.
@@ -43,6 +43,7 @@ from onceproof.checking.spark import engine as spark_engine
 from onceproof.checking.spark import transactions as spark_transactions
 from onceproof.checking.spark.engine import columns
 from onceproof.nemesis import coverage
+from onceproof.sinks import registry as sinks
 from onceproof.store import readers, spark_readers
 from onceproof.store.runfiles import INPUT, OUTPUT, RunFiles, stored
 
@@ -117,9 +118,10 @@ class SparkEngine:
         if run_dir is not None:
             config = ((readers.read_or_none(readers.read_test, run_dir) or {}).get("config") or {})
             workload = str(config.get("workload") or KEYED)
-            if config.get("sink") == "file":
-                return (f"{run_dir} is a --sink file run: --engine spark reads topic snapshots, not a file "
-                        f"sink's directory; {fix}")
+            sink = sinks.find(config.get("sink"))
+            if sink is not None and sink.output_dir:
+                return (f"{run_dir} is a --sink {sink.name} run: --engine spark reads topic snapshots, not a "
+                        f"{sink.name} sink's directory; {fix}")
         if workload != KEYED:
             return f"--engine spark checks the keyed workload only, not {workload}; {fix}"
         if file_sink is not None or file_read != "committed":

@@ -1,0 +1,57 @@
+"""The sinks by name: what ``--sink`` chooses from (``sinks/base.py`` says what an entry owns).
+
+Each line names the entry as ``module:attribute``, imported only when asked for (listing the names for
+``--help`` costs no import); an attribute that is a mapping holds several entries by name (the
+mutants). A new sink is one module and one line here.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+from collections.abc import Mapping
+
+from onceproof.pipeline.mutants import MUTANTS
+from onceproof.sinks.base import Sink
+
+SINKS: dict[str, str] = {
+    "eos": "onceproof.sinks.kafka_eos:EOS",
+    "at-least-once": "onceproof.sinks.kafka_at_least_once:AT_LEAST_ONCE",
+    **dict.fromkeys(MUTANTS, "onceproof.sinks.kafka_eos:MUTANTS"),
+    "file": "onceproof.sinks.files:FILE",
+}
+DEFAULT = "eos"
+"""The default sink, and the control that ``test-all --mutants`` runs against every package it uses."""
+
+
+def names() -> list[str]:
+    """The sinks' names, in registration order."""
+    return list(SINKS)
+
+
+def get(name: str) -> Sink:
+    """The sink called ``name``.
+
+    Raises: ``ValueError`` naming the known sinks when ``name`` is not one of them.
+    """
+    if name not in SINKS:
+        raise ValueError(f"unknown sink {name!r}; choose one of {', '.join(SINKS)}")
+    entry = pkgutil.resolve_name(SINKS[name])  # "module:attribute", imported now
+    return entry[name] if isinstance(entry, Mapping) else entry
+
+
+def find(name: object) -> Sink | None:
+    """The sink called ``name``, or ``None`` for a name no sink has (e.g. a run's ``test.json`` without
+    one)."""
+    return get(name) if isinstance(name, str) and name in SINKS else None
+
+
+def entries() -> list[Sink]:
+    """Every sink, in registration order (imports them all)."""
+    return [get(n) for n in SINKS]
+
+
+def output_lines(result: dict) -> list[str]:
+    """The lines the sinks' entries print about their output in a check's ``result`` (e.g. the file
+    sink's files and orphans); ``[]`` when none has a summary there."""
+    by_key = {s.result_key: s for s in entries() if s.result_key}  # one line per summary
+    return [line for s in by_key.values() for line in s.report_lines(result)]
