@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from onceproof.pipeline.sinks import SINKS  # noqa: E402 - after the path: soak.py runs as a script
+from onceproof.sinks import registry as sinks  # noqa: E402 - after the path: soak.py runs as a script
 
-EXPECT = {name: s.expect for name, s in SINKS.items()}
+EXPECT = {s.name: s.expect for s in sinks.entries()}
 
 
 def _seeds(spec: str) -> list[int]:
