@@ -1,0 +1,128 @@
+"""The commands that run many tests: ``test-all`` (a matrix of runs and its certificate,
+``harness/suite.py``) and ``shrink`` (a failing run's schedule cut to a 1-minimal one, ``harness/shrink.py``).
+Each of their runs is a whole ``onceproof run`` in a subprocess."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from onceproof.backends import registry
+from onceproof.harness import shrink as shrinker
+from onceproof.harness import suite
+from onceproof.harness.cli.app import console, finite, on_crash, require_run_dir, usage
+from onceproof.harness.config import read_schedule
+from onceproof.nemesis import packages
+from onceproof.store.runs import DEFAULT_ROOT, runs_of
+
+# test-all passes the options after its own to every run
+TEST_ALL_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+_SET_PER_CELL = ("--sink", "--workload", "--nemesis", "--seed", "--test-name", "--results", "--schedule")
+
+
+def test_all(
+    ctx: typer.Context,
+    sink: str = typer.Option("eos", help="comma-separated sinks (pipeline/sinks.py); ignored with --mutants"),
+    workload: str = typer.Option("keyed", help="comma-separated workloads (workloads/registry.py)"),
+    nemesis_package: str = typer.Option("", help="comma-separated fault packages: process, pause, network, commit, "
+                                                 "upgrade, all (nemesis/packages.py); default: process,commit, or "
+                                                 "with --mutants each mutant's own"),
+    test_count: int = typer.Option(1, help="seeds per cell (seed-base, seed-base+1, ...)"),
+    seed_base: int = typer.Option(1, help="the first seed"),
+    mutants: bool = typer.Option(False, "--mutants", help="the detection table: every mutant and at-least-once "
+                                                          "against the package aimed at it, eos as the control"),
+    time_limit: float = typer.Option(30.0, help="each run's --time-limit, s (raised to what a package needs)"),
+    suite_name: str = typer.Option("", help="results/<suite-name>/<timestamp>/; default test-all or mutants"),
+    results: Path = typer.Option(DEFAULT_ROOT, help="results root directory"),
+    backend: str = typer.Option(registry.DEFAULT, help="the backend of every run: " + ", ".join(registry.names())),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the cells and stop"),
+) -> None:
+    """Run a matrix of tests (sink × workload × fault package × seed) and write a certificate.
+
+    Every cell is one `onceproof run` (its own cluster, teardown and report, under <suite>/runs/).
+    Further `run` options after the known ones (e.g. --rate 500 --partitions 4) go to every run.
+    Writes suite.json, certificate.md, certificate.html and junit.xml. PASS requires every
+    exactly-once cell to be valid and every mutant cell to be caught.
+
+    Exit code: the worst cell's (a caught mutant counts as passed); 255 when interrupted.
+    """
+    on_crash("test-all", None)
+    finite(time_limit, "--time-limit")
+    try:
+        pkgs = packages.parse(nemesis_package) if nemesis_package else ([] if mutants else ["process", "commit"])
+        cells = suite.plan_cells(sinks_=[x.strip() for x in sink.split(",") if x.strip()],
+                                 workloads=[x.strip() for x in workload.split(",") if x.strip()],
+                                 package_names=pkgs, test_count=test_count, time_limit=time_limit,
+                                 mutants=mutants, seed_base=seed_base)
+    except ValueError as e:
+        raise usage(str(e)) from None
+    extra = list(ctx.args)
+    for bad in _SET_PER_CELL:
+        if any(a == bad or a.startswith(bad + "=") for a in extra):
+            raise usage(f"{bad} is set by test-all for each cell; use test-all's own options", bad)
+    if backend != registry.DEFAULT:
+        extra += ["--backend", backend]
+    if dry_run:
+        for c in cells:
+            console.print(f"{c.name} seed {c.seed} expect {c.expect} time-limit {c.time_limit:g}s: "
+                          + " ".join(suite.run_command(c, results / "<suite>" / "runs", extra)[3:]), soft_wrap=True)
+        raise typer.Exit(0)
+    name = suite_name or ("mutants" if mutants else "test-all")
+    command = (shlex.join(["onceproof", "test-all", *sys.argv[2:]]) if sys.argv[1:2] == ["test-all"]
+               else "onceproof test-all")
+    code = suite.Suite(name, cells, results, command, backend, extra, console).run()
+    raise typer.Exit(code)
+
+
+def shrink(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a failing (invalid) run directory"),
+    max_runs: int = typer.Option(12, help="at most this many candidate runs"),
+) -> None:
+    """Shrink a failing run's fault schedule to a 1-minimal one that still fails with the same anomaly
+    class (delta debugging, ddmin): each candidate is replayed with the same workload seed.
+
+    Writes RUN_DIR/shrink/shrink.json (every candidate and its verdict) and prints the replay command of
+    the minimal schedule (`onceproof run ... --schedule FILE`).
+    """
+    on_crash("shrink", None)
+    run_dir = require_run_dir(run_dir)
+    if max_runs < 1:
+        raise usage(f"must be ≥ 1, got {max_runs}", "--max-runs")
+    out = run_dir / "shrink"
+    try:
+        res = shrinker.shrink(run_dir, max_runs=max_runs, out_dir=out, run=_run_candidate,
+                              echo=lambda line: console.print(line, markup=False, highlight=False),
+                              test_name=f"{run_dir.parent.name}-shrink")
+    except ValueError as e:
+        raise usage(str(e)) from None
+    console.print(f"minimal schedule: {[f['f'] for f in res['minimal']]} "
+                  f"({'1-minimal' if res.get('one_minimal') else 'not proven 1-minimal: --max-runs reached'}) "
+                  f"after {res['runs']} run(s); {out / 'shrink.json'}")
+    console.print(f"replay: [cyan]{res['replay']}[/]", soft_wrap=True)
+
+
+def _run_candidate(command: str) -> Path | None:
+    """Run one shrink candidate (``onceproof run ... --schedule FILE``) in a subprocess; its run directory,
+    or ``None`` when it made none. Raises ``ValueError`` for a command that is not ``onceproof run``.
+
+    A candidate's workload lasts only until its last fault (+ 10 s, at least 15 s), not the whole original
+    ``--time-limit``: same seed, same schedule offsets, a shorter tail (the run still goes on until every
+    fault of the schedule had its turn).
+    """
+    argv = shlex.split(command)
+    if argv[:2] != ["onceproof", "run"]:
+        raise ValueError(f"not a run command: {command}")
+    args = argv[2:]
+    last = max((f["at_s"] for f in read_schedule(args[args.index("--schedule") + 1])), default=0.0)
+    if "--time-limit" in args:
+        i = args.index("--time-limit")
+        args[i + 1] = f"{min(float(args[i + 1]), max(15.0, last + 10)):g}"
+    results = Path(args[args.index("--results") + 1]) if "--results" in args else DEFAULT_ROOT
+    name = args[args.index("--test-name") + 1]
+    before = runs_of(results, name)
+    subprocess.run(suite.run_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return suite.new_run(results, name, before)
