@@ -15,7 +15,9 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import typer
 
+from onceproof.harness import cli
 from onceproof.harness.config import ConfigError, TestConfig
 from tests.conftest import REPO, run_cli
 
@@ -72,6 +74,25 @@ def test_no_command_prints_help_and_exits_254():
 def test_help_exits_0():
     p = run_cli(["run", "--help"], timeout=60)
     assert p.returncode == 0 and "--time-limit" in p.stdout
+
+
+def test_help_lists_the_commands_in_their_order():
+    group = typer.main.get_command(cli.app)
+    assert group.list_commands(typer.Context(group, info_name="onceproof")) == [
+        "run", "check", "report", "index", "prune", "serve", "test-all", "shrink", "faults", "deps", "cluster"]
+    p = run_cli(["--help"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert [c for c in ("run", "check", "test-all", "faults", "deps", "cluster")
+            if f"│ {c} " in p.stdout] == ["run", "check", "test-all", "faults", "deps", "cluster"], p.stdout
+
+
+def test_help_imports_neither_pyspark_nor_plotly():
+    """The CLI's start-up: ``onceproof --help`` (and every usage error) stays clear of the heavy imports."""
+    code = ("import sys; from onceproof.harness.cli import main; main(['--help']); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'plotly', 'py4j'}))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout[-2000:]
 
 
 def test_console_script_goes_through_main(tmp_path):
@@ -188,8 +209,8 @@ def test_run_crash_is_255_without_traceback_on_the_console(tmp_path):
     """The cluster cannot start (no java): the runner's crash path, no process is started."""
     results = tmp_path / "results"
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java"), COLUMNS="160")
-    p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--time-limit", "1", "--results", str(results)],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--time-limit", "1", "--results",
+                        str(results)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 255, (p.stdout[-3000:], p.stderr[-3000:])
     assert "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr
     assert "java" in (p.stdout + p.stderr).lower()

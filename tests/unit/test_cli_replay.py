@@ -82,7 +82,8 @@ def test_all_options_at_once_survive():
     cfg = TestConfig(**{**{k: v for k, v in every.items() if k not in ("pipeline_cmd", "workload", "backend")},
                         "sink": "file"}).validate()
     assert cfg.file_read == "listing" and parse_back(cfg) == cfg
-    cfg = TestConfig(**{k: v for k, v in every.items() if k not in ("sink", "backend", "workload", "file_read")}).validate()
+    cfg = TestConfig(**{k: v for k, v in every.items()
+                        if k not in ("sink", "backend", "workload", "file_read")}).validate()
     assert cfg.pipeline_cmd and parse_back(cfg) == cfg
 
 
