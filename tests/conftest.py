@@ -92,9 +92,9 @@ def spark():
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A real 3-broker KRaft cluster shared by one test module (started once per module, always stopped)."""
+    from onceproof.backends.common.layout import ClusterSpec
+    from onceproof.backends.common.ports import free_base_port
     from onceproof.backends.local.kafka import KafkaCluster
-    from onceproof.backends.local.layout import ClusterSpec
-    from onceproof.backends.local.ports import free_base_port
 
     c = KafkaCluster(ClusterSpec(tmp_path_factory.mktemp("kafka"), base_port=free_base_port()))
     try:

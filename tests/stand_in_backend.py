@@ -1,5 +1,9 @@
 """A stand-in backend for unit tests: the protocols of ``backends/base.py`` over synthetic state.
 
+Its capabilities are derived as every backend's are (``backends/capabilities.py``): :class:`StandInBackend`
+implements every optional protocol; :class:`NoNetworkStandIn` has no ``network()`` and a pipeline that can
+be killed but not frozen, with executor faults and no task or runtime faults.
+
 No process, socket, broker or Spark exists here: a node is a row in a table (pid, status), a network path
 a name in a set. It lets a test drive a fault and read its evidence as pure logic, and it proves that a
 fault reaches the backend only through the protocols: every other attribute access fails loudly. It
@@ -12,6 +16,7 @@ import itertools
 from pathlib import Path
 
 from onceproof.backends.base import GONE, STOPPED, ClusterShape, Executor, NodeState, PipelineArgs
+from onceproof.backends.capabilities import DERIVED
 
 
 class _OnlyTheProtocol:
@@ -149,9 +154,8 @@ class StandInNetwork(_OnlyTheProtocol):
         self._slow.clear()
 
 
-class StandInSpark(_OnlyTheProtocol):
-    """``runtimes``: what :meth:`set_runtime` answers (``None`` = the own version, ``"previous"``); a value
-    that is an exception is raised instead (a runtime that cannot be built)."""
+class CoreStandInSpark(_OnlyTheProtocol):
+    """The core :class:`~onceproof.backends.base.SparkApp` only."""
 
     __slots__ = ("calls", "_driver", "_checkpoint", "_executors", "runtimes", "runtime")
 
@@ -193,6 +197,37 @@ class StandInSpark(_OnlyTheProtocol):
     def restarts(self) -> int:
         return 0
 
+    def driver_log(self) -> Path | None:
+        return None
+
+    def log_files(self) -> list[Path]:
+        return []
+
+
+class ExecutorStandInSpark(CoreStandInSpark):
+    """The core and :class:`~onceproof.backends.base.ExecutorFaults`."""
+
+    __slots__ = ()
+
+    def executors(self) -> list[Executor]:
+        return list(self._executors)
+
+    def executor_of(self, task_pid: int) -> Executor | None:
+        return self._executors[0]
+
+    def kill_executor(self, executor: Executor) -> str | None:
+        self.calls.append(("kill_executor", executor.id))
+        self._executors.remove(executor)
+        return None
+
+
+class StandInSpark(ExecutorStandInSpark):
+    """Every optional protocol of a ``SparkApp``. ``runtimes``: what :meth:`set_runtime` answers
+    (``None`` = the own version, ``"previous"``); a value that is an exception is raised instead (a
+    runtime that cannot be built)."""
+
+    __slots__ = ()
+
     def set_runtime(self, version: str | None) -> str:
         self.calls.append(("set_runtime", version))
         got = self.runtimes[version]
@@ -208,35 +243,17 @@ class StandInSpark(_OnlyTheProtocol):
     def thaw_driver(self, pid: int) -> None:
         self.calls.append(("thaw_driver", pid))
 
-    def executors(self) -> list[Executor]:
-        return list(self._executors)
-
-    def executor_of(self, task_pid: int) -> Executor | None:
-        return self._executors[0]
-
     def kill_task(self, task_pid: int) -> bool:
         return False
 
-    def kill_executor(self, executor: Executor) -> str | None:
-        self.calls.append(("kill_executor", executor.id))
-        self._executors.remove(executor)
-        return None
 
-    def driver_log(self) -> Path | None:
-        return None
+class _StandInCore:
+    """The core :class:`~onceproof.backends.base.Backend`; records what it was asked to build."""
 
-    def log_files(self) -> list[Path]:
-        return []
-
-
-class StandInBackend:
-    """Every fault the local backend performs; records what it was asked to build."""
-
-    name = "stand-in"
+    name = "stand-in-core"
     user_pipelines = False
     file_sinks = False
-    capabilities = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
-                              "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*"})
+    capabilities = DERIVED
 
     def __init__(self):
         self.built: list[str] = []
@@ -249,6 +266,19 @@ class StandInBackend:
         self.built.append("attach")
         return StandInCluster(3, data_dir)
 
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> CoreStandInSpark:
+        self.built.append("spark")
+        return CoreStandInSpark(pipeline.checkpoint)
+
+    def versions(self) -> dict[str, str]:
+        return {"kafka": "0.0-stand-in"}
+
+
+class StandInBackend(_StandInCore):
+    """Every optional protocol, so every fault the local backend performs."""
+
+    name = "stand-in"
+
     def network(self, cluster: StandInCluster, log_dir: Path) -> StandInNetwork:
         self.built.append("network")
         return StandInNetwork(cluster.nodes)
@@ -257,16 +287,16 @@ class StandInBackend:
         self.built.append("spark")
         return StandInSpark(pipeline.checkpoint)
 
-    def versions(self) -> dict[str, str]:
-        return {"kafka": "0.0-stand-in"}
-
     def prepare(self) -> list[str]:
         return ["nothing to fetch"]
 
 
-class NoNetworkStandIn(StandInBackend):
-    """A backend that can signal processes but has no fault network, and kills brokers only by count."""
+class NoNetworkStandIn(_StandInCore):
+    """The core protocols and executor faults: it signals brokers, kills the driver and executors; no
+    fault network, no driver freeze, no task or runtime faults."""
 
     name = "no-network"
-    capabilities = frozenset({"kill-executor", "kill-driver", "kill-broker:one", "kill-broker:minority",
-                              "pause-broker:*"})
+
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> ExecutorStandInSpark:
+        self.built.append("spark")
+        return ExecutorStandInSpark(pipeline.checkpoint)

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
+from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.common.ports import free_base_port, ports_dir
 from onceproof.backends.local.kafka import KafkaCluster
-from onceproof.backends.local.layout import ClusterSpec
-from onceproof.backends.local.ports import free_base_port, ports_dir
 from onceproof.store.compact import read_text
 from tests.conftest import ONCEPROOF, REPO, our_jvms
 

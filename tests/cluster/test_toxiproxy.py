@@ -1,4 +1,4 @@
-"""onceproof.backends.local.toxiproxy against a real toxiproxy server (built from its Go module) and a
+"""onceproof.backends.common.toxiproxy against a real toxiproxy server (built from its Go module) and a
 plain TCP echo server.
 
 No mocks: every fault is measured on real sockets through the proxy. The first run builds toxiproxy
@@ -18,8 +18,8 @@ import time
 import psutil
 import pytest
 
-from onceproof.backends.local import processes
-from onceproof.backends.local.toxiproxy import (
+from onceproof.backends.common import processes
+from onceproof.backends.common.toxiproxy import (
     TOXIPROXY_VERSION,
     ToxiproxyBuildError,
     ToxiproxyClient,

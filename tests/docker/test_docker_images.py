@@ -99,7 +99,7 @@ def test_spark_image_has_the_drivers_python_packages_and_runs_the_pipeline_impor
 
 @pytest.mark.docker
 def test_toxiproxy_image_runs_the_harness_build(engine, built):
-    from onceproof.backends.local.toxiproxy import TOXIPROXY_VERSION
+    from onceproof.backends.common.toxiproxy import TOXIPROXY_VERSION
 
     out = _run(engine, built["toxiproxy"].tag, ["-version"])
     assert f"version {TOXIPROXY_VERSION.lstrip('v')}" in out

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from onceproof.backends import base, registry
+from onceproof.backends import base, capabilities, registry
 from onceproof.backends.base import GONE, STOPPED, can_perform
+from onceproof.backends.docker.spark import DockerSpark
+from onceproof.backends.local.backend import LocalBackend
+from onceproof.backends.local.spark import LocalSpark
 from onceproof.harness import cli
 from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.nemesis import broker, catalog, network
@@ -25,20 +28,32 @@ from onceproof.nemesis.fault import EFFECTIVE, SKIPPED, NemesisContext
 from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.network import Partition, SlowNetwork
 from tests.conftest import SRC
-from tests.stand_in_backend import StandInCluster, StandInNetwork, StandInSpark
+from tests.stand_in_backend import NoNetworkStandIn, StandInBackend, StandInCluster, StandInNetwork, StandInSpark
 
 
 @pytest.fixture(autouse=True)
 def stand_ins(monkeypatch):
-    """Registers ``stand-in`` (every fault) and ``no-network`` (no fault network, broker kills by count)."""
+    """Registers ``stand-in`` (every optional protocol) and ``no-network`` (no fault network, no driver
+    freeze)."""
     monkeypatch.setitem(registry.BACKENDS, "stand-in", "tests.stand_in_backend:StandInBackend")
     monkeypatch.setitem(registry.BACKENDS, "no-network", "tests.stand_in_backend:NoNetworkStandIn")
     monkeypatch.setattr(registry, "_made", {})
 
 
+@pytest.fixture
+def kills_by_count(monkeypatch):
+    """Needs per target: as if killing the partition leader or the transaction coordinator needed the
+    fault network, so a backend without one kills brokers only by count (``one``, ``minority``)."""
+    needs = {k: v for k, v in capabilities.NEEDS.items() if k != "kill-broker:*"}
+    needs |= {"kill-broker:one": (), "kill-broker:minority": (),
+              "kill-broker:leader": (base.NetworkFaults,), "kill-broker:txn-coordinator": (base.NetworkFaults,)}
+    monkeypatch.setattr(capabilities, "NEEDS", needs)
+
+
 # ------------------------------------------------------------------------------------ capabilities
 
 
+@pytest.mark.usefixtures("kills_by_count")
 @pytest.mark.parametrize("spec,missing", [
     ("partition:client", ["partition:client"]),
     ("slow-network", ["slow-network:latency"]),
@@ -58,7 +73,9 @@ def test_a_fault_the_backend_cannot_perform_is_refused_before_anything_starts(sp
     assert registry.get("no-network").built == [], "the backend built something for a refused run"
 
 
-def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target():
+def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target(kills_by_count):
+    assert registry.get("no-network").capabilities == {"kill-executor", "kill-driver", "kill-broker:one",
+                                                       "kill-broker:minority", "pause-broker:*", "commit-delay:*"}
     TestConfig(backend="no-network", nemesis=["kill-broker:one", "kill-broker:minority", "pause-broker",
                                               "kill-executor"], time_limit=300).validate()
     with pytest.raises(ConfigError) as e:
@@ -67,9 +84,34 @@ def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target
     assert "kill-broker:one" not in e.value.message.split(";")[0]
 
 
+LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
+                   "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*"})
+
+
 def test_the_local_backend_performs_every_fault_and_target():
     local = registry.get("local")
+    assert local.capabilities == capabilities.derive(LocalBackend) == LOCAL
     assert [s for s in catalog.all_specs() if not can_perform(local.capabilities, s)] == []
+    for n in catalog.FAULTS:  # the targeted faults too
+        assert all(can_perform(local.capabilities, s) for s in catalog.expand(n)), n
+
+
+def test_capabilities_follow_the_protocols_a_backend_implements():
+    """Each optional protocol adds exactly the faults that need it; none is listed by hand."""
+    assert isinstance(LocalBackend(), base.NetworkFaults) and not isinstance(NoNetworkStandIn(), base.NetworkFaults)
+    assert capabilities.spark_class(LocalBackend) is LocalSpark
+    for proto in (base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes):
+        assert issubclass(LocalSpark, proto) and issubclass(StandInSpark, proto), proto
+    assert issubclass(DockerSpark, base.DriverPause) and issubclass(DockerSpark, base.ExecutorFaults)
+    assert not issubclass(DockerSpark, base.TaskKill) and not issubclass(DockerSpark, base.Runtimes)
+    assert StandInBackend().capabilities == LOCAL
+    core = {s for s, needs in capabilities.NEEDS.items() if not needs}
+    assert core == {"kill-driver", "kill-broker:*", "pause-broker:*", "commit-delay:*"}
+    assert NoNetworkStandIn().capabilities == core | {"kill-executor"}
+    for spec in capabilities.NEEDS:  # every spec names a fault (and a target) that exists
+        name, _, target = spec.partition(":")
+        assert name in catalog.FAULTS and (target in ("", "*") or target in catalog.target_choices()[name]), spec
+        assert bool(target) == bool(catalog.target_choices().get(name)), spec
 
 
 def test_an_unknown_backend_is_a_usage_error(tmp_path, capsys):
@@ -92,11 +134,19 @@ def _members(proto: type) -> set[str]:
     ("SparkApp", "onceproof.backends.local.spark:LocalSpark"),
     ("SparkApp", "onceproof.backends.docker.spark:DockerSpark"),
     ("FaultNetwork", "onceproof.backends.local.faultproxy:ProxyNetwork"),
+    ("FaultNetwork", "onceproof.backends.docker.network:DockerFaultNetwork"),
     ("Backend", "onceproof.backends.local.backend:LocalBackend"),
+    ("NetworkFaults", "onceproof.backends.local.backend:LocalBackend"),
+    ("Prepare", "onceproof.backends.local.backend:LocalBackend"),
+    ("Backend", "onceproof.backends.docker.backend:DockerBackend"),
+    ("NetworkFaults", "onceproof.backends.docker.backend:DockerBackend"),
+    ("Prepare", "onceproof.backends.docker.backend:DockerBackend"),
     ("Cluster", "tests.stand_in_backend:StandInCluster"),
     ("SparkApp", "tests.stand_in_backend:StandInSpark"),
+    ("SparkApp", "tests.stand_in_backend:CoreStandInSpark"),
     ("FaultNetwork", "tests.stand_in_backend:StandInNetwork"),
     ("Backend", "tests.stand_in_backend:StandInBackend"),
+    ("Backend", "tests.stand_in_backend:NoNetworkStandIn"),
 ])
 def test_each_implementation_has_every_protocol_member(proto, impl):
     import importlib
@@ -277,9 +327,12 @@ def test_no_nemesis_reaches_past_the_protocols(path):
         # ctx.cluster.<x>, ctx.spark.<x>, ctx.network.<x>: <x> must be a member of that protocol
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
                 and node.value.attr in SERVICES:
-            proto = SERVICES[node.value.attr]
-            assert node.attr in _members(proto), \
-                f"{path.name}:{node.lineno} uses .{node.value.attr}.{node.attr}, not a member of {proto.__name__}"
+            protos = SERVICES[node.value.attr]
+            assert any(node.attr in _members(p) for p in protos), \
+                f"{path.name}:{node.lineno} uses .{node.value.attr}.{node.attr}, not a member of " \
+                + " or ".join(p.__name__ for p in protos)
 
 
-SERVICES = {"cluster": base.Cluster, "spark": base.SparkApp, "network": base.FaultNetwork}
+# ctx.spark in a nemesis: the core or an optional protocol (the one its fault's capabilities.NEEDS names)
+SERVICES = {"cluster": (base.Cluster,), "network": (base.FaultNetwork,),
+            "spark": (base.SparkApp, base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes)}

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from onceproof.backends import registry
+from onceproof.backends import base, capabilities, registry
 from onceproof.backends.base import GONE, STOPPED, PipelineArgs, can_perform
-from onceproof.backends.docker.backend import CAPABILITIES, DockerBackend
+from onceproof.backends.common.broker_config import server_properties
+from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.docker.backend import DockerBackend
 from onceproof.backends.docker.cluster import node_state
 from onceproof.backends.docker.driver import driver_command
 from onceproof.backends.docker.layout import (
@@ -27,10 +29,14 @@ from onceproof.backends.docker.layout import (
     subnet_candidates,
 )
 from onceproof.backends.docker.network import DockerFaultNetwork, proxy_specs
-from onceproof.backends.docker.spark import executors_in, pipeline_for_network, shared_dirs, spark_volumes
-from onceproof.backends.local.kafka import server_properties
-from onceproof.backends.local.layout import ClusterSpec
-from onceproof.harness.config import TestConfig
+from onceproof.backends.docker.spark import (
+    DockerSpark,
+    executors_in,
+    pipeline_for_network,
+    shared_dirs,
+    spark_volumes,
+)
+from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.nemesis import catalog
 
 NETWORK_KEYS = {"node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
@@ -54,7 +60,7 @@ def test_env_names_decode_back_to_the_property(prop):
 
 @pytest.mark.parametrize("nodes", [1, 3, 5])
 def test_brokers_get_the_local_backends_settings_and_only_the_network_keys_differ(nodes):
-    local = dict(l.split("=", 1) for l in server_properties(
+    local = dict(kv.split("=", 1) for kv in server_properties(
         ClusterSpec(Path("."), nodes=nodes), ClusterSpec(Path("."), nodes=nodes).node(1), Path("/x")).splitlines())
     env = lay(nodes=nodes).broker_env(1, "CID")
     props = {_decode(k): v for k, v in env.items() if k.startswith("KAFKA_")}
@@ -216,10 +222,16 @@ def test_executors_are_the_current_apps_executor_jvms_in_docker_top():
     assert executors_in({"Titles": ["UID", "CMD"], "Processes": [["0", main]]}, "a") == []
 
 
+# Every general fault, every target (each verified by a run on this backend); not zombie-task nor upgrade.
+CAPABILITIES = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
+                          "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*"})
+
+
 def test_the_backend_is_registered_and_declares_only_faults_that_exist():
     assert "docker" in registry.names()
     b = registry.get("docker")
-    assert isinstance(b, DockerBackend) and b.capabilities == CAPABILITIES
+    assert isinstance(b, DockerBackend) and b.capabilities == capabilities.derive(DockerBackend) == CAPABILITIES
+    assert capabilities.spark_class(DockerBackend) is DockerSpark and isinstance(b, base.NetworkFaults)
     for spec in CAPABILITIES:
         name, _, target = spec.partition(":")
         assert name in catalog.FAULTS and (target in ("", "*") or target in catalog.target_choices()[name])
@@ -228,8 +240,9 @@ def test_the_backend_is_registered_and_declares_only_faults_that_exist():
 
 
 def test_a_docker_run_of_the_definition_of_done_validates_without_starting_anything(tmp_path):
-    cfg = TestConfig(backend="docker", sink="eos", nemesis=catalog.parse("kill-executor,kill-broker,pause-broker,partition"),
-                     time_limit=90, seed=1, results_root=tmp_path / "r")
+    cfg = TestConfig(backend="docker", sink="eos",
+                     nemesis=catalog.parse("kill-executor,kill-broker,pause-broker,partition"), time_limit=90,
+                     seed=1, results_root=tmp_path / "r")
     assert cfg.validate() is cfg
     assert not (tmp_path / "r").exists()
 
@@ -267,13 +280,10 @@ def test_the_compose_cli_is_the_plugin_then_v1_then_none(tmp_path, monkeypatch, 
     assert compose_command() == ["docker-compose", "--verbose"]
 
 
-def test_the_docker_backend_has_no_second_pyspark_runtime_and_says_so():
-    from onceproof.backends.base import BackendError
-    from onceproof.backends.docker.spark import DockerSpark
-
-    app = object.__new__(DockerSpark)  # no engine: set_runtime needs only the image
-    app.image = "onceproof/spark:4.3.0"
-    assert app.set_runtime(None) == "4.3.0"
-    with pytest.raises(BackendError, match="Docker backend has no second PySpark runtime.*local backend"):
-        app.set_runtime("previous")
+def test_the_docker_backend_has_no_second_pyspark_runtime_and_says_so(tmp_path):
+    assert not issubclass(DockerSpark, base.Runtimes) and not hasattr(DockerSpark, "set_runtime")
     assert not can_perform(CAPABILITIES, "upgrade:pyspark")
+    with pytest.raises(ConfigError) as e:
+        TestConfig(backend="docker", sink="eos", nemesis=["upgrade:pyspark"], time_limit=90, seed=1,
+                   results_root=tmp_path / "r").validate()
+    assert e.value.option == "--nemesis" and "upgrade:pyspark" in e.value.message and "docker" in e.value.message

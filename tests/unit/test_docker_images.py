@@ -68,7 +68,7 @@ def test_python_requirements_are_the_drivers_installed_versions_and_the_lock_pin
 
 
 def test_kafka_context_carries_the_resolved_jars_or_none_on_the_official_image():
-    from onceproof.backends.local import jars
+    from onceproof.backends.common import jars
 
     local = images._kafka_recipe("onceproof/jre:17-x", None)
     got = sorted(e.path for e in local.entries if e.arcname.startswith("libs/"))

@@ -1,4 +1,4 @@
-"""Port leases (backends/local/ports.py): clusters started together on one machine get disjoint ports; a lease
+"""Port leases (backends/common/ports.py): clusters started together on one machine get disjoint ports; a lease
 whose owner and brokers are dead is reclaimed; `down` releases it; a broker's bind failure is read from
 its log. No broker is started here (see tests/test_ports_cluster.py for the real thing)."""
 
@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from onceproof.backends.base import ClusterError
+from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.common.ports import free_base_port, port_free, ports_dir
 from onceproof.backends.local.kafka import KafkaCluster
-from onceproof.backends.local.layout import ClusterSpec
-from onceproof.backends.local.ports import free_base_port, port_free, ports_dir
 
 START = 33090  # away from the default 19090 that real clusters on this machine use
 
@@ -40,7 +40,7 @@ def free_start() -> int:
 CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from onceproof.backends.local.ports import free_base_port
+    from onceproof.backends.common.ports import free_base_port
     go = Path(sys.argv[1])
     print("ready", flush=True)
     while not go.exists():

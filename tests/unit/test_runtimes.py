@@ -122,7 +122,8 @@ def test_set_runtime_gives_the_next_driver_start_the_runtimes_interpreter_and_ja
     import pyspark
 
     from onceproof.backends.base import PipelineArgs
-    from onceproof.backends.local import jars, spark
+    from onceproof.backends.common import jars
+    from onceproof.backends.local import spark
 
     asked_jars = []
 
@@ -151,7 +152,7 @@ def test_the_supervisor_restarts_a_driver_that_exited_0_on_the_runtime_set_last(
     import sys
     import time
 
-    from onceproof.backends.local.supervisor import DriverSupervisor
+    from onceproof.backends.common.supervisor import DriverSupervisor
 
     starts = tmp_path / "starts"
     code = ("import os, sys; open(sys.argv[1], 'a').write(os.environ['PYSPARK_PYTHON'] + ' '"

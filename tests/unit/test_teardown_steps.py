@@ -5,7 +5,7 @@ import threading
 import time
 from contextlib import ExitStack
 
-from onceproof.backends.local import supervisor
+from onceproof.backends.common import supervisor
 from onceproof.harness import teardown
 
 

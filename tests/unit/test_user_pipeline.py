@@ -167,7 +167,7 @@ def test_a_pipeline_cmd_run_is_named_after_its_script_and_refuses_what_cannot_re
 
 
 def test_a_user_query_is_ready_when_spark_wrote_the_checkpoint_metadata_and_a_driver_runs(tmp_path):
-    from onceproof.backends.local.supervisor import checkpoint_ready
+    from onceproof.backends.common.supervisor import checkpoint_ready
 
     assert checkpoint_ready(tmp_path, 77) is None  # no metadata yet
     (tmp_path / "metadata").write_text('{"id":"5f2c"}')
@@ -176,7 +176,7 @@ def test_a_user_query_is_ready_when_spark_wrote_the_checkpoint_metadata_and_a_dr
 
 
 def test_executor_logs_are_collected_for_applications_seen_only_on_executor_command_lines(tmp_path, monkeypatch):
-    from onceproof.backends.local import jars, supervisor
+    from onceproof.backends.common import jars, supervisor
 
     spark_home = tmp_path / "pyspark"
     monkeypatch.setattr(jars, "pyspark_jars_dir", lambda: spark_home / "jars")

@@ -1,21 +1,30 @@
 """The seams a backend fills: where the Kafka cluster, the Spark pipeline and the fault network run.
 
-A backend (``local`` processes today, Docker later) builds three services, each a small protocol in
-the manner of Jepsen's ``DB`` (``setup!``/``teardown!`` plus ``Kill``, ``Pause``, ``LogFiles``) and of
-ducktape's ``Service`` (``start_node``, ``stop_node(clean_shutdown)``, ``signal_node``, ``pids``, and
+A small core every backend implements, in the manner of Jepsen's ``DB`` (``setup!``/``teardown!``)
+and of ducktape's ``Service`` (``start_node``, ``stop_node(clean_shutdown)``, ``signal_node``, ``pids``,
 the log files it names):
 
+* :class:`Backend` – a name and the factory of the services below;
 * :class:`Cluster` – the Kafka nodes: up/down, start, stop (clean or not), kill, pause, resume, and
   what their processes look like (:class:`NodeState`), for the nemeses' evidence;
-* :class:`SparkApp` – the pipeline's driver under supervision, its executors, its checkpoint;
-* :class:`FaultNetwork` – the network paths between clients and nodes, cut or slowed one at a time.
+* :class:`SparkApp` – the pipeline's driver under supervision: start/stop, kill, its checkpoint, logs.
+
+and optional protocols for what only some backends can do, as Jepsen's ``Kill``, ``Pause`` and
+``LogFiles`` are optional to a ``DB``:
+
+* on the backend: :class:`NetworkFaults` (a :class:`FaultNetwork`, every path cut or slowed one at a
+  time), :class:`Prepare` (fetch jars, build images ahead of time);
+* on its :class:`SparkApp`: :class:`DriverPause` (freeze and thaw the driver), :class:`ExecutorFaults`
+  (find and kill executors), :class:`TaskKill` (kill a task process that outlived its executor),
+  :class:`Runtimes` (another PySpark for the next driver start).
 
 The runner and ``nemesis/`` use nothing else of a backend: no pid set by hand, no port read from a
 backend's own layout, no process table walked. Facts a fault records as evidence (a pid, a process
 status) come back from these methods.
 
-A backend declares the faults it can perform (:attr:`Backend.capabilities`, ``fault:target`` specs);
-``TestConfig.validate`` refuses any other fault before anything starts (:func:`can_perform`).
+The faults a backend can perform (``fault:target`` specs) follow from the optional protocols it
+implements (``backends/capabilities.py``); ``TestConfig.validate`` refuses any other fault before
+anything starts (:func:`can_perform`).
 
 Units: node ids are Kafka's ``node.id`` (1..n); times are seconds unless named ``_ms``; addresses are
 ``host:port``.
@@ -23,12 +32,9 @@ Units: node ids are Kafka's ``node.id`` (1..n); times are seconds unless named `
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 # Process statuses: psutil's names (psutil.STATUS_*), plus two of ours. A backend without OS processes
 # maps its states onto these (a paused container is STOPPED).
@@ -209,7 +215,9 @@ class Cluster(Protocol):
 
 class SparkApp(Protocol):
     """The pipeline's driver under supervision: restarted from :attr:`checkpoint` when it dies, as a
-    cluster manager's supervise mode would (ducktape service; Jepsen ``DB`` for the system under test)."""
+    cluster manager's supervise mode would (ducktape service; Jepsen ``DB`` for the system under test).
+    The core every backend's pipeline implements; what only some can do is in :class:`DriverPause`,
+    :class:`ExecutorFaults`, :class:`TaskKill` and :class:`Runtimes`."""
 
     @property
     def checkpoint(self) -> Path:
@@ -244,6 +252,20 @@ class SparkApp(Protocol):
         """SIGKILL the driver ``pid`` (as :attr:`driver_pid` or the pipeline's own announcement gave it)
         with everything it started; True when it is gone. The supervisor restarts it."""
 
+    def restarts(self) -> int:
+        """How many times the driver died and was restarted."""
+
+    def driver_log(self) -> Path | None:
+        """The newest driver incarnation's log (Spark's driver log lines), ``None`` before the first."""
+
+    def log_files(self) -> list[Path]:
+        """Every driver and executor log written so far."""
+
+
+@runtime_checkable
+class DriverPause(Protocol):
+    """Optional to a :class:`SparkApp`: the driver frozen where it is, then thawed (Jepsen ``Pause``)."""
+
     def freeze_driver(self, pid: int) -> bool:
         """SIGSTOP the driver ``pid`` with everything it started (it stays exactly where it is until
         :meth:`thaw_driver` or a kill); False when it is gone."""
@@ -251,17 +273,10 @@ class SparkApp(Protocol):
     def thaw_driver(self, pid: int) -> None:
         """SIGCONT what :meth:`freeze_driver` stopped."""
 
-    def restarts(self) -> int:
-        """How many times the driver died and was restarted."""
 
-    def set_runtime(self, version: str | None) -> str:
-        """Choose the PySpark the *next* driver start runs (the running driver is left alone; it changes
-        when the driver next dies or stops): ``"previous"`` = the previous minor release, in an
-        environment the backend builds once and caches (``backends/local/runtimes.py``; the first call
-        can take a minute), ``None`` = the harness's own. Returns that version (e.g. ``"4.2.1"``).
-
-        Raises: ``BackendError`` naming the fix when the runtime cannot be built, or when this backend has
-        no second runtime."""
+@runtime_checkable
+class ExecutorFaults(Protocol):
+    """Optional to a :class:`SparkApp`: its executors found one by one and killed alone."""
 
     def executors(self) -> list[Executor]:
         """The current driver's live executors."""
@@ -272,15 +287,28 @@ class SparkApp(Protocol):
     def kill_executor(self, executor: Executor) -> str | None:
         """SIGKILL ``executor`` and wait (≤ 10 s). Returns why it failed, ``None`` when it is gone."""
 
+
+@runtime_checkable
+class TaskKill(Protocol):
+    """Optional to a :class:`SparkApp`: a Python task process that outlives its executor's kill can be
+    killed on its own (a zombie task, ``nemesis/zombie.py``)."""
+
     def kill_task(self, task_pid: int) -> bool:
         """SIGKILL the Python task process ``task_pid`` (one a sink task announced, e.g. a zombie that
         outlived its executor) if it is still a PySpark worker; True when it was killed."""
 
-    def driver_log(self) -> Path | None:
-        """The newest driver incarnation's log (Spark's driver log lines), ``None`` before the first."""
 
-    def log_files(self) -> list[Path]:
-        """Every driver and executor log written so far."""
+@runtime_checkable
+class Runtimes(Protocol):
+    """Optional to a :class:`SparkApp`: a second PySpark for the next driver start (``upgrade:pyspark``)."""
+
+    def set_runtime(self, version: str | None) -> str:
+        """Choose the PySpark the *next* driver start runs (the running driver is left alone; it changes
+        when the driver next dies or stops): ``"previous"`` = the previous minor release, in an
+        environment the backend builds once and caches (``backends/local/runtimes.py``; the first call
+        can take a minute), ``None`` = the harness's own. Returns that version (e.g. ``"4.2.1"``).
+
+        Raises: ``BackendError`` naming the fix when the runtime cannot be built."""
 
 
 class FaultNetwork(Protocol):
@@ -338,7 +366,8 @@ class FaultNetwork(Protocol):
 
 
 class Backend(Protocol):
-    """Where a test runs: a name, the faults it can perform, and the factory of its three services."""
+    """Where a test runs: a name and the factory of its services (the core every backend implements).
+    :attr:`capabilities` is derived (``backends/capabilities.py``), never listed by hand."""
 
     name: str
     user_pipelines: bool
@@ -347,7 +376,8 @@ class Backend(Protocol):
     """Runs ``--sink file`` (:attr:`PipelineArgs.file_sink`: executors write where the harness reads)."""
     capabilities: frozenset[str]
     """``fault:target`` specs (``kill-broker:leader``), ``fault:*`` for every target of a fault, or a
-    bare name for a fault without targets (``kill-driver``)."""
+    bare name for a fault without targets (``kill-driver``): what the protocols this backend and its
+    :class:`SparkApp` implement allow (``backends/capabilities.py``)."""
 
     def cluster(self, shape: ClusterShape) -> Cluster:
         """A cluster of ``shape``, not started (it may reserve ports). Raises ``ClusterError``."""
@@ -356,15 +386,27 @@ class Backend(Protocol):
         """The detached cluster started earlier in ``data_dir``. Raises ``ClusterError`` when there is
         none."""
 
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> SparkApp:
+        """The supervised pipeline, not started; driver and executor logs go to ``log_dir``. Its return
+        annotation names the class whose optional protocols the capabilities are derived from."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of what this backend runs (Kafka, PySpark, the connector, Java), for ``test.json``."""
+
+
+@runtime_checkable
+class NetworkFaults(Protocol):
+    """Optional to a :class:`Backend`: a fault network in front of the cluster (``partition``,
+    ``slow-network``)."""
+
     def network(self, cluster: Cluster, log_dir: Path) -> FaultNetwork:
         """The fault network of ``cluster`` (built by this backend, with ``shape.proxied``), not started;
         its logs go to ``log_dir``."""
 
-    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> SparkApp:
-        """The supervised pipeline, not started; driver and executor logs go to ``log_dir``."""
 
-    def versions(self) -> dict[str, str]:
-        """Versions of what this backend runs (Kafka, PySpark, the connector, Java), for ``test.json``."""
+@runtime_checkable
+class Prepare(Protocol):
+    """Optional to a :class:`Backend`: what runs need, fetched or built ahead of time (jars, images)."""
 
     def prepare(self) -> list[str]:
         """Fetch and cache what runs need (jars, images) ahead of time; lines saying what is ready."""
@@ -376,42 +418,3 @@ def can_perform(capabilities: frozenset[str] | set[str], spec: str) -> bool:
     (``onceproof.nemesis.catalog.expand``)."""
     name, _, _target = spec.partition(":")
     return spec in capabilities or f"{name}:*" in capabilities
-
-
-def wait_healthy(bootstrap: str, nodes: int, *, exited: Callable[[], str | None],
-                 not_listening: Callable[[], list[int]], timeout_s: float, where: str) -> None:
-    """Block until Kafka's metadata at ``bootstrap`` lists ``nodes`` brokers and a controller, and
-    ``not_listening()`` (broker ids whose process does not yet listen on all its ports) is empty: Kafka 4
-    binds its data-plane listeners only *after* the broker registers with the controller, so a broker
-    whose client port was taken dies just after looking registered (seen in CI). Polls every 0.5 s; the
-    shared start-up check of every backend's :meth:`Cluster.healthy`.
-
-    Args:
-        exited: what went wrong when a broker is already gone (e.g. ``"broker(s) [2] exited"``), else None.
-        where: appended to the error, e.g. ``"see <log dir>/"``.
-
-    Raises: ``ClusterError`` when ``exited()`` says so, or after ``timeout_s`` seconds with the last state.
-    """
-    from confluent_kafka.admin import AdminClient
-
-    deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000,
-                         "logger": logging.getLogger("onceproof.librdkafka.admin")})
-    last = "no answer"
-    while time.monotonic() < deadline:
-        why = exited()
-        if why:
-            raise ClusterError(f"{why} during start; {where}")
-        try:
-            md = admin.list_topics(timeout=5)
-            if len(md.brokers) == nodes and md.controller_id >= 0:
-                deaf = not_listening()
-                if not deaf:
-                    return
-                last = f"broker(s) {deaf} registered but not yet listening on their ports"
-            else:
-                last = f"{len(md.brokers)} broker(s) registered"
-        except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException while nodes start
-            last = str(e)
-        time.sleep(0.5)
-    raise ClusterError(f"cluster not healthy after {timeout_s:.0f}s ({last}); {where}")

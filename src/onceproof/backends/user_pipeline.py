@@ -13,9 +13,11 @@ The contract the command must keep is ``docs/pipeline-contract.md``.
 
 from __future__ import annotations
 
+import re
 import shlex
 import string
 from dataclasses import dataclass
+from pathlib import PurePath
 
 PLACEHOLDERS: dict[str, str] = {
     "python": "the project's Python interpreter (the one with pyspark and confluent-kafka)",
@@ -81,9 +83,6 @@ class PipelineCommand:
     def script_name(self) -> str:
         """The stem of the first word ending in ``.py`` (``examples/my_job.py`` → ``my_job``), or "" (a
         test's default name, ``TestConfig.name``)."""
-        import re
-        from pathlib import PurePath
-
         for w in self.words:
             if w.endswith(".py") and "{" not in w:
                 return re.sub(r"[^A-Za-z0-9._+-]", "-", PurePath(w).stem).lstrip("._+-")

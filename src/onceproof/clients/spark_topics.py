@@ -10,7 +10,8 @@ again, so the caller writes the frame once (``checking/spark/checks.py`` saves i
 parquet snapshot) and checks what it wrote.
 
 The Kafka connector is not in PySpark's jars: the session needs ``spark.jars`` = the jars of
-``onceproof.backends.local.jars.spark_kafka_classpath()`` (``onceproof.checking.spark.checks.session(kafka=True)`` sets it).
+``onceproof.backends.common.jars.spark_kafka_classpath()``
+(``onceproof.checking.spark.checks.session(kafka=True)`` sets it).
 
 Columns, as ``topics.decode_values`` gives them: ``key`` (the value's ``key``, else the record key, UTF-8),
 ``seq`` (long; null when the value is not a JSON object with an integer ``seq``: the checker counts it

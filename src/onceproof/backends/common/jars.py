@@ -103,7 +103,7 @@ def spark_kafka_classpath(pyspark_jars: Path | None = None) -> Classpath:
 
 def pyspark_jars_dir() -> Path:
     """``<site-packages>/pyspark/jars`` of the running interpreter."""
-    import pyspark
+    import pyspark  # lazy: pyspark is heavy; the checkers and the docker backend import this module without it
 
     return Path(pyspark.__file__).parent / "jars"
 

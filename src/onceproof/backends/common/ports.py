@@ -22,7 +22,7 @@ import psutil
 
 from onceproof.backends.base import ClusterError
 from onceproof.backends.cache import cache_dir
-from onceproof.backends.local.layout import ClusterSpec
+from onceproof.backends.common.layout import ClusterSpec
 
 log = logging.getLogger("onceproof.kafka")
 

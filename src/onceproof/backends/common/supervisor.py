@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -19,7 +20,8 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import PipelineArgs
-from onceproof.backends.local import jars, processes
+from onceproof.backends.common import jars, processes
+from onceproof.backends.user_pipeline import PipelineCommand
 
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 APP_POLL_S = 2.0
@@ -199,7 +201,7 @@ def app_id(proc: psutil.Process) -> str:
 
 def connector_jars(pyspark_jars: Path | None = None) -> str:
     """The Spark Kafka connector's classpath, comma-separated for ``spark.jars`` (resolved by Maven on
-    first use, :mod:`onceproof.backends.local.jars`), minus what the PySpark in ``pyspark_jars`` (default: this
+    first use, :mod:`onceproof.backends.common.jars`), minus what the PySpark in ``pyspark_jars`` (default: this
     interpreter's ``pyspark/jars``) ships."""
     return ",".join(str(j) for j in jars.spark_kafka_classpath(pyspark_jars).jars)
 
@@ -212,8 +214,6 @@ def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars:
     PySpark runtime (:mod:`onceproof.backends.local.runtimes`)."""
     python = python or sys.executable
     if pipeline.command:
-        from onceproof.backends.user_pipeline import PipelineCommand
-
         return PipelineCommand.parse(pipeline.command).argv(
             {"python": python, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
              "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
@@ -236,8 +236,6 @@ def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozens
     own). Returns the number of applications collected. Never raises for a missing or half-written
     directory.
     """
-    import shutil
-
     apps = set(app_ids)  # and those the bundled pipeline announced
     try:
         for line in (control / "driver.apps.jsonl").read_text().splitlines():

@@ -7,7 +7,7 @@ Three pieces:
   ``$ONCEPROOF_CACHE`` or ``~/.cache/onceproof``, see :mod:`onceproof.backends.cache`), reused while its
   ``.complete`` stamp exists. The Go module and build caches live in ``cache_dir()/go`` and
   ``cache_dir()/go-build``, never in the repo or the user's own ``GOPATH``.
-* :class:`ToxiproxyServer` — runs that binary on ``127.0.0.1`` through :func:`onceproof.backends.local.processes.spawn`
+* :class:`ToxiproxyServer` — runs that binary on ``127.0.0.1`` through :func:`onceproof.backends.common.processes.spawn`
   (own process group, SIGKILLed with the harness).
 * :class:`ToxiproxyClient` — a small client for toxiproxy's HTTP API.
 
@@ -62,8 +62,8 @@ from typing import Any
 import psutil
 
 from onceproof.backends.cache import cache_dir
+from onceproof.backends.common import processes
 from onceproof.backends.gobuild import built_once, go_env
-from onceproof.backends.local import processes
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2"
 TOXIPROXY_VERSION = "v2.12.0"
@@ -198,10 +198,10 @@ class ToxiproxyServer:
 
         with ToxiproxyServer().start(run_dir / "toxiproxy.log") as srv:
             srv.client.create_proxy("broker1", "127.0.0.1:19092", "127.0.0.1:9092")
-
-    The process is started by :func:`onceproof.backends.local.processes.spawn` with ``tie_to_parent=True``: it is in its
-    own process group and is SIGKILLed when the harness dies (``PR_SET_PDEATHSIG``; that signal follows
-    the *thread* that forked, see :mod:`onceproof.backends.local.processes` for which thread that is).
+     The process is started by :func:`onceproof.backends.common.processes.spawn` with ``tie_to_parent=True``:
+    it is in its own process group and is SIGKILLed when the harness dies (``PR_SET_PDEATHSIG``; that signal
+    follows the *thread* that forked, see :mod:`onceproof.backends.common.processes` for which thread that
+    is).
 
     Args:
         binary: the server binary; ``None`` builds (or reuses) the pinned one with :func:`build_server`.

@@ -24,20 +24,15 @@ import uuid
 from pathlib import Path
 
 from onceproof.backends.base import BackendError, ClusterError, ClusterShape, PipelineArgs
+from onceproof.backends.capabilities import DERIVED
+from onceproof.backends.common import jars, toxiproxy
+from onceproof.backends.common.ports import free_base_port
+from onceproof.backends.docker import images
 from onceproof.backends.docker.cluster import DockerKafkaCluster, read_state
 from onceproof.backends.docker.layout import DockerLayout
 from onceproof.backends.docker.network import DockerFaultNetwork
 from onceproof.backends.docker.site import DockerSite, engine_client
 from onceproof.backends.docker.spark import DockerSpark
-from onceproof.backends.local.ports import free_base_port
-
-# Every fault of nemesis/catalog.py, every target (each verified by a run on this backend; README,
-# "Docker backend"): processes are host pids (pid_mode=host) or containers the engine kills and
-# pauses, and every path is a toxiproxy proxy or a network attachment.
-CAPABILITIES = frozenset({
-    "kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
-    "commit-delay:*", "partition:*", "slow-network:*",
-})
 
 
 def image_refs() -> dict[str, str]:
@@ -47,9 +42,6 @@ def image_refs() -> dict[str, str]:
 
     Raises: ``BackendError`` when this interpreter's PySpark is not the pinned one.
     """
-    from onceproof.backends.docker import images
-    from onceproof.backends.local import jars, toxiproxy
-
     try:
         pyspark = images.python_requirements()["pyspark"]
     except images.ImageBuildError as e:
@@ -61,12 +53,17 @@ def image_refs() -> dict[str, str]:
 
 class DockerBackend:
     """Factory of the Docker services. One cluster at a time per process: :meth:`spark` runs the
-    pipeline on the network of the cluster :meth:`cluster` built last."""
+    pipeline on the network of the cluster :meth:`cluster` built last.
+
+    Implements ``Backend``, ``NetworkFaults`` and ``Prepare``; with :class:`DockerSpark`'s protocols it
+    performs every general fault of ``nemesis/catalog.py``, every target (each verified by a run on this
+    backend): processes are host pids (``pid_mode=host``) or containers the engine kills and pauses, and
+    every path is a toxiproxy proxy or a network attachment."""
 
     name = "docker"
     user_pipelines = False  # the driver container runs onceproof.pipeline.job only (backends/docker/driver.py)
     file_sinks = False  # the worker containers do not mount the run directory
-    capabilities = CAPABILITIES
+    capabilities = DERIVED
 
     def __init__(self):
         self._client = None
@@ -126,8 +123,6 @@ class DockerBackend:
 
     def versions(self) -> dict[str, str]:
         """Kafka, PySpark and the connector as the images' labels and build say, Java 17, the images."""
-        from onceproof.backends.local import jars
-
         refs = image_refs()
         out = {"kafka": refs["kafka"].rpartition(":")[2], "pyspark": refs["spark"].rpartition(":")[2],
                "java": "17 (onceproof/jre)"}
@@ -144,8 +139,6 @@ class DockerBackend:
 
     def prepare(self) -> list[str]:
         """Build (or find by content hash) the kafka, spark and toxiproxy images (and their bases)."""
-        from onceproof.backends.docker import images
-
         try:
             built = images.build(self.client, ["kafka", "spark", "toxiproxy"])
         except images.ImageBuildError as e:

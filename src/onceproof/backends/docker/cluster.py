@@ -5,7 +5,7 @@ Addresses, listeners and broker settings: :mod:`onceproof.backends.docker.layout
 backend: RF 3, min ISR 2, no unclean election, the transaction log's RF 3 / min ISR 2). Each node's
 data directory is bind-mounted from ``<data_dir>/node<i>/data``, so ``--keep-data`` keeps it and a
 restarted container finds it. Host ports are leased like the local backend's
-(``backends/local/ports.py``), so a Docker cluster and a local one never take the same ports.
+(``backends/common/ports.py``), so a Docker cluster and a local one never take the same ports.
 
 Faults on a node are the engine's: ``kill`` = ``docker kill`` (SIGKILL; the container stays, ``start``
 restarts it on its data), ``pause`` / ``resume`` = ``docker pause`` / ``unpause`` (the cgroup freezer;
@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -30,11 +31,12 @@ from pathlib import Path
 import psutil
 
 import docker
-from onceproof.backends.base import GONE, STOPPED, ClusterError, NodeState, wait_healthy
+from onceproof.backends.base import GONE, STOPPED, ClusterError, NodeState
+from onceproof.backends.common.health import wait_healthy
+from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.common.ports import claim_base_port, release_base_port
 from onceproof.backends.docker.layout import CLIENT_PORT, DATA_DIR, DockerLayout
 from onceproof.backends.docker.site import DockerSite, save_logs
-from onceproof.backends.local.layout import ClusterSpec
-from onceproof.backends.local.ports import claim_base_port, release_base_port
 
 log = logging.getLogger("onceproof.docker")
 
@@ -311,8 +313,6 @@ def listening_in(lines: list[str]) -> set[int]:
 
 def _run_env() -> dict[str, str]:
     """``ONCEPROOF_RUN`` for every container's processes, so leftovers can be traced to their run."""
-    import os
-
     run = os.environ.get("ONCEPROOF_RUN")
     return {"ONCEPROOF_RUN": run} if run else {}
 

@@ -75,7 +75,8 @@ def build_plugin(version: str = COMPOSE_VERSION, *, timeout_s: float = 1800.0) -
             raise ComposeBuildError(f"`{' '.join(cmd)}` took over {timeout_s:.0f}s") from e
         if proc.returncode != 0 or not (tmp / "docker-compose").exists():
             raise ComposeBuildError(f"building Compose {version} failed (exit {proc.returncode}).\n"
-                                    f"Command (in {src}): {' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}\n"
+                                    f"Command (in {src}): {' '.join(cmd)}\n{proc.stdout[-2000:]}\n"
+                                    f"{proc.stderr[-3000:]}\n"
                                     "Check access to the Go module proxy and that Go is 1.24+.")
 
     return built_once(plugin_dir(version), "docker-compose", version, build)

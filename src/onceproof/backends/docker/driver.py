@@ -1,6 +1,6 @@
 """Runs the PySpark driver (``python -m onceproof.pipeline.job``) in a container on the run's network and restarts
 it from the same checkpoint when it dies, as a cluster manager's supervise mode would — the Docker
-counterpart of ``backends/local/supervisor.py``'s ``DriverSupervisor``, with the same interface
+counterpart of ``backends/common/supervisor.py``'s ``DriverSupervisor``, with the same interface
 (``start``, ``pid``, ``stop``, ``kill_now``, ``restarts``, ``events``).
 
 A subclass of ``DriverSupervisor`` that replaces how an incarnation runs and stops: the local one starts
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import psutil
 
 import docker
+from onceproof.backends.common.supervisor import DriverSupervisor
 from onceproof.backends.docker.site import DockerSite
-from onceproof.backends.local.supervisor import DriverSupervisor
 
 SPARK_KAFKA_DIR = "/opt/onceproof/spark-kafka"  # the connector's jars in onceproof/spark
 

@@ -33,12 +33,14 @@ then answers on its own ``DOCKER_HOST``, which this module uses like any other e
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -445,9 +447,6 @@ def ensure_engine(**kwargs) -> Iterator[DockerEngine]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m onceproof.backends.docker.engine start|stop|status``: start (and leave running), stop the one we
     started, or print the status as JSON."""
-    import argparse
-    import sys
-
     ap = argparse.ArgumentParser(prog="python -m onceproof.backends.docker.engine", description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=("start", "stop", "status"))
     ap.add_argument("--nice", type=int, default=None, help=f"niceness of a started dockerd (default ${NICE_ENV} or 19)")

@@ -9,11 +9,11 @@ image          what                                                             
 ``base``       Debian 12 ``--variant=minbase`` from ``debootstrap`` piped (tar) into              (nothing)
                ``docker import``, with apt set to install no recommends and no docs
 ``jre``        ``openjdk-17-jre-headless``; the layer ``kafka`` and ``spark`` share               base
-``kafka``      the broker jars the harness resolves (``onceproof.backends.local.jars.kafka_classpath``), the       jre
+``kafka``      the broker jars the harness resolves (``onceproof.backends.common.jars.kafka_classpath``), the       jre
                official image's layout and env convention (``docker/kafka/Dockerfile``)
 ``spark``      Python 3.11 + a venv with the driver's pinned PySpark, py4j and confluent-kafka    jre
                (wheels from pip's cache) + Spark's Kafka connector jars
-``toxiproxy``  the ``toxiproxy-server`` the harness builds (``onceproof.backends.local.toxiproxy.build_server``)    base
+``toxiproxy``  the ``toxiproxy-server`` the harness builds (``common.toxiproxy.build_server``)        base
 =============  =================================================================================  ==========
 
 The hash (sha256, first 12 hex digits in the tag) covers the Dockerfile, every file of the build context
@@ -31,12 +31,14 @@ pinned PySpark (driver and cluster must run the same Spark).
 
 Command line (the Makefile's ``docker-images`` target)::
 
-    python -m onceproof.backends.docker.images build [base jre kafka spark toxiproxy] [--kafka-base IMG] [--spark-base IMG]
+    python -m onceproof.backends.docker.images build [base jre kafka spark toxiproxy] \
+        [--kafka-base IMG] [--spark-base IMG]
     python -m onceproof.backends.docker.images list
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
@@ -54,7 +56,8 @@ from importlib import metadata
 from pathlib import Path
 
 import docker
-from onceproof.backends.docker.engine import DockerEngine, engine_dir
+from onceproof.backends.common import jars, toxiproxy
+from onceproof.backends.docker.engine import DockerEngine, EngineError, engine_dir
 from onceproof.checkout import repository
 
 DOCKER_DIR = (repository() or Path("/nonexistent-onceproof-checkout")) / "docker"
@@ -247,7 +250,8 @@ def _drop_older(client: docker.DockerClient, repo: str, version: str, keep: str)
     for img in client.images.list(name=repo):
         for t in img.tags:
             rest = t.split(":", 1)[1]
-            if rest.startswith(version + "-") and rest != keep and re.fullmatch(r"[0-9a-f]{12}", rest[len(version) + 1:]):
+            if rest.startswith(version + "-") and rest != keep \
+                    and re.fullmatch(r"[0-9a-f]{12}", rest[len(version) + 1:]):
                 try:
                     client.images.remove(t)
                 except docker.errors.APIError:
@@ -352,7 +356,8 @@ def build_base(client: docker.DockerClient, *, force: bool = False, log: Callabl
             f.flush()
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
         if rc != 0:
-            raise ImageBuildError(f"debootstrap failed (exit {rc}); see {blog} (and {root}/debootstrap/debootstrap.log)."
+            raise ImageBuildError(f"debootstrap failed (exit {rc}); see {blog} "
+                                  f"(and {root}/debootstrap/debootstrap.log)."
                                   f" Check access to {DEBIAN_MIRROR} or set ONCEPROOF_DEBIAN_MIRROR to a mirror")
         for e in tweaks:
             dest = root / e.arcname[len("rootfs/"):]
@@ -368,8 +373,8 @@ def build_base(client: docker.DockerClient, *, force: bool = False, log: Callabl
             (root / p).unlink(missing_ok=True)
         _strip_docs(root)  # what debootstrap unpacked before the dpkg excludes were in place
         log(f"base: debootstrap done in {time.monotonic() - t0:.0f}s; docker import ...")
-        tar = subprocess.Popen(_heavy_prefix() + ["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", "-", "."],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        tar = subprocess.Popen(_heavy_prefix() + ["tar", "--numeric-owner", "--xattrs", "-C", str(root),
+                                                  "-cf", "-", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             client.api.import_image(src=tar.stdout, repository=repo, tag=tag, stream_src=True, changes=[
                 "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -465,8 +470,6 @@ def _jre_recipe(base_tag: str) -> _Recipe:
 
 
 def _kafka_recipe(jre_tag: str | None, official: str | None) -> _Recipe:
-    from onceproof.backends.local import jars
-
     entries = _tree(DOCKER_DIR / "kafka" / "onceproof", "onceproof")
     if official:
         version = jars.kafka_version()
@@ -542,8 +545,6 @@ def _wheels_in(d: Path, wanted: dict[str, str]) -> dict[str, Path]:
 
 
 def _spark_recipe(jre_tag: str | None, official: str | None) -> _Recipe:
-    from onceproof.backends.local import jars
-
     reqs = python_requirements()
     requirements = "".join(f"{n}=={v}\n" for n, v in reqs.items()).encode()
     try:
@@ -564,8 +565,6 @@ def _spark_recipe(jre_tag: str | None, official: str | None) -> _Recipe:
 
 
 def _toxiproxy_recipe(base_tag: str) -> _Recipe:
-    from onceproof.backends.local import toxiproxy
-
     try:
         binary = toxiproxy.build_server()
     except toxiproxy.ToxiproxyBuildError as e:
@@ -630,8 +629,6 @@ def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_ba
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m onceproof.backends.docker.images build|list`` (see the module docstring)."""
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m onceproof.backends.docker.images", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the images (a no-op for those whose tag exists)")
@@ -644,8 +641,6 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--json", action="store_true", help="print the results as JSON lines")
     sub.add_parser("list", help="the onceproof images the engine has")
     a = ap.parse_args(argv)
-    from onceproof.backends.docker.engine import EngineError
-
     try:
         eng = DockerEngine().start()  # left running: the images live in it
     except EngineError as e:

@@ -14,7 +14,7 @@ listener        binds (in container)   advertised
 ``CLIENT``      ``0.0.0.0:9091``       ``127.0.0.1:<host port>``: clients on the host (workload, live
                                        reader, checker, nemesis probes). The container port is published
                                        on 127.0.0.1 only; the host port is ``base + i`` (leased,
-                                       ``backends/local/ports.py``), or toxiproxy's ``base + 50 + i``
+                                       ``backends/common/ports.py``), or toxiproxy's ``base + 50 + i``
                                        when the cluster is proxied.
 ``APP``         ``0.0.0.0:9094``       ``kafka<i>:9094``: clients inside the network (the Spark driver and
                                        executors); ``toxiproxy:<9200 + i>`` when proxied.
@@ -33,6 +33,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+
+from onceproof.backends.common import broker_config
+from onceproof.backends.common.layout import ClusterSpec
 
 CLIENT_PORT = 9091
 INTERNAL_PORT = 9092
@@ -161,13 +164,10 @@ class DockerLayout:
     # ------------------------------------------------------------------ brokers
     def server_properties(self, node: int) -> dict[str, str]:
         """``server.properties`` of node ``node``: the local backend's broker settings (RF 3, min ISR 2,
-        no unclean election, the transaction log's RF 3 / min ISR 2, ...; ``backends/local/kafka.py``)
+        no unclean election, the transaction log's RF 3 / min ISR 2, ...; ``backends/common/broker_config.py``)
         with this layout's listeners, quorum and data directory."""
-        from onceproof.backends.local.kafka import server_properties  # one source for the broker settings
-        from onceproof.backends.local.layout import ClusterSpec
-
         spec = ClusterSpec(Path("."), nodes=self.nodes, base_port=self.base_port)
-        text = server_properties(spec, spec.node(node), Path(DATA_DIR))
+        text = broker_config.server_properties(spec, spec.node(node), Path(DATA_DIR))
         props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
         adv = self.advertised(node)
         props.update({

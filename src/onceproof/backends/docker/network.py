@@ -28,9 +28,9 @@ from pathlib import Path
 
 import docker
 from onceproof.backends.base import BackendError
+from onceproof.backends.common.toxiproxy import ToxiproxyClient, ToxiproxyError
 from onceproof.backends.docker.layout import APP_PORT, CLIENT_PORT, INTERNAL_PORT, PROXY_API_PORT, PROXY_HOST
 from onceproof.backends.docker.site import DockerSite
-from onceproof.backends.local.toxiproxy import ToxiproxyClient, ToxiproxyError
 
 NODE = "node-"
 

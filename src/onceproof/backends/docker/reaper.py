@@ -6,46 +6,22 @@ Containers, unlike the local backend's processes, do not die with the harness (t
 ``python -m onceproof.backends.docker.reaper --run <id> --pid <harness pid> --start <its start time>``, in its own
 session. It polls the harness once a second; when the harness is gone it removes everything labelled
 ``org.onceproof.run=<id>`` (:meth:`onceproof.backends.docker.site.DockerSite.sweep`, logs saved) and exits. A run
-that tears down normally stops its reaper (:func:`stop`).
+that tears down normally stops its reaper (:func:`onceproof.backends.docker.site.stop_reaper`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import signal
-import subprocess
 import sys
 import time
 
 import psutil
 
-from onceproof.checkout import IMPORT_ROOT
-
-
-def start(run_id: str) -> subprocess.Popen:
-    """Start the reaper of run ``run_id``, watching this process. Returns its ``Popen``."""
-    me = psutil.Process()
-    argv = [sys.executable, "-m", "onceproof.backends.docker.reaper", "--run", run_id, "--pid", str(me.pid),
-            "--start", repr(me.create_time())]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, close_fds=True, env=env)
-
-
-def stop(proc: subprocess.Popen | None) -> None:
-    """Stop a reaper started by :func:`start` (its job is done) and reap it; ≤ 5 s."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+import docker
+from onceproof.backends.docker.engine import docker_host
+from onceproof.backends.docker.layout import DockerLayout
+from onceproof.backends.docker.site import API_TIMEOUT_S, DockerSite
 
 
 def _alive(pid: int, started: float) -> bool:
@@ -65,11 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while _alive(a.pid, a.start):
         time.sleep(1.0)
-    import docker
-    from onceproof.backends.docker.engine import docker_host
-    from onceproof.backends.docker.layout import DockerLayout
-    from onceproof.backends.docker.site import API_TIMEOUT_S, DockerSite
-
     client = docker.DockerClient(base_url=docker_host(), version="auto", timeout=API_TIMEOUT_S)
     left = DockerSite(client, DockerLayout(a.run, 0, 0)).sweep()
     for line in left:

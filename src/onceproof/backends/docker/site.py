@@ -20,15 +20,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 
+import psutil
 from docker.types import EndpointConfig, IPAMConfig, IPAMPool
+from testcontainers.core.config import testcontainers_config as tc
+from testcontainers.core.container import DockerContainer
 
 import docker
 from onceproof.backends.base import BackendError
+from onceproof.backends.docker.engine import DockerEngine, EngineError
 from onceproof.backends.docker.layout import DockerLayout, subnet_candidates
+from onceproof.checkout import IMPORT_ROOT
 
 log = logging.getLogger("onceproof.docker")
 
@@ -45,8 +54,6 @@ def engine_client() -> docker.DockerClient:
 
     Raises: ``BackendError`` naming the fix when no engine answers.
     """
-    from onceproof.backends.docker.engine import DockerEngine, EngineError
-
     try:
         eng = DockerEngine().start()
     except EngineError as e:
@@ -56,8 +63,6 @@ def engine_client() -> docker.DockerClient:
 
 
 def _ryuk_off_without_image(client: docker.DockerClient) -> None:
-    from testcontainers.core.config import testcontainers_config as tc
-
     if os.environ.get("TESTCONTAINERS_RYUK_DISABLED"):
         return
     try:
@@ -67,6 +72,31 @@ def _ryuk_off_without_image(client: docker.DockerClient) -> None:
         tc.ryuk_disabled = True
     except docker.errors.APIError:
         pass
+
+
+def start_reaper(run_id: str) -> subprocess.Popen:
+    """Start the reaper of run ``run_id`` (:mod:`onceproof.backends.docker.reaper`), watching this
+    process. Returns its ``Popen``."""
+    me = psutil.Process()
+    argv = [sys.executable, "-m", "onceproof.backends.docker.reaper", "--run", run_id, "--pid", str(me.pid),
+            "--start", repr(me.create_time())]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, close_fds=True, env=env)
+
+
+def stop_reaper(proc: subprocess.Popen | None) -> None:
+    """Stop a reaper started by :func:`start_reaper` (its job is done) and reap it; ≤ 5 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
 
 
 class DockerSite:
@@ -106,9 +136,7 @@ class DockerSite:
         Raises: ``BackendError`` when every candidate subnet overlaps another network.
         """
         if self.reap and self._reaper is None:
-            from onceproof.backends.docker import reaper
-
-            self._reaper = reaper.start(self.run_id)
+            self._reaper = start_reaper(self.run_id)
         net = self.network()
         if net is not None:
             subnet = net.attrs["IPAM"]["Config"][0]["Subnet"]
@@ -144,8 +172,6 @@ class DockerSite:
 
         Raises: ``BackendError`` naming the image to build when it is missing; ``docker.errors.APIError``.
         """
-        from testcontainers.core.container import DockerContainer
-
         self.ensure_network()
         name = self.layout.container(role)
         kwargs = {"labels": self.labels(role, log_path), "network": self.layout.network,
@@ -200,9 +226,7 @@ class DockerSite:
         everything is gone)."""
         left = self._sweep(timeout_s)
         if not left and self._reaper is not None:
-            from onceproof.backends.docker import reaper
-
-            reaper.stop(self._reaper)
+            stop_reaper(self._reaper)
             self._reaper = None
         return left
 
@@ -257,6 +281,4 @@ def save_logs(container) -> Path | None:
 
 
 def _with_subnet(layout: DockerLayout, subnet: str) -> DockerLayout:
-    from dataclasses import replace
-
     return replace(layout, subnet=subnet)

@@ -14,13 +14,13 @@ the repository (read-only, ``PYTHONPATH``) at their host paths, so the pipeline'
 everywhere and its hooks work as on the local backend. The pipeline reaches Kafka through the brokers'
 in-network ``APP`` listener (``backends/docker/layout.py``).
 
-``pid_mode=host`` makes every pid a host pid: the driver's announcements (``driver.ready``, the
-commit-window hook), a sink task's pid in ``sink.jsonl``, the executor JVMs. So the process-level
-methods of the local backend's :class:`LocalSpark` apply unchanged: ``executor_of`` walks a task's
-parents up to its executor JVM, ``kill_executor`` SIGKILLs that JVM (inside its worker container; the
-worker reports it lost and the master starts a replacement), ``driver_log`` / ``ready`` read the run's
-files. Executors are the ``CoarseGrainedExecutorBackend`` processes ``docker top`` lists in the
-workers, for the current application. A driver kill is ``docker kill`` of its container.
+``pid_mode=host`` makes every pid a host pid: the driver's announcements (``driver.ready``, the commit-window
+hook), a sink task's pid in ``sink.jsonl``, the executor JVMs. So the process-level methods shared with the
+local backend (:class:`onceproof.backends.common.spark.SupervisedSpark`) apply: ``executor_of`` walks a task's
+parents up to its executor JVM, ``kill_executor`` SIGKILLs that JVM (inside its worker container; the worker
+reports it lost and the master starts a replacement), ``driver_log`` / ``ready`` read the run's files.
+Executors are the ``CoarseGrainedExecutorBackend`` processes ``docker top`` lists in the workers, for the
+current application. A driver kill is ``docker kill`` of its container.
 
 Logs: ``driver-<n>.log`` per incarnation; ``spark-master.log`` and ``spark-worker-<k>.log``; each
 executor's ``stdout``/``stderr`` under ``executors/worker-<k>/<app-id>/<executor-id>/`` (the workers'
@@ -37,11 +37,11 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import BackendError, Executor, PipelineArgs
+from onceproof.backends.common.spark import SupervisedSpark
+from onceproof.backends.common.supervisor import EXECUTOR_MAIN, executor_id, read_ready
 from onceproof.backends.docker.driver import ContainerDriverSupervisor
 from onceproof.backends.docker.layout import MASTER_HOST, MASTER_PORT, WORKERS
 from onceproof.backends.docker.site import DockerSite
-from onceproof.backends.local.spark import LocalSpark
-from onceproof.backends.local.supervisor import EXECUTOR_MAIN, executor_id, read_ready
 from onceproof.checkout import IMPORT_ROOT
 
 REPO = IMPORT_ROOT
@@ -99,12 +99,13 @@ def executors_in(top: dict, app_id: str | None) -> list[int]:
     return out
 
 
-class DockerSpark(LocalSpark):
+class DockerSpark(SupervisedSpark):
     """The supervised pipeline ``pipeline`` on a standalone cluster of ``image`` on ``site``'s network;
     logs in ``log_dir``. Nothing runs until :meth:`start`.
 
-    Shares :class:`LocalSpark`'s process-level methods (see the module docstring); its own
-    ``__init__`` is not run (it would resolve the connector's jars on the host for a host driver).
+    Implements :class:`~onceproof.backends.base.SparkApp`, ``DriverPause`` and ``ExecutorFaults``; not
+    ``TaskKill`` (``zombie-task`` has not been verified on this backend) nor ``Runtimes`` (its driver runs
+    the one PySpark of the ``onceproof/spark`` image; ``upgrade:pyspark`` is for the local backend).
     """
 
     def __init__(self, site: DockerSite, image: str, pipeline: PipelineArgs, network_bootstrap: str,
@@ -192,15 +193,6 @@ class DockerSpark(LocalSpark):
             c = self.site.get(role)
             if c is not None:
                 self.site.remove(c)
-
-    def set_runtime(self, version: str | None) -> str:
-        """Only the image's own PySpark: ``None`` returns its version; any other raises ``BackendError``
-        (the Docker backend has no second runtime: its driver runs in the ``onceproof/spark`` image, one
-        PySpark per image; ``upgrade:pyspark`` is for the local backend)."""
-        if version is None:
-            return self.image.rpartition(":")[2]
-        raise BackendError(f"the Docker backend has no second PySpark runtime (asked for {version!r}): its driver "
-                           f"runs the one PySpark of {self.image}; run upgrade:pyspark on the local backend")
 
     def kill_driver(self, pid: int) -> bool:
         """``docker kill`` the driver container whose main process is ``pid``; True when ``pid`` is gone.

@@ -7,29 +7,22 @@ Needs Java 17+, Maven (the jars, once) and, for network faults, Go 1.23+ (toxipr
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 from onceproof.backends.base import ClusterShape, PipelineArgs
-from onceproof.backends.local import jars
+from onceproof.backends.capabilities import DERIVED
+from onceproof.backends.common import jars
+from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.common.ports import free_base_port
 from onceproof.backends.local.faultproxy import ProxyNetwork
 from onceproof.backends.local.kafka import KafkaCluster
-from onceproof.backends.local.layout import ClusterSpec
-from onceproof.backends.local.ports import free_base_port
 from onceproof.backends.local.spark import LocalSpark
-
-# Every fault of nemesis/catalog.py, every target: processes can be signalled one by one and every path
-# runs through its own toxiproxy proxy.
-CAPABILITIES = frozenset({
-    "kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
-    "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*",
-})
 
 
 def java_version() -> str:
     """``java -version``'s first line (e.g. ``openjdk version "17.0.13" 2024-10-15``) and the binary's
     path, or ``?`` when there is no ``java`` on PATH."""
-    import subprocess
-
     java = shutil.which("java")
     if not java:
         return "?"
@@ -42,15 +35,18 @@ def java_version() -> str:
 
 
 class LocalBackend:
-    """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`)."""
+    """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`).
+    Implements ``Backend``, ``NetworkFaults`` and ``Prepare``; with :class:`LocalSpark`'s protocols it
+    performs every fault of ``nemesis/catalog.py``, every target (processes are signalled one by one and
+    every path runs through its own toxiproxy proxy)."""
 
     name = "local"
     user_pipelines = True
     file_sinks = True
-    capabilities = CAPABILITIES
+    capabilities = DERIVED
 
     def cluster(self, shape: ClusterShape) -> KafkaCluster:
-        """A cluster on the first free, leased port range (``backends/local/ports.py``).
+        """A cluster on the first free, leased port range (``backends/common/ports.py``).
 
         Raises: ``ClusterError`` when no port range is free.
         """
@@ -73,7 +69,7 @@ class LocalBackend:
 
     def versions(self) -> dict[str, str]:
         """Pinned Kafka and connector versions (``deps/``), this interpreter's PySpark, the ``java`` used."""
-        import pyspark
+        import pyspark  # lazy: pyspark is heavy and only this call needs its version
 
         return {"kafka": jars.kafka_version(), "pyspark": pyspark.__version__,
                 "spark-sql-kafka": jars.spark_kafka_classpath().version, "java": java_version()}

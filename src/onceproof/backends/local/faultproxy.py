@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onceproof.backends.local.layout import ClusterSpec
-from onceproof.backends.local.toxiproxy import ToxiproxyClient, ToxiproxyServer, build_server
+from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.common.toxiproxy import ToxiproxyClient, ToxiproxyServer, build_server
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ProxyNetwork:
     def start(self) -> ProxyNetwork:
         """Build (cached) and start toxiproxy, then create every proxy.
 
-        Raises: ``onceproof.backends.local.toxiproxy.ToxiproxyBuildError`` / ``ToxiproxyStartError`` with the fix.
+        Raises: ``onceproof.backends.common.toxiproxy.ToxiproxyBuildError`` / ``ToxiproxyStartError`` with the fix.
         """
         build_server()
         self.server.start(self.log_path)

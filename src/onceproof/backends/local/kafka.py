@@ -1,8 +1,8 @@
 """A real Apache Kafka cluster (KRaft, combined broker+controller nodes) as local JVM processes.
 
 :class:`KafkaCluster` is the local backend's :class:`onceproof.backends.base.Cluster`. Ports and directories:
-``backends/local/layout.py``; the advertised addresses are kept separate from the bound ones so that a
-fault proxy can sit in front of any path. Ports are leased (``backends/local/ports.py``) so that two
+``backends/common/layout.py``; the advertised addresses are kept separate from the bound ones so that a
+fault proxy can sit in front of any path. Ports are leased (``backends/common/ports.py``) so that two
 clusters on one machine never collide.
 
 Configuration facts follow the Kafka 4.x broker docs (https://kafka.apache.org/documentation/#brokerconfigs):
@@ -26,10 +26,12 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.base import FOREIGN, GONE, ClusterError, NodeState, wait_healthy
-from onceproof.backends.local import jars, processes
-from onceproof.backends.local.layout import ClusterSpec, NodeSpec
-from onceproof.backends.local.ports import claim_base_port, free_base_port, release_base_port
+from onceproof.backends.base import FOREIGN, GONE, ClusterError, NodeState
+from onceproof.backends.common import jars, processes
+from onceproof.backends.common.broker_config import server_properties
+from onceproof.backends.common.health import wait_healthy
+from onceproof.backends.common.layout import ClusterSpec, NodeSpec
+from onceproof.backends.common.ports import claim_base_port, free_base_port, release_base_port
 
 log = logging.getLogger("onceproof.kafka")
 
@@ -53,53 +55,6 @@ logger.state.level = WARN
 logger.controller.name = org.apache.kafka.controller
 logger.controller.level = INFO
 """
-
-
-def server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
-    """The ``server.properties`` text (``key=value`` lines) of KRaft node ``n`` of cluster ``spec``, its
-    log segments under ``log_dir``. One source of the broker settings (RF 3, min ISR 2, no unclean
-    election, ...) for every backend: ``backends/docker/layout.py`` rewrites only its listeners, quorum
-    and data directory."""
-    def voter_port(m: NodeSpec) -> int:
-        return m.controller_port if (not spec.proxied or m.node_id == n.node_id) else n.controller_via(m.node_id)
-
-    voters = ",".join(f"{m.node_id}@127.0.0.1:{voter_port(m)}" for m in spec.node_specs)
-    adv_client = n.client_proxy if spec.proxied else n.client_port
-    adv_internal = n.internal_proxy if spec.proxied else n.internal_port
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": n.node_id,
-        "controller.quorum.voters": voters,
-        "listeners": f"CLIENT://127.0.0.1:{n.client_port},INTERNAL://127.0.0.1:{n.internal_port},"
-                     f"CONTROLLER://127.0.0.1:{n.controller_port}",
-        "advertised.listeners": f"CLIENT://127.0.0.1:{adv_client},INTERNAL://127.0.0.1:{adv_internal}",
-        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name": "INTERNAL",
-        "controller.listener.names": "CONTROLLER",
-        "log.dirs": str(log_dir),
-        "num.partitions": 6,
-        "default.replication.factor": min(3, spec.nodes),
-        "min.insync.replicas": min(2, spec.nodes),
-        "offsets.topic.replication.factor": min(3, spec.nodes),
-        "offsets.topic.num.partitions": 6,
-        "transaction.state.log.replication.factor": min(3, spec.nodes),
-        "transaction.state.log.min.isr": min(2, spec.nodes),
-        "transaction.state.log.num.partitions": 6,
-        "share.coordinator.state.topic.replication.factor": min(3, spec.nodes),
-        "share.coordinator.state.topic.min.isr": min(2, spec.nodes),
-        "unclean.leader.election.enable": "false",
-        "auto.create.topics.enable": "false",
-        "group.initial.rebalance.delay.ms": 0,
-        "num.network.threads": 2,
-        "num.io.threads": 2,
-        "num.replica.fetchers": 1,
-        "background.threads": 2,
-        "num.recovery.threads.per.data.dir": 1,
-        "log.segment.bytes": 64 * 1024 * 1024,
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 5000,
-        "transaction.remove.expired.transaction.cleanup.interval.ms": 60000,
-    }
-    return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
 @dataclass
@@ -258,8 +213,6 @@ class KafkaCluster:
 
     def _not_listening(self) -> list[int]:
         """Nodes whose own process does not (yet) listen on its client and inter-broker ports."""
-        import psutil
-
         out = []
         for i, b in sorted(self.brokers.items()):
             want = {b.spec.client_port, b.spec.internal_port}
@@ -402,7 +355,8 @@ class KafkaCluster:
                  "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
                           "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs),
                           "proxied": self.spec.proxied},
-                 "brokers": {str(i): {"pid": b.pid, "client_port": b.spec.client_port} for i, b in self.brokers.items()}}
+                 "brokers": {str(i): {"pid": b.pid, "client_port": b.spec.client_port}
+                             for i, b in self.brokers.items()}}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
         live = [b.pid for b in self.brokers.values() if b.pid is not None]

@@ -45,8 +45,8 @@ from pathlib import Path
 
 from onceproof.backends.base import BackendError
 from onceproof.backends.cache import cache_dir
+from onceproof.backends.common.processes import _die_with_parent
 from onceproof.backends.gobuild import built_once
-from onceproof.backends.local.processes import _die_with_parent
 
 DEFAULT_PREVIOUS = "4.2.1"
 """The previous PySpark minor to the harness's own (``pyproject.toml``: 4.3.0)."""

@@ -1,9 +1,9 @@
 """The pipeline on this machine: the local backend's :class:`onceproof.backends.base.SparkApp`.
 
 The driver (``python -m onceproof.pipeline.job``, or a user's ``--pipeline-cmd``) runs under
-:class:`DriverSupervisor` in its own process group with the ``local-cluster`` master, workers and executor JVMs it starts. Executors are found in that
-group by their main class; a sink task's Python worker is found under its executor through the process
-tree (worker ← pyspark daemon ← executor JVM).
+:class:`DriverSupervisor` in its own process group with the ``local-cluster`` master, workers and executor
+JVMs it starts. Executors are found in that group by their main class; a sink task's Python worker is found
+under its executor through the process tree (worker ← pyspark daemon ← executor JVM).
 
 Logs: ``driver-<n>.log`` per driver incarnation in ``log_dir``; each executor's ``stdout``/``stderr`` in
 ``log_dir/executors/<app-id>/<executor-id>/``, collected when the app stops.
@@ -18,21 +18,17 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import Executor, PipelineArgs
-from onceproof.backends.local import jars, processes, runtimes
-from onceproof.backends.local.supervisor import (
-    EXECUTOR_MAIN,
-    DriverSupervisor,
-    checkpoint_ready,
-    collect_executor_logs,
-    driver_argv,
-    executor_id,
-    read_ready,
-)
+from onceproof.backends.common import jars, processes
+from onceproof.backends.common.spark import SupervisedSpark, host_executor
+from onceproof.backends.common.supervisor import DriverSupervisor, collect_executor_logs, driver_argv
+from onceproof.backends.local import runtimes
 from onceproof.pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
 
 
-class LocalSpark:
-    """The supervised pipeline ``pipeline``, logging to ``log_dir``. Not started until :meth:`start`."""
+class LocalSpark(SupervisedSpark):
+    """The supervised pipeline ``pipeline``, logging to ``log_dir``. Not started until :meth:`start`.
+    Implements :class:`~onceproof.backends.base.SparkApp` and every optional protocol of it (``DriverPause``,
+    ``ExecutorFaults``, ``TaskKill``, ``Runtimes``)."""
 
     def __init__(self, pipeline: PipelineArgs, log_dir: Path):
         self.pipeline = pipeline
@@ -47,26 +43,12 @@ class LocalSpark:
         self.pyspark_dirs = [jars.pyspark_jars_dir().parent]  # every runtime's: where executor logs land
 
     @property
-    def checkpoint(self) -> Path:
-        return self.pipeline.checkpoint
-
-    @property
     def starts_before_cluster(self) -> bool:
         """Our pipeline waits for its input topic (``onceproof.pipeline.job.wait_for_input``); a user's may not."""
         return not self.pipeline.command
 
-    @property
-    def driver_pid(self) -> int | None:
-        """Pid (and process-group id) of the current driver, ``None`` between incarnations."""
-        return self.sup.pid
-
     def start(self) -> None:
         self.sup.start()
-
-    def ready(self) -> dict | None:
-        if self.pipeline.command:
-            return checkpoint_ready(self.pipeline.checkpoint, self.sup.pid)
-        return read_ready(self.pipeline.control)
 
     def stop(self) -> None:
         """Stop the driver's process group (≤ 15 s for the supervision thread, then SIGKILL), then keep
@@ -93,9 +75,6 @@ class LocalSpark:
     def thaw_driver(self, pid: int) -> None:
         processes.signal_group(pid, "SIGCONT")
 
-    def restarts(self) -> int:
-        return self.sup.restarts()
-
     def set_runtime(self, version: str | None) -> str:
         """The next driver start runs PySpark ``version``: ``"previous"`` (the cached previous minor,
         :func:`runtimes.previous_version`, built on first use: ~40 s cold), an explicit version
@@ -106,7 +85,7 @@ class LocalSpark:
         Returns the version. Raises: ``runtimes.RuntimeBuildError`` (a ``BackendError``) naming the fix.
         """
         if version is None:
-            import pyspark
+            import pyspark  # lazy: pyspark is heavy and only this call needs its version
 
             python, pyspark_dir, ver = sys.executable, jars.pyspark_jars_dir().parent, pyspark.__version__
         else:
@@ -119,32 +98,7 @@ class LocalSpark:
 
     def executors(self) -> list[Executor]:
         """Live executor JVMs of the current driver."""
-        return [_executor(p) for p in self.sup.executors()]
-
-    def executor_of(self, task_pid: int) -> Executor | None:
-        """The executor JVM above the Python worker ``task_pid`` (worker ← pyspark daemon ← executor)."""
-        try:
-            for a in psutil.Process(task_pid).parents():
-                if EXECUTOR_MAIN in " ".join(a.cmdline()):
-                    return _executor(a)
-        except psutil.Error:
-            return None
-        return None
-
-    def kill_executor(self, executor: Executor) -> str | None:
-        """SIGKILL the executor JVM (only that process: Spark's worker notices and reports it lost) and
-        wait ≤ 10 s; returns why it failed, or ``None``. A pid now held by another process counts as gone."""
-        try:
-            victim = psutil.Process(executor.pid)
-            if executor.started and abs(victim.create_time() - executor.started) > 1e-3:
-                return None
-            victim.send_signal(signal.SIGKILL)
-            victim.wait(timeout=10)
-        except psutil.NoSuchProcess:
-            return None
-        except psutil.TimeoutExpired:
-            return "still alive 10 s after SIGKILL"
-        return None
+        return [host_executor(p) for p in self.sup.executors()]
 
     def kill_task(self, task_pid: int) -> bool:
         """SIGKILL ``task_pid`` if it is still a PySpark worker (its command line names pyspark: a pid
@@ -159,18 +113,6 @@ class LocalSpark:
             return False
         return True
 
-    def driver_log(self) -> Path | None:
-        """The most recently written ``driver-<n>.log``."""
-        logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
-        return logs[-1] if logs else None
-
     def log_files(self) -> list[Path]:
         return sorted(self.log_dir.glob("driver-*.log")) + sorted(self.executor_dir.glob("*/*/std*"))
 
-
-def _executor(p: psutil.Process) -> Executor:
-    try:
-        started = p.create_time()
-    except psutil.Error:
-        started = 0.0
-    return Executor(executor_id(p), p.pid, started)

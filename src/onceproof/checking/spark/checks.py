@@ -73,7 +73,7 @@ def session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None, ka
     no console progress bars; ``kafka`` adds the Kafka connector's jars (``onceproof deps`` resolves
     them).
 
-    Raises: ``onceproof.backends.local.jars.ResolveError`` when ``kafka`` and the jars cannot be resolved.
+    Raises: ``onceproof.backends.common.jars.ResolveError`` when ``kafka`` and the jars cannot be resolved.
     """
     from pyspark.sql import SparkSession
 
@@ -87,7 +87,7 @@ def session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None, ka
     if master.startswith("local"):
         defaults["spark.driver.memory"] = driver_memory()
     if kafka:
-        from onceproof.backends.local.jars import spark_kafka_classpath
+        from onceproof.backends.common.jars import spark_kafka_classpath
 
         jars = [str(j) for j in spark_kafka_classpath().jars]
         defaults["spark.jars"] = ",".join(filter(None, [conf.pop("spark.jars", ""), *jars]))

@@ -1,0 +1,61 @@
+"""Which faults a backend can perform, derived from the protocols it implements (Jepsen: what a ``DB``
+can do is which of ``Kill``, ``Pause``, ``LogFiles`` it satisfies); no backend lists its faults.
+
+:data:`NEEDS` maps each fault spec of ``nemesis/catalog.py`` (``fault``, ``fault:target`` or
+``fault:*``) to the optional protocols of ``backends/base.py`` it needs beyond the core: protocols of the
+backend itself (:class:`NetworkFaults`) or of the :class:`SparkApp` class its ``spark()`` returns
+(:class:`DriverPause`, :class:`ExecutorFaults`, :class:`TaskKill`, :class:`Runtimes`). A backend's
+capabilities are the specs whose needs it meets (:func:`derive`); a new fault is one line here.
+"""
+
+from __future__ import annotations
+
+import typing
+
+from onceproof.backends.base import DriverPause, ExecutorFaults, NetworkFaults, Runtimes, TaskKill
+
+BACKEND_PROTOCOLS = (NetworkFaults,)
+"""Optional protocols a backend class implements; the others are its ``SparkApp``'s."""
+
+NEEDS: dict[str, tuple[type, ...]] = {
+    "kill-executor": (ExecutorFaults,),
+    "kill-driver": (),  # SparkApp.kill_driver (core)
+    "kill-driver-in-commit-window": (DriverPause,),  # frozen in the window, then killed
+    "kill-broker:*": (),  # Cluster.kill/start (core)
+    "pause-broker:*": (),  # Cluster.pause/resume (core)
+    "commit-delay:*": (),  # the pipeline's hooks in the run's control directory (PipelineArgs.control)
+    "partition:*": (NetworkFaults,),
+    "slow-network:*": (NetworkFaults,),
+    "zombie-task:*": (ExecutorFaults, TaskKill),  # its executor killed, then the task that outlived it
+    "upgrade:*": (Runtimes,),  # upgrade:pyspark restarts the driver on another PySpark
+}
+
+
+def spark_class(backend: type) -> type:
+    """The class ``backend.spark()`` returns, from its return annotation.
+
+    Raises: ``TypeError`` when the backend's ``spark`` has no return annotation naming a class.
+    """
+    got = typing.get_type_hints(backend.spark).get("return")
+    if not isinstance(got, type):
+        raise TypeError(f"{backend.__name__}.spark() must be annotated with the SparkApp class it returns")
+    return got
+
+
+def implements(backend: type, protocol: type) -> bool:
+    """True when ``backend`` (a backend class) implements the optional ``protocol``: itself for
+    :data:`BACKEND_PROTOCOLS`, else through its :func:`spark_class`."""
+    return issubclass(backend if protocol in BACKEND_PROTOCOLS else spark_class(backend), protocol)
+
+
+def derive(backend: type) -> frozenset[str]:
+    """The fault specs (:data:`NEEDS`' keys) whose protocols ``backend`` (a backend class) implements."""
+    return frozenset(spec for spec, needs in NEEDS.items() if all(implements(backend, p) for p in needs))
+
+
+def _of(backend: object) -> frozenset[str]:
+    return derive(type(backend))
+
+
+DERIVED = property(_of, doc="A backend's ``capabilities``: :func:`derive` of its class.")
+"""What a backend class assigns to ``capabilities`` (``capabilities = DERIVED``)."""
