@@ -64,7 +64,11 @@ import os
 from functools import partial
 from pathlib import Path
 
-from onceproof.pipeline import hooks
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceproof.pipeline import completeness, hooks
+from onceproof.pipeline.identity import default_sink_id, driver_incarnation, input_partitions
 from onceproof.pipeline.transactional_sink import SinkConfig, abort_leftovers, log_event, write_partition
 
 SINK_LOG_ENV = "ONCEPROOF_SINK_LOG"
@@ -95,10 +99,9 @@ class ExactlyOnceSink:
         self._admin = None
 
     def __call__(self, batch_df, batch_id: int) -> None:
+        # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
-
-        from onceproof.pipeline import completeness
 
         batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -134,6 +137,7 @@ class ExactlyOnceSink:
         ``in_partition`` (a stateful workload's output) keep Spark's partitioning, which the checkpoint
         fixes (``spark.sql.shuffle.partitions`` is stored in the offset log).
         """
+        # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
         from pyspark.sql import functions as F
 
         flaws = self.cfg.flaws
@@ -154,7 +158,6 @@ class ExactlyOnceSink:
 
     def _input_partitions(self) -> int:
         """The input topic's partition count from Kafka's metadata (one AdminClient, kept)."""
-        from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
             self._admin = AdminClient({"bootstrap.servers": self.cfg.bootstrap, "log_level": 3})
@@ -202,7 +205,6 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
     ``confluent_kafka.KafkaException`` when Kafka does not answer (creating the progress topic,
     fencing); ``ValueError`` for ``txn_timeout_ms`` < 6000.
     """
-    from onceproof.pipeline.identity import default_sink_id, driver_incarnation, input_partitions
 
     if txn_timeout_ms < 6000:
         raise ValueError(f"txn_timeout_ms={txn_timeout_ms}: must be ≥ 6000 (message.timeout.ms is 5000 less)")
@@ -221,8 +223,6 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
 def _ensure_progress_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
     """Create the 1-partition progress topic unless it exists (replication: up to 3, as many brokers as
     there are). Raises ``confluent_kafka.KafkaException`` for any error but "already exists"."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     md = a.list_topics(timeout=timeout_s)

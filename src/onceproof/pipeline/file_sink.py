@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from onceproof.pipeline import hooks
+from onceproof.pipeline.transactional_sink import append_event
 
 HOLD_AT_ROW = 2000
 """The row of its partition at which a task may be held: by then the rows handed to the writer are past
@@ -77,11 +78,10 @@ def _hold_udf(path: str, control_dir: str, sink_log: str, incarnation: str):
     tasks: dict[tuple, list] = {}
 
     def log(**fields):
-        from onceproof.pipeline.transactional_sink import append_event
-
         append_event(sink_log, incarnation, "hold", sink="file", **fields)
 
     def hold(p):
+        # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -119,6 +119,7 @@ def write(df, *, path: str, checkpoint: str, trigger_ms: int, control_dir: str =
     """Start the query writing the keyed transform's rows (``key``, JSON ``value``, ``in_partition``,
     ``in_offset``) to ``path`` as JSON lines through Spark's file sink; returns the ``StreamingQuery``.
     ``control_dir`` "" = no fault hook."""
+    # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -220,7 +221,6 @@ def zombie_point(control_dir: str, stage: str, where: dict, rows, log, max_wait_
     """
     if not control_dir:
         return rows
-    import signal
 
     d = Path(control_dir)
     spec = d / ZOMBIE.format(stage=stage)

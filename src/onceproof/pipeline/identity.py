@@ -10,6 +10,8 @@ import os
 import secrets
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 SINK_ID_FILE = "onceproof-sink-id"
 INCARNATION_ENV = "ONCEPROOF_DRIVER_INCARNATION"
 
@@ -67,7 +69,6 @@ def input_partitions(bootstrap: str, topic: str, timeout_s: float = 30.0) -> int
     Raises: ``RuntimeError`` when the topic does not exist or its metadata carries an error;
     ``confluent_kafka.KafkaException`` when the cluster does not answer within ``timeout_s`` seconds.
     """
-    from confluent_kafka.admin import AdminClient
 
     md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(topic, timeout=timeout_s)
     t = md.topics.get(topic)

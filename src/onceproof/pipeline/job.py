@@ -207,6 +207,7 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
     """The driver's SparkSession on ``args.master`` (``partitions`` shuffle partitions, changeable until
     the query starts with ``spark.conf.set``), with ``conf`` (the workload's and the sink's settings) on
     top of the harness's defaults."""
+    # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.appName(f"onceproof-{args.sink}").master(args.master)

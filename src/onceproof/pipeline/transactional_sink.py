@@ -245,6 +245,11 @@ def _abort_or_abandon(cfg: SinkConfig, prod: Producer, e: BaseException, stage: 
 def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: dict[int, int] | None = None) -> None:
     """Write one sink partition of micro-batch ``batch_id`` in one Kafka transaction.
 
+    The steps, in this order (docs/architecture.md, "The exactly-once sink"): ``init_transactions()``
+    (fences older attempts of the id and settles their open transaction) → read the marker (stable now)
+    → skip when it is ≥ ``batch_id`` → ``begin_transaction()`` → produce → count check → ``flush()`` →
+    pre-commit hooks → the marker into the transaction → ``commit_transaction()``.
+
     ``expected``: ``{sink partition: rows}`` the driver counted in the batch (``ExactlyOnceSink``); a task
     that produced another number aborts its transaction and fails (``incomplete-partition``, stage
     ``count-check``) instead of committing. Why: a Python task's input is streamed from its JVM task, and
@@ -252,8 +257,7 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: di
     a Kafka fetch error), PySpark's serializer sees the closed stream as a normal end of input
     (``FramedSerializer.load_stream`` returns on ``EOFError``): the Python function runs to its end on a
     *truncated* partition, and only afterwards does the JVM fail the task. Without this check the
-    transaction commits the partial rows with the marker, and the retry skips the rest (seen in issue 10:
-    a retry committed 0 of 114 rows while its shuffle fetch failed).
+    transaction would commit the partial rows with the marker, and the retry would skip the rest.
 
     Runs on an executor inside ``foreachPartition``. ``rows`` yields ``Row(key: str, value: bytes,
     in_partition: int, in_offset: int)``; without ``in_partition``/``in_offset`` the ``op.input`` header
@@ -261,6 +265,7 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: di
     transaction cannot be committed or its outcome is unknown; re-raises anything else (e.g. the input
     iterator failing) after settling the transaction. Every failure is logged first (module docstring).
     """
+    # pyspark: only on an executor; this module is also imported by the driver's and harness's code
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -270,114 +275,188 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: di
     rows = hooks.zombie_point(cfg.control_dir, "preinit", where, rows, lambda **f: _log(cfg, "zombie", **f))
     prod = _producer(cfg, txn_id)
     t0 = time.monotonic()
+    _init_transactions(cfg, prod, where)
+    cons = marker.open_consumer(cfg.bootstrap, cfg.sink_id, part)
+    try:
+        done = _read_marker(cfg, cons, where)
+        if _already_written(cfg, done, batch_id):
+            _log(cfg, "skip", marker=done, **where)
+            return
+        txn = _Transaction(cfg, prod, cons, batch_id, where, t0)
+        txn.write(rows, done, expected)
+        txn.commit()
+    finally:
+        cons.close()
+
+
+def _init_transactions(cfg: SinkConfig, prod: Producer, where: dict) -> None:
+    """``init_transactions()`` on the task's producer: older producers of its id are fenced (producer
+    epoch, KIP-98) and their open transaction settled. Raises ``SinkError``."""
     try:
         _retrying("init_transactions", prod.init_transactions, 60)
     except Exception as e:
         _log(cfg, "init-error", **_error_fields(e), **where)
         raise SinkError(f"init_transactions failed in sink task {where}: {e}") from e
-    cons = marker.open_consumer(cfg.bootstrap, cfg.sink_id, part)
+
+
+def _read_marker(cfg: SinkConfig, cons, where: dict) -> int:
+    """The partition's marker: the last batch committed (-1 for none). Raises ``SinkError``."""
     try:
-        try:
-            done = _retrying("marker.read", marker.read, cons, cfg.progress_topic)
-        except Exception as e:
-            _log(cfg, "marker-error", **_error_fields(e), **where)
-            raise SinkError(f"reading the marker failed in sink task {where}: {type(e).__name__}: {e}") from e
-        already = (done == batch_id) if cfg.flaws.marker_equal else (done >= batch_id)  # mutant: ==
-        if already and not cfg.flaws.no_marker:
-            _log(cfg, "skip", marker=done, **where)
-            return
-        stage = "begin"
-        try:
-            if cfg.flaws.marker_first:  # the eos-marker-first mutant: "done" is visible before the data
-                stage = "marker-first"
-                prod.begin_transaction()
-                prod.send_offsets_to_transaction(marker.offsets_for(cfg.progress_topic, batch_id),
-                                                 cons.consumer_group_metadata(), 60)
-                prod.commit_transaction(60)
-                _log(cfg, "marker-first", marker=batch_id, **where)
-                stage = "begin"
-            prod.begin_transaction()
-            _log(cfg, "begin", marker=done, init_ms=round((time.monotonic() - t0) * 1000), **where)
-            errors: list[KafkaError] = []
+        return _retrying("marker.read", marker.read, cons, cfg.progress_topic)
+    except Exception as e:
+        _log(cfg, "marker-error", **_error_fields(e), **where)
+        raise SinkError(f"reading the marker failed in sink task {where}: {type(e).__name__}: {e}") from e
 
-            def on_delivery(err, _msg):
-                if err is not None:
-                    errors.append(err)
 
-            base_headers = [(provenance.BATCH, str(batch_id)), (provenance.SINK_PARTITION, str(part)),
-                            (provenance.ATTEMPT, str(attempt)), (provenance.TXN_ID, txn_id),
-                            (provenance.SINK, "eos"), (provenance.INCARNATION, cfg.incarnation)]
-            n = 0
-            stage = "produce"
-            with_input = None  # rows carry in_partition/in_offset (optional: the library's users may drop them)
-            for row in rows:
-                if with_input is None:
-                    with_input = hasattr(row, "in_partition") and hasattr(row, "in_offset")
-                headers = (base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
-                           if with_input else base_headers)
-                while True:
-                    try:
-                        prod.produce(cfg.output_topic, key=row.key, value=row.value, headers=headers,
-                                     on_delivery=on_delivery)
-                        break
-                    except BufferError:
-                        prod.poll(0.1)
-                n += 1
-                if n % 1000 == 0:
-                    prod.poll(0)
-            if expected is not None and n != expected.get(part, 0):
-                stage = "count-check"
-                _log(cfg, "incomplete-partition", records=n, expected=expected.get(part, 0), **where)
-                raise SinkError(f"sink task {where} read {n} rows, the batch has {expected.get(part, 0)} in this "
-                                "partition: its input stream ended early (an upstream failure); not committing")
-            stage = "flush"
-            remaining = prod.flush(cfg.txn_timeout_ms / 1000)
-            if errors or remaining:
-                stage = "delivery"
-                raise SinkError(f"{len(errors)} delivery error(s), {remaining} undelivered: "
-                                f"{errors[:3]} at {where}")
-            stage = "precommit-hook"
-            hooks.zombie_point(cfg.control_dir, "precommit", where, None, lambda **f: _log(cfg, "zombie", **f))
-            delayed_ms = hooks.precommit_delay(cfg.control_dir, where, lambda **f: _log(cfg, "hold", **f))
-            # A failure here is not an unknown outcome: send_offsets_to_transaction only adds the marker
-            # (AddOffsetsToTxn + TxnOffsetCommit) to the open transaction. Nothing commits a Kafka
-            # transaction but EndTxn(COMMIT), which only commit_transaction() sends (KIP-98), so up to
-            # here the transaction is certainly not committed.
-            stage = "send_offsets"
-            if not cfg.flaws.marker_first:
-                _retrying("send_offsets_to_transaction", prod.send_offsets_to_transaction,
-                          marker.offsets_for(cfg.progress_topic, batch_id), cons.consumer_group_metadata(), 60)
+def _already_written(cfg: SinkConfig, done: int, batch_id: int) -> bool:
+    """Whether the marker says this (batch, partition) is committed: ``done ≥ batch_id`` (≥, not =, so
+    that a zombie of an older batch never writes). Mutants: ``==`` (``marker_equal``), never
+    (``no_marker``)."""
+    already = (done == batch_id) if cfg.flaws.marker_equal else (done >= batch_id)
+    return already and not cfg.flaws.no_marker
+
+
+class _Transaction:
+    """One sink task's Kafka transaction, a method per step; :attr:`stage` names the step under way (an
+    abort logs it)."""
+
+    def __init__(self, cfg: SinkConfig, prod: Producer, cons, batch_id: int, where: dict, t0: float):
+        self.cfg, self.prod, self.cons, self.batch_id, self.where, self.t0 = cfg, prod, cons, batch_id, where, t0
+        self.stage = "begin"
+        self.errors: list[KafkaError] = []
+        self.records = 0
+        self.delayed_ms = 0
+
+    def write(self, rows: Iterable, done: int, expected: dict[int, int] | None) -> None:
+        """Begin, produce ``rows``, check their count, flush, run the pre-commit hooks and add the marker.
+        On any failure the transaction is settled (:func:`_abort_or_abandon`); a Kafka error is raised as
+        ``SinkError``, anything else as it is."""
+        try:
+            if self.cfg.flaws.marker_first:
+                self._marker_first()
+            self._begin(done)
+            self._produce(rows)
+            self._check_count(expected)
+            self._flush()
+            self._precommit()
+            self._send_marker()
         except BaseException as e:
-            _abort_or_abandon(cfg, prod, e, stage, where)
+            _abort_or_abandon(self.cfg, self.prod, e, self.stage, self.where)
             if isinstance(e, KafkaException):
                 f = _error_fields(e)
-                raise SinkError(f"{f.get('kind')} Kafka error at {stage} in sink task {where}: {e}") from e
+                raise SinkError(f"{f.get('kind')} Kafka error at {self.stage} in sink task {self.where}: {e}") from e
             raise
-        # commit_transaction() sends EndTxn(COMMIT). If it raises, the coordinator may already have
-        # written the commit (the request timed out after it arrived; the broker died after writing the
-        # PREPARE_COMMIT; the producer was fenced by an init_transactions() that completed our pending
-        # commit): the outcome is unknown, so it is logged as ``commit-unknown``, never as ``abort``.
+
+    def _marker_first(self) -> None:
+        """The ``eos-marker-first`` mutant: the marker committed in a transaction of its own, before the
+        data, so "done" is visible before the data is."""
+        self.stage = "marker-first"
+        self.prod.begin_transaction()
+        self.prod.send_offsets_to_transaction(marker.offsets_for(self.cfg.progress_topic, self.batch_id),
+                                              self.cons.consumer_group_metadata(), 60)
+        self.prod.commit_transaction(60)
+        _log(self.cfg, "marker-first", marker=self.batch_id, **self.where)
+        self.stage = "begin"
+
+    def _begin(self, done: int) -> None:
+        self.prod.begin_transaction()
+        _log(self.cfg, "begin", marker=done, init_ms=round((time.monotonic() - self.t0) * 1000), **self.where)
+
+    def _on_delivery(self, err, _msg) -> None:
+        if err is not None:
+            self.errors.append(err)
+
+    def _produce(self, rows: Iterable) -> None:
+        """Every row to the output topic with the provenance headers (``pipeline/provenance.py``)."""
+        self.stage = "produce"
+        w = self.where
+        base_headers = [(provenance.BATCH, str(self.batch_id)), (provenance.SINK_PARTITION, str(w["partition"])),
+                        (provenance.ATTEMPT, str(w["attempt"])), (provenance.TXN_ID, w["txn_id"]),
+                        (provenance.SINK, "eos"), (provenance.INCARNATION, self.cfg.incarnation)]
+        with_input = None  # rows carry in_partition/in_offset (optional: the library's users may drop them)
+        for row in rows:
+            if with_input is None:
+                with_input = hasattr(row, "in_partition") and hasattr(row, "in_offset")
+            headers = (base_headers + [(provenance.INPUT, f"{row.in_partition}:{row.in_offset}")]
+                       if with_input else base_headers)
+            while True:
+                try:
+                    self.prod.produce(self.cfg.output_topic, key=row.key, value=row.value, headers=headers,
+                                      on_delivery=self._on_delivery)
+                    break
+                except BufferError:
+                    self.prod.poll(0.1)
+            self.records += 1
+            if self.records % 1000 == 0:
+                self.prod.poll(0)
+
+    def _check_count(self, expected: dict[int, int] | None) -> None:
+        """Raises ``SinkError`` when the rows produced are not the driver's count for this partition."""
+        n, part = self.records, self.where["partition"]
+        if expected is not None and n != expected.get(part, 0):
+            self.stage = "count-check"
+            _log(self.cfg, "incomplete-partition", records=n, expected=expected.get(part, 0), **self.where)
+            raise SinkError(f"sink task {self.where} read {n} rows, the batch has {expected.get(part, 0)} in this "
+                            "partition: its input stream ended early (an upstream failure); not committing")
+
+    def _flush(self) -> None:
+        """Wait for every record's delivery. Raises ``SinkError`` for delivery errors or records left."""
+        self.stage = "flush"
+        remaining = self.prod.flush(self.cfg.txn_timeout_ms / 1000)
+        if self.errors or remaining:
+            self.stage = "delivery"
+            raise SinkError(f"{len(self.errors)} delivery error(s), {remaining} undelivered: "
+                            f"{self.errors[:3]} at {self.where}")
+
+    def _precommit(self) -> None:
+        """The pre-commit fault hooks (``pipeline/hooks.py``): a zombie point and the commit-delay hold."""
+        self.stage = "precommit-hook"
+        hooks.zombie_point(self.cfg.control_dir, "precommit", self.where, None,
+                           lambda **f: _log(self.cfg, "zombie", **f))
+        self.delayed_ms = hooks.precommit_delay(self.cfg.control_dir, self.where,
+                                                lambda **f: _log(self.cfg, "hold", **f))
+
+    def _send_marker(self) -> None:
+        """The marker (``batch_id + 1`` as group ``<sink_id>-marker-<p>``'s offset) into the transaction.
+        A failure here is not an unknown outcome: ``send_offsets_to_transaction`` only adds the marker
+        (AddOffsetsToTxn + TxnOffsetCommit) to the open transaction. Nothing commits a Kafka transaction
+        but EndTxn(COMMIT), which only ``commit_transaction()`` sends (KIP-98)."""
+        self.stage = "send_offsets"
+        if not self.cfg.flaws.marker_first:
+            _retrying("send_offsets_to_transaction", self.prod.send_offsets_to_transaction,
+                      marker.offsets_for(self.cfg.progress_topic, self.batch_id),
+                      self.cons.consumer_group_metadata(), 60)
+
+    def commit(self) -> None:
+        """``commit_transaction()``, then the ``commit`` event.
+
+        It sends EndTxn(COMMIT). If it raises, the coordinator may already have written the commit (the
+        request timed out after it arrived; the broker died after writing the PREPARE_COMMIT; the producer
+        was fenced by an ``init_transactions()`` that completed our pending commit): the outcome is
+        unknown, so it is logged as ``commit-unknown``, never as ``abort``. Raises ``SinkError`` for a
+        Kafka error, anything else as it is."""
+        cfg, where = self.cfg, self.where
         try:
-            _retrying("commit_transaction", prod.commit_transaction, 60)
+            _retrying("commit_transaction", self.prod.commit_transaction, 60)
         except BaseException as e:
             f = _error_fields(e)
             _log(cfg, "commit-unknown", **f, **where)
             if isinstance(e, KafkaException) and f.get("kind") == "abortable":
-                # librdkafka: an abortable error from commit_transaction() must be followed by
-                # abort_transaction(). If that returns, the coordinator accepted EndTxn(ABORT) for this
-                # epoch, which it refuses for a completed commit: the outcome is then known, ``abort``.
-                try:
-                    prod.abort_transaction(30)
-                except Exception as ae:  # noqa: BLE001 - the outcome stays unknown
-                    _log(cfg, "abort-failed", error=str(ae), error_class=type(ae).__name__, stage="commit",
-                         **where)
-                else:
-                    _log(cfg, "abort", **f, stage="commit", **where)
+                self._abort_after_commit_error(f)
             if isinstance(e, KafkaException):
                 raise SinkError(f"{f.get('kind')} Kafka error in commit_transaction, outcome unknown, "
                                 f"in sink task {where}: {e}") from e
             raise
-        _log(cfg, "commit", records=n, ms=round((time.monotonic() - t0) * 1000), precommit_delay_ms=delayed_ms,
-             **where)
-    finally:
-        cons.close()
+        _log(cfg, "commit", records=self.records, ms=round((time.monotonic() - self.t0) * 1000),
+             precommit_delay_ms=self.delayed_ms, **where)
+
+    def _abort_after_commit_error(self, f: dict) -> None:
+        """librdkafka: an abortable error from ``commit_transaction()`` must be followed by
+        ``abort_transaction()``. If that returns, the coordinator accepted EndTxn(ABORT) for this epoch,
+        which it refuses for a completed commit: the outcome is then known, ``abort``."""
+        try:
+            self.prod.abort_transaction(30)
+        except Exception as ae:  # noqa: BLE001 - the outcome stays unknown
+            _log(self.cfg, "abort-failed", error=str(ae), error_class=type(ae).__name__, stage="commit", **self.where)
+        else:
+            _log(self.cfg, "abort", **f, stage="commit", **self.where)
