@@ -15,6 +15,8 @@ import importlib.metadata
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
@@ -161,6 +163,17 @@ def test_the_plugin_is_installed_as_a_pytest11_entry_point():
                             "(`pip install -e .`, or `make setup` after pyproject.toml changed)")
     assert ep.value == "onceproof.pytest_plugin.plugin"
     assert ep.load().__name__ == "onceproof.pytest_plugin.plugin"
+
+
+def test_loading_the_plugin_leaves_the_heavy_harness_imports_to_a_run():
+    """Pytest loads the plugin in every session of an environment with onceproof installed: loading it
+    imports neither the harness's config and runner nor pandas, pyarrow, the Kafka client or pyspark."""
+    heavy = ("pandas", "pyarrow", "confluent_kafka", "pyspark", "onceproof.harness.config", "onceproof.harness.runner",
+             "onceproof.harness.cli")
+    code = (f"import sys, onceproof.pytest_plugin.plugin; print(sorted(m for m in sys.modules if m in {heavy!r}))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", p.stdout
 
 
 def test_fixtures_marker_and_options_are_listed_and_go_with_the_plugin(pytester):

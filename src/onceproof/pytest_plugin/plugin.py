@@ -18,8 +18,9 @@ Where a run's config comes from, later entries overriding earlier ones:
 ``backend=``/``brokers=`` marker on a class or a test that uses it is refused at collection (a usage
 error), since the cluster it gets was built before and for other tests too.
 
-Nothing from the harness is imported until a fixture is used: pytest loads this module in every session
-of an environment where onceproof is installed.
+Loading this module imports pytest, :mod:`onceproof.pytest_plugin.runs` and the backend registry, no more:
+pytest loads it in every session of an environment where onceproof is installed, and the harness (pandas,
+the Kafka client) is imported by ``runs`` only when a fixture asks for a run or a cluster.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from onceproof.backends import registry
+from onceproof.backends.base import ClusterShape
+from onceproof.pytest_plugin import runs
 
 MARKER = "onceproof"
 CLUSTER_KEYS = ("backend", "brokers")  # the config keys that shape onceproof_cluster
@@ -55,12 +60,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "seed=1, backend='local'); expect: the verdict the test wants, or a tuple of verdicts "
         "(valid, invalid, unknown, crashed)")
     name = config.getoption("onceproof_backend")
-    if name is not None:
-        from onceproof.backends import registry
-
-        if name not in registry.names():
-            raise pytest.UsageError(f"--onceproof-backend: unknown backend {name!r}; choose one of "
-                                    f"{', '.join(registry.names())}")
+    if name is not None and name not in registry.names():
+        raise pytest.UsageError(f"--onceproof-backend: unknown backend {name!r}; choose one of "
+                                f"{', '.join(registry.names())}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -84,39 +86,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ------------------------------------------------------------------------------------------- settings
 
 
-def _settings(request: pytest.FixtureRequest, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+def _settings(request: pytest.FixtureRequest, keys: tuple[str, ...] | None = None) -> dict[str, runs.Setting]:
     """``{key: Setting}`` from ``--onceproof-backend``, the markers (farthest first) and the fixture's
     indirect parameter; only ``keys`` when given (then a parameter naming another key is an error).
 
     Raises: ``OnceproofConfigError`` for a marker with positional arguments or a parameter that is
     neither a str (backend) nor a dict.
     """
-    from onceproof.pytest_plugin.runs import OnceproofConfigError, Setting
-
-    given: dict[str, Setting] = {}
+    given: dict[str, runs.Setting] = {}
     backend = request.config.getoption("onceproof_backend")
     if backend is not None:
-        given["backend"] = Setting(backend, "--onceproof-backend")
+        given["backend"] = runs.Setting(backend, "--onceproof-backend")
     for node, mark in reversed(list(request.node.iter_markers_with_node(MARKER))):
         if mark.args:
-            raise OnceproofConfigError(None, f"@pytest.mark.onceproof{mark.args!r} on {node.nodeid}: takes keyword "
-                                             "arguments only; write e.g. @pytest.mark.onceproof(sink='eos')")
+            raise runs.OnceproofConfigError(None, f"@pytest.mark.onceproof{mark.args!r} on {node.nodeid}: takes "
+                                                  "keyword arguments only; write e.g. "
+                                                  "@pytest.mark.onceproof(sink='eos')")
         for k, v in mark.kwargs.items():
             if keys is None or k in keys:
-                given[k] = Setting(v, f"@pytest.mark.onceproof on {node.name}")
+                given[k] = runs.Setting(v, f"@pytest.mark.onceproof on {node.name}")
     param = getattr(request, "param", _NO_PARAM)
     if param is not _NO_PARAM:
         where = f"parametrize({request.fixturename!r}, ..., indirect=True)"
         if isinstance(param, str):
             param = {"backend": param}
         if not isinstance(param, dict):
-            raise OnceproofConfigError(None, f"{where}: a parameter of {request.fixturename} is a dict of config "
-                                             f"or a str naming the backend, got {param!r}")
+            raise runs.OnceproofConfigError(None, f"{where}: a parameter of {request.fixturename} is a dict of "
+                                                  f"config or a str naming the backend, got {param!r}")
         for k, v in param.items():
             if keys is not None and k not in keys:
-                raise OnceproofConfigError(k, f"{where}: {request.fixturename} takes {' and '.join(keys)}, got "
-                                              f"{k}={v!r}; give run config to onceproof_run instead")
-            given[k] = Setting(v, where)
+                raise runs.OnceproofConfigError(k, f"{where}: {request.fixturename} takes {' and '.join(keys)}, "
+                                                   f"got {k}={v!r}; give run config to onceproof_run instead")
+            given[k] = runs.Setting(v, where)
     return given
 
 
@@ -150,10 +151,6 @@ def onceproof_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     SIGTERM (routed to an interrupt while the cluster lives). Data and logs under pytest's basetemp.
     ``onceproof_run`` does not use it: each run builds its own fresh cluster.
     """
-    from onceproof.backends import registry
-    from onceproof.backends.base import ClusterShape
-    from onceproof.pytest_plugin import runs
-
     given = _settings(request, CLUSTER_KEYS)
     data = tmp_path_factory.mktemp("onceproof-cluster")
     given["results_root"] = runs.Setting(data, "onceproof_cluster's data directory")  # validated, not written
@@ -181,8 +178,6 @@ def onceproof_run(request: pytest.FixtureRequest, onceproof_results_dir: Path) -
     The run's verdict, counts and report path go to the test's JUnit properties (``onceproof.*``). A
     verdict not in ``expect`` fails the test with one paragraph naming the anomalies and the report.
     """
-    from onceproof.pytest_plugin import runs
-
     base = _settings(request)
     source = "--onceproof-results" if request.config.getoption("onceproof_results") else "pytest's basetemp"
 

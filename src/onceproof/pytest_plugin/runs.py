@@ -7,6 +7,11 @@ Config keys are :class:`onceproof.harness.config.TestConfig` fields (``sink``, `
 and validates it with the CLI's own parser and :meth:`TestConfig.validate`, so a value the CLI refuses is
 refused here with the same reason. Plus one key of the plugin's own, ``expect``: the verdict(s) the test
 wants (default ``valid``).
+
+Lazy imports: the plugin imports this module in every pytest session of an environment where onceproof is
+installed, so the harness modules that pull pandas, pyarrow or the Kafka client (``harness.config``,
+``harness.cli``, ``harness.runner``, ``store.readers``, ``report.junit``) and ``rich`` are imported inside
+the functions that use them, when a test asks for a run. Each such import says ``# lazy: see module doc``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-if TYPE_CHECKING:  # imported when needed: the plugin loads in every pytest session, the harness is heavier
+from onceproof.harness import signals
+from onceproof.store.runfiles import RESULTS, RunFiles
+
+if TYPE_CHECKING:  # lazy: see module doc
     from onceproof.harness.config import TestConfig
 
 VERDICTS = ("valid", "invalid", "unknown", "crashed")  # results.json "verdict" (docs/results-schema.md)
@@ -52,13 +60,13 @@ class Setting(NamedTuple):
 
 def config_keys() -> list[str]:
     """The config keys: every ``TestConfig`` field name, in the CLI's order."""
-    from onceproof.harness.config import TestConfig
+    from onceproof.harness.config import TestConfig  # lazy: see module doc
 
     return [f.name for f in TestConfig.options()]
 
 
 def _error(key: str | None, given: dict[str, Setting], message: str, fix: str | None = None) -> OnceproofConfigError:
-    from onceproof.harness.config import TestConfig
+    from onceproof.harness.config import TestConfig  # lazy: see module doc
 
     if key is None:
         what = "the onceproof config"
@@ -80,7 +88,7 @@ def _option_words(key: str, s: Setting, given: dict[str, Setting]) -> list[str]:
     a bool for a number, a list for a number, ...); the CLI's parser judges the rest.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not these
-    from onceproof.harness.config import TestConfig
+    from onceproof.harness.config import TestConfig  # lazy: see module doc
 
     f = next(f for f in TestConfig.options() if f.name == key)
     flag, typ, v = TestConfig.flag(f), typing.get_type_hints(TestConfig)[key], s.value
@@ -112,8 +120,8 @@ def config_from_kwargs(given: dict[str, Setting]) -> TestConfig:
     one) or value, naming where it was given and the fix.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not these
-    from onceproof.harness.cli import UsageError, parse_run_args
-    from onceproof.harness.config import ConfigError, TestConfig
+    from onceproof.harness.cli import UsageError, parse_run_args  # lazy: see module doc
+    from onceproof.harness.config import ConfigError, TestConfig  # lazy: see module doc
 
     keys = config_keys()
     for key in given:
@@ -190,8 +198,7 @@ class RunResult:
     def read(cls, exit_code: int, run_dir: Path) -> RunResult:
         """The result of the run in ``run_dir`` that exited with ``exit_code``. A missing or damaged
         ``results.json`` reads as verdict ``crashed`` with an ``error`` saying so."""
-        from onceproof.store import readers
-        from onceproof.store.runfiles import RESULTS, RunFiles
+        from onceproof.store import readers  # lazy: see module doc
 
         run_dir = Path(run_dir)
         r = readers.read_or_none(readers.read_results, run_dir)
@@ -206,7 +213,7 @@ class RunResult:
 def describe_anomalies(result: RunResult) -> str:
     """The non-zero anomaly counts as words: ``"3 duplicate (5 duplicate-records), 209 lost"``; ``""``
     when there are none. A ``<a>-records`` count goes with ``<a>`` (``onceproof.report.junit.anomaly_cases``)."""
-    from onceproof.report.junit import anomaly_cases
+    from onceproof.report.junit import anomaly_cases  # lazy: see module doc
 
     out = []
     for name, n, details in anomaly_cases(result.results):
@@ -278,8 +285,6 @@ class Interrupts:
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is not threading.main_thread():
             return self
-        from onceproof.harness import signals
-
         self._prev = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         signals.install()
         raise_interrupted = signal.getsignal(signal.SIGINT)
@@ -304,7 +309,7 @@ class Interrupts:
 def execute(cfg: TestConfig, console) -> tuple[int, Path]:
     """Run ``cfg`` (``onceproof.harness.runner.run``): the one call here that starts a cluster. Returns ``(exit
     code, run directory)``. The plugin's unit tests replace this function with a stand-in."""
-    from onceproof.harness.runner import run
+    from onceproof.harness.runner import run  # lazy: see module doc
 
     return run(cfg, console)
 
@@ -315,7 +320,7 @@ def run_one(cfg: TestConfig, console=None) -> tuple[RunResult, KeyboardInterrupt
     once it has recorded the result. ``ONCEPROOF_RUN`` (set by the runner for the run's processes) is
     put back as it was. ``console``: a ``rich`` console (default: stdout, 120 columns, as the CLI)."""
     if console is None:
-        from rich.console import Console
+        from rich.console import Console  # lazy: see module doc
 
         console = Console(width=120)
     before = os.environ.get("ONCEPROOF_RUN")
