@@ -254,6 +254,27 @@ def _verdict_of(run_dir: Path | None) -> tuple[str, dict]:
     return str(results.get("verdict", "unknown")), results
 
 
+def _failing_run(run_dir: Path) -> tuple[list[dict], frozenset[str], str]:
+    """``(schedule, failure class, replay command)`` of the failing run in ``run_dir``.
+
+    Raises ``ValueError`` when its files are missing or unreadable, its verdict is not ``invalid``, it
+    shows no definite anomaly or its ``test.json`` has no replay command.
+    """
+    schedule = schedule_of(run_dir)
+    results = _read_json(run_dir / RESULTS)
+    verdict = results.get("verdict")
+    if verdict != "invalid":
+        raise ValueError(f"shrink needs a failing (invalid) run; {run_dir}'s verdict is {verdict}: "
+                         "pick a run whose results.json says invalid (onceproof run until one fails)")
+    target = failure_class(results)
+    if not target:
+        raise ValueError(f"{run_dir} is invalid but shows no definite anomaly to reproduce; nothing to shrink")
+    base_replay = _read_json(run_dir / TEST).get("replay")
+    if not base_replay:
+        raise ValueError(f"{run_dir / TEST}: no replay command")
+    return schedule, target, base_replay
+
+
 def shrink(run_dir: Path, *, max_runs: int, out_dir: Path, run: Callable[[str], Path | None],
            echo: Callable[[str], None] = print, test_name: str | None = None) -> dict:
     """Shrink the failing run in ``run_dir`` to a 1-minimal fault schedule that fails the same way.
@@ -277,18 +298,7 @@ def shrink(run_dir: Path, *, max_runs: int, out_dir: Path, run: Callable[[str], 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if max_runs < 0:
         raise ValueError(f"max_runs must be >= 0, not {max_runs}")
-    schedule = schedule_of(run_dir)
-    results = _read_json(run_dir / RESULTS)
-    verdict = results.get("verdict")
-    if verdict != "invalid":
-        raise ValueError(f"shrink needs a failing (invalid) run; {run_dir}'s verdict is {verdict}: "
-                         "pick a run whose results.json says invalid (onceproof run until one fails)")
-    target = failure_class(results)
-    if not target:
-        raise ValueError(f"{run_dir} is invalid but shows no definite anomaly to reproduce; nothing to shrink")
-    base_replay = _read_json(run_dir / TEST).get("replay")
-    if not base_replay:
-        raise ValueError(f"{run_dir / TEST}: no replay command")
+    schedule, target, base_replay = _failing_run(run_dir)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     doc: dict = {"run_dir": str(run_dir), "original": schedule, "failure_class": sorted(target),

@@ -1,5 +1,5 @@
 """A run's teardown: every resource's stop step, in reverse order of creation, each guarded, timed and
-bounded (README, "Teardown").
+bounded (docs/architecture.md, "Teardown").
 
 Steps go on an ``ExitStack`` *before* their resource starts, so an interrupt in the middle of a start
 still stops it; one failing step never skips the others; a watchdog SIGKILLs what is left once the
@@ -16,7 +16,7 @@ from contextlib import ExitStack
 
 log = logging.getLogger("onceproof.runner")
 
-TEARDOWN_BOUND_S = 60.0  # README: teardown ends within this many seconds of its start, whatever hangs
+TEARDOWN_BOUND_S = 60.0  # docs/architecture.md, "Teardown": ends within this many s of its start, whatever hangs
 
 
 class Teardown:
