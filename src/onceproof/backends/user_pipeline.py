@@ -1,4 +1,4 @@
-"""A user's own pipeline under test: ``onceproof run --pipeline-cmd 'CMD'`` (issue 9).
+"""A user's own pipeline under test: ``onceproof run --pipeline-cmd 'CMD'``.
 
 ``CMD`` is a command line, split like a POSIX shell would (``shlex``) but never run through one, whose
 words may hold the placeholders of :data:`PLACEHOLDERS` in ``str.format`` syntax, e.g.::

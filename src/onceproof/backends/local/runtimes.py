@@ -1,7 +1,7 @@
 """A second PySpark runtime for the driver: the previous minor release, in the harness's own cached
 environment, so that ``upgrade:pyspark`` can restart the query from the same checkpoint on another
-PySpark version (issue 10: a release is only safe if a running query survives being restarted into it,
-and out of it).
+PySpark version (a release is only safe if a running query survives being restarted into it, and out
+of it).
 
 Why a separate environment the harness builds, not the user's: the harness's ``.venv`` holds exactly
 one PySpark (``pyproject.toml`` pins it), and the run must not depend on whatever else is installed on
