@@ -5,11 +5,10 @@ the transactional-id pool from the input topic's metadata."""
 import re
 import threading
 
-import confluent_kafka.admin
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from onceproof.pipeline import job
+from onceproof.pipeline import identity, job
 
 
 def test_default_sink_id_is_stable_per_checkpoint_and_new_for_a_fresh_one(tmp_path):
@@ -83,7 +82,7 @@ def test_pool_size_comes_from_the_input_topic_metadata(monkeypatch):
             seen["topic"] = topic
             return _Meta({"input": _Topic(8)} if topic == "input" else {})
 
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
+    monkeypatch.setattr(identity, "AdminClient", Admin)
     args = job.parse_args(["--bootstrap", "b:1", "--checkpoint", "/nonexistent", "--input-topic", "input"])
     assert job.pool_size(args) == 8 and seen["topic"] == "input" and seen["conf"]["bootstrap.servers"] == "b:1"
     # --pool-size only raises it (an old harness passing a smaller count does not shrink the pool)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from confluent_kafka import KafkaException
 
 from onceproof.checkers import compose, exactly_once, nearby, transactions
 from onceproof.checkers.exactly_once import Recovery
@@ -294,7 +295,6 @@ def probe(bootstrap: str, *topic_names: str, timeout_s: float = 10.0) -> None:
 
     Raises: ``CheckError`` naming the address or the topic (and the option that sets it).
     """
-    from confluent_kafka import KafkaException
 
     try:
         md = topics.admin(bootstrap).list_topics(timeout=timeout_s)

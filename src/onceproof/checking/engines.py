@@ -84,6 +84,7 @@ class PandasEngine:
         return None
 
     def check_saved(self, run_dir: Path, *, file_read: str | None = None, options: Options | None = None) -> dict:
+        # lazy: checks loads pandas; listing the engines (the CLI's --engine) must not
         from onceproof.checking import checks as checking
 
         return checking.check_saved(run_dir, file_read=file_read)
@@ -91,6 +92,7 @@ class PandasEngine:
     def check_live(self, bootstrap: str, input_topic: str, output_topic: str, run_dir: Path, st, *,
                    workload: str = "keyed", file_sink: Path | None = None, file_read: str = "committed",
                    options: Options | None = None) -> dict:
+        # lazy: checks loads pandas; listing the engines (the CLI's --engine) must not
         from onceproof.checking import checks as checking
 
         return checking.check_live(bootstrap, input_topic, output_topic, run_dir, st, workload=workload,

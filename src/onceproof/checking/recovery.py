@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
 from onceproof.clients import topics
 from onceproof.store import checkpoint
 
@@ -91,7 +93,6 @@ def group_offsets(bootstrap: str, group: str, topic: str, parts: list[int]) -> d
 
     Raises: ``KafkaException`` when the cluster does not answer.
     """
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])]
     # short per-call bounds: on a young cluster the group coordinator may still be loading

@@ -24,6 +24,7 @@ from typing import Any
 
 from onceproof.backends import registry
 from onceproof.backends.base import can_perform
+from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 from onceproof.checkout import repository
 from onceproof.nemesis import catalog, schedule
 from onceproof.sinks import registry as sinks
@@ -79,7 +80,6 @@ def _check_workload(v: str) -> str | None:
 def _check_pipeline_cmd(v: str) -> str | None:
     if not v:
         return None
-    from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 
     try:
         PipelineCommand.parse(v)
@@ -288,8 +288,6 @@ class TestConfig:
             return self.test_name
         pipeline = self.sink if self.workload == "keyed" else f"{self.workload}-{self.sink}"
         if self.pipeline_cmd:  # the script's name (my_job.py → my_job), else "user"
-            from onceproof.backends.user_pipeline import PipelineCommand
-
             pipeline = PipelineCommand.parse(self.pipeline_cmd).script_name() or "user"
         if self.schedule:
             faults = f"schedule-{len(read_schedule(self.schedule))}-faults"

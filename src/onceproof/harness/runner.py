@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import confluent_kafka
 from rich.console import Console
 
 from onceproof.backends import registry
@@ -62,7 +63,6 @@ INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
 def versions(backend: Backend) -> dict[str, str]:
     """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java) and the harness's
     own Kafka client and Python."""
-    import confluent_kafka
 
     v = confluent_kafka.version()  # a string in 2.16 ("2.16.1"), a (string, int) tuple before
     return {**backend.versions(), "confluent-kafka": v if isinstance(v, str) else v[0],

@@ -35,10 +35,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from onceproof.backends import registry
 from onceproof.nemesis import catalog, packages, schedule
 from onceproof.report import certificate
 from onceproof.sinks import registry as sinks
 from onceproof.store.runs import RunDir, runs_of
+from onceproof.workloads import registry as workload_registry
 
 CELL_STOP_GRACE_S = 150.0  # a Ctrl-C'd cell's own teardown is bounded (harness/teardown.py); then SIGKILL
 
@@ -85,7 +87,6 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
 
     Raises: ``ValueError`` for an unknown sink, workload or package, or ``test_count`` < 1.
     """
-    from onceproof.workloads import registry as workload_registry
 
     if test_count < 1:
         raise ValueError(f"--test-count must be ≥ 1, got {test_count}")
@@ -136,7 +137,8 @@ def _fitting(specs: list[str], sink: str) -> list[str]:
 
 def run_argv(run_args: list[str]) -> list[str]:
     """The argv of ``onceproof run <run_args>`` as this Python runs it (no console script needed)."""
-    return [sys.executable, "-c", "import sys; from onceproof.harness.cli import main; sys.exit(main())", "run", *run_args]
+    return [sys.executable, "-c", "import sys; from onceproof.harness.cli import main; sys.exit(main())", "run",
+            *run_args]
 
 
 def new_run(results_root: Path, test: str, before: list[Path]) -> Path | None:
@@ -154,7 +156,7 @@ def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
 
 
 def _versions(backend: str) -> dict[str, str]:
-    from onceproof.backends import registry
+    # lazy: the runner loads the whole harness (backends, Spark checks); only a suite that runs needs it
     from onceproof.harness.runner import versions
 
     try:
@@ -208,7 +210,8 @@ class Suite:
         done = [r["elapsed_s"] for r in self.records]
         if done:
             left = len(self.cells) - len(self.records)
-            t.caption = f"ETA {left * statistics.mean(done) / 60:.0f} min ({left} cells left, mean {statistics.mean(done):.0f}s a cell)"
+            mean = statistics.mean(done)
+            t.caption = f"ETA {left * mean / 60:.0f} min ({left} cells left, mean {mean:.0f}s a cell)"
         return t
 
     def run(self) -> int:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from onceproof.nemesis.broker import KillBroker, PauseBroker
 from onceproof.nemesis.commit_delay import CommitDelay
 from onceproof.nemesis.commit_window import KillDriverInCommitWindow
@@ -131,7 +133,6 @@ def parse(spec: str) -> list[str]:
 
 def build(specs: list[str], **options) -> dict[str, Fault]:
     """Instantiate the faults; ``options`` (e.g. ``txn_timeout_ms``) go to the classes that take them."""
-    import inspect
 
     out: dict[str, Fault] = {}
     for s in specs:

@@ -25,6 +25,10 @@ import json
 import random
 import time
 
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from onceproof.clients import topics
 from onceproof.nemesis.commit_window_watch import CommitWindowWatch
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 from onceproof.pipeline import hooks
@@ -154,7 +158,6 @@ class _OutputEnds:
     per call, too slow for a 50 ms poll)."""
 
     def __init__(self, bootstrap: str, topic: str):
-        from onceproof.clients import topics
 
         self.topic = topics.partitions(bootstrap, topic)
         self.name = topic
@@ -162,8 +165,6 @@ class _OutputEnds:
 
     def read(self) -> dict[int, int]:
         """``{partition: LSO}``. Raises ``confluent_kafka.KafkaException`` when a partition has none now."""
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
 
         req = {TopicPartition(self.name, p): OffsetSpec.latest() for p in self.topic}
         futs = self.admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5)

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from onceproof.backends.base import Cluster, FaultNetwork, SparkApp
+from onceproof.pipeline import hooks
+from onceproof.store.readers import read_sink
 
 EFFECTIVE, NOT_EFFECTIVE, SKIPPED = "effective", "not-effective", "skipped"
 
@@ -81,7 +84,6 @@ class Fault(Protocol):
 def sink_events(run_dir: Path, since: float) -> list[dict]:
     """Events of the run's ``sink.jsonl`` (``onceproof.store.readers.read_sink``) with ``time`` ≥ ``since``
     (epoch s); torn or partial lines are skipped, a missing file is no events."""
-    from onceproof.store.readers import read_sink
 
     # polled while the tasks append: a line caught mid-write is expected, not worth a warning
     return [e for e in read_sink(run_dir, problems=[]) if e.get("time", 0) >= since]
@@ -93,9 +95,7 @@ def park_task(ctx: NemesisContext, partition: int, ms: int, wait_s: float) -> di
     and wait up to ``wait_s`` seconds for it to claim the hold. Returns the task's ``hold`` event from
     ``sink.jsonl`` (``batch``, ``partition``, ``attempt``, ``incarnation``, ``pid``, ``time``, ...), or
     ``None`` with the hold withdrawn when no task came (or the run is stopping)."""
-    import time
 
-    from onceproof.pipeline import hooks
 
     t0 = time.time()
     hooks.write_control(ctx.control, hooks.PRECOMMIT_HOLD, {"ms": ms, "partition": partition})
@@ -112,7 +112,6 @@ def park_task(ctx: NemesisContext, partition: int, ms: int, wait_s: float) -> di
 
 def hold(ctx: NemesisContext, seconds: float) -> float:
     """Sleep ``seconds`` unless the run is stopping; returns the seconds actually held."""
-    import time
 
     t = time.monotonic()
     ctx.stop.wait(seconds)

@@ -403,7 +403,8 @@ def certificate_md(suite: dict) -> str:
     lines = [f"# onceproof certificate: {_md(suite.get('suite'))}", "",
              f"**Result: {result}** — {_md(_headline(cells))}.", "", f"_{RULE}._", "",
              f"- started: {_md(suite.get('started'))}", f"- finished: {_md(suite.get('finished'))}",
-             f"- exit code: {suite_exit_code(cells)}", "- command:", "", f"{fence}sh", cmd, fence, "", "## Versions", ""]
+             f"- exit code: {suite_exit_code(cells)}", "- command:", "", f"{fence}sh", cmd, fence, "",
+             "## Versions", ""]
     versions = suite.get("versions") or {}
     lines += _md_table(["component", "version"], [[_md(k), _md(v)] for k, v in versions.items()]) if versions \
         else ["_not recorded_"]

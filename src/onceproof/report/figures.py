@@ -43,6 +43,7 @@ def timeline_figure(run: Run, panels: list[Panel], windows: pd.DataFrame, colors
     """Stacked plots sharing one x-axis (seconds since test start): a fault lane (one bar per fault op,
     colored by fault when effective, grey otherwise) over ``panels``; every effective fault is a shaded
     band across all rows, at least ``MIN_BAND_S`` wide; heal moments are dashed lines."""
+    # plotly: a heavy import, only when a report is drawn
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -124,6 +125,7 @@ def keys_figure(run: Run, keys: list[str], pts: pd.DataFrame):
     """Small multiples, one per key: y = seq, x = position in the key's output (partition, offset order).
     A clean key is a straight diagonal; a duplicate is a red point under the line (a seq seen again); a
     re-delivered run of records is a sawtooth; a lost seq is a black x where it should have been."""
+    # plotly: a heavy import, only when a report is drawn
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -155,6 +157,7 @@ def keys_figure(run: Run, keys: list[str], pts: pd.DataFrame):
 
 def fig_html(fig, div_id: str) -> str:
     """``fig`` as an HTML ``<div id=div_id>`` fragment that expects plotly's JS already in the page."""
+    # plotly: a heavy import, only when a report is drawn
     import plotly.io as pio
 
     return pio.to_html(fig, include_plotlyjs=False, full_html=False, include_mathjax=False, div_id=div_id,
@@ -163,6 +166,7 @@ def fig_html(fig, div_id: str) -> str:
 
 def plotly_js() -> str:
     """Plotly's JavaScript bundle (~4.8 MB), to inline once per page or write once per results root."""
+    # plotly: a heavy import, only when a report is drawn
     from plotly.offline import get_plotlyjs
 
     return get_plotlyjs()
@@ -170,6 +174,7 @@ def plotly_js() -> str:
 
 def plotly_version() -> str:
     """The installed plotly's version (names the shared bundle, so two versions never overwrite one)."""
+    # plotly: a heavy import, only when a report is drawn
     import plotly
 
     return plotly.__version__

@@ -243,8 +243,8 @@ def _sink_html(run: Run) -> str:
     if len(ab):
         recs = ab.head(MAX_EXAMPLES).assign(time=((pd.to_numeric(ab["time"]) - run.t0).round(2)
                                                   if run.t0 is not None else ab["time"]))
-        parts.append("<h3>aborts, unknown commit outcomes and errors</h3>" + _table([{k: v for k, v in x.items() if not isna(v)}
-                                                  for x in recs.to_dict("records")]))
+        rows = [{k: v for k, v in x.items() if not isna(v)} for x in recs.to_dict("records")]
+        parts.append("<h3>aborts, unknown commit outcomes and errors</h3>" + _table(rows))
     return f"<section><h2>sink events ({SINK})</h2>" + "".join(parts) + "</section>"
 
 

@@ -19,8 +19,8 @@ Shape (the de-facto JUnit format that Jenkins, GitLab and GitHub reporters read)
 * **recovery**: verdict ``unknown`` or ``recovery.finished`` false → ``<failure>`` carrying the
   ``unknown_reasons`` ("recovery did not finish" when it did not, else "verdict unknown", e.g. a
   history cut short); verdict ``crashed`` (or no ``results.json``) → ``<error>`` carrying ``error``.
-* **faults-took-effect**: every requested fault (``test.json`` ``faults``, else ``config.nemesis``) must have at least one
-  ``effective`` op, else ``<failure>`` (a run whose faults never landed proves nothing). No faults
+* **faults-took-effect**: every requested fault (``test.json`` ``faults``, else ``config.nemesis``) must have
+  at least one ``effective`` op, else ``<failure>`` (a run whose faults never landed proves nothing). No faults
   requested → passes with a note; a crashed run → ``<skipped>`` (the crash is already the error).
 """
 
@@ -31,6 +31,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from onceproof.checkers.exactly_once import ANOMALIES
 from onceproof.report.analysis import anomaly_names
 from onceproof.store import readers
 from onceproof.store.runfiles import RESULTS, RunFiles
@@ -86,7 +87,6 @@ def build_junit(run_dir: Path) -> ET.Element:
     # -- anomaly types
     listed = anomaly_cases(r)
     if not listed and verdict == "crashed":
-        from onceproof.checkers.exactly_once import ANOMALIES
 
         listed = [(a, None, {}) for a in ANOMALIES]
     anomalies = r.get("anomalies") or {}

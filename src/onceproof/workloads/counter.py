@@ -40,6 +40,7 @@ class Counter:
 
     def transform(self, src):
         """Kafka source rows → ``key: string, value: binary`` (``{"key", "count", "sum", "max_seq"}``)."""
+        # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
         from pyspark.sql import functions as F
 
         v = F.from_json(F.col("value").cast("string"), "key STRING, seq LONG")
@@ -50,6 +51,7 @@ class Counter:
         return agg.select("key", value.cast("binary").alias("value"))
 
     def decode(self, frame):
+        # lazy: pandas; the job's driver imports this workload and has none
         from onceproof.checkers.counter import decode
 
         return decode(frame)
@@ -58,6 +60,7 @@ class Counter:
         """``onceproof.checkers.counter.check``, plus the history's sends: ``stats`` ``sends_ok``/``sends_info``/
         ``sends_fail`` and the definite ``lost-write`` (an ``ok`` send whose (key, seq) is not in the input
         log), as the keyed checker reports them."""
+        # lazy: pandas; the job's driver imports this workload and has none
         from onceproof.checkers.counter import check
 
         r = check(history, input, output, recovery)

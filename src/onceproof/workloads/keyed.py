@@ -7,9 +7,10 @@ counts per key from 0 with no gaps in what is *attempted*.
 
 Client: an idempotent producer, recreated when librdkafka reports a fatal error (an idempotent
 producer's fatal error, e.g. an unrecoverable sequence gap, leaves it unable to send; librdkafka's
-INTRODUCTION.md, "Idempotent Producer"), so the workload never goes silent. The producer (``enable.idempotence=true``, ``acks=all``) writing Kafka key = the
-workload key, value = ``{"key", "seq", "t"}`` (``t`` = send time, epoch ms). Each send is two ops in the
-history: ``invoke`` before ``produce()``, then from the delivery report ``ok`` (with partition/offset),
+INTRODUCTION.md, "Idempotent Producer"), so the workload never goes silent. The producer
+(``enable.idempotence=true``, ``acks=all``) writing Kafka key = the workload key, value = ``{"key", "seq",
+"t"}`` (``t`` = send time, epoch ms). Each send is two ops in the history: ``invoke`` before
+``produce()``, then from the delivery report ``ok`` (with partition/offset),
 ``fail`` (a definite error: the record is certainly not in the log) or ``info`` (indeterminate: a timeout
 or a fatal producer error, so the record may or may not be in the log). At close, anything never
 reported becomes ``info``.
@@ -170,6 +171,7 @@ def transform(src):
     The output value is ``{"key", "seq", "in_partition", "in_offset", "in_ts"}`` with ``in_ts`` the input
     record's append time in ms.
     """
+    # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
     from pyspark.sql import functions as F
 
     schema = "key STRING, seq LONG"
@@ -204,11 +206,13 @@ class Keyed:
         return transform(src)
 
     def decode(self, frame):
+        # lazy: pandas; the job's driver imports this workload and has none
         from onceproof.clients.topics import decode_values
 
         return decode_values(frame)
 
     def check(self, history, input, output, recovery=None) -> dict:
+        # lazy: pandas; the job's driver imports this workload and has none
         from onceproof.checkers.exactly_once import check
 
         return check(history, input, output, recovery)

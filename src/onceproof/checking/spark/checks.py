@@ -30,10 +30,13 @@ snapshots are read and written by the executors.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from pathlib import Path
 
 import pandas as pd
+import psutil
+import pyarrow.parquet as pq
 
 from onceproof.checkers import nearby
 from onceproof.checkers.exactly_once import Recovery
@@ -58,7 +61,6 @@ def driver_memory(total_bytes: int | None = None) -> str:
     """``spark.driver.memory`` for a local master when none is configured: a quarter of the machine's
     RAM, at least 1 GiB and at most 16 GiB (a local master's tasks run in the driver's JVM)."""
     if total_bytes is None:
-        import psutil
 
         total_bytes = psutil.virtual_memory().total
     gib = max(1, min(16, total_bytes // 4 // (1 << 30)))
@@ -75,6 +77,7 @@ def session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None, ka
 
     Raises: ``onceproof.backends.common.jars.ResolveError`` when ``kafka`` and the jars cannot be resolved.
     """
+    # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -87,6 +90,7 @@ def session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None, ka
     if master.startswith("local"):
         defaults["spark.driver.memory"] = driver_memory()
     if kafka:
+        # lazy: the connector's jars only for a session that reads Kafka
         from onceproof.backends.common.jars import spark_kafka_classpath
 
         jars = [str(j) for j in spark_kafka_classpath().jars]
@@ -150,6 +154,7 @@ ENGINE = SparkEngine()
 def snapshot(spark, run_dir: Path, bootstrap: str, input_topic: str, output_topic: str) -> None:
     """Read both topics with Spark's Kafka source (input and output at read_committed, output at
     read_uncommitted) and save them as the run's parquet snapshots (directories of part files)."""
+    # lazy: spark_topics imports pyspark (see session)
     from onceproof.clients import spark_topics
 
     files = RunFiles(run_dir)
@@ -211,9 +216,7 @@ def shuffle_partitions(spark, run_dir: Path) -> int | None:
     one per million output records (from the parquet footers, read in the driver), at least twice the
     default parallelism. Spark's default of 200 costs 2× at 1 M records on 2 cores (198 s against 90 s,
     ``bench/README.md``); ``None`` when configured or when the snapshots are not local files."""
-    import math
 
-    import pyarrow.parquet as pq
 
     if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
         return None
@@ -292,6 +295,7 @@ def attach_nearby(result: dict, output, input, ops: pd.DataFrame | None) -> dict
 
 def _rows_at(frame, places: set[tuple[int, int]]) -> pd.DataFrame | None:
     """The rows of ``frame`` at ``places`` ((partition, offset)), with their timestamp, in row order."""
+    # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
     from pyspark.sql import functions as F
 
     if frame is None or "timestamp" not in columns(frame) or not places:
@@ -305,6 +309,7 @@ def _rows_at(frame, places: set[tuple[int, int]]) -> pd.DataFrame | None:
 
 def history_gaps(path: Path, hist, inp) -> list[str]:
     """``onceproof.checking.checks.history_gaps`` on Spark frames (the same reasons, word for word)."""
+    # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
     from pyspark.sql import functions as F
 
     why = "acknowledged sends could not be checked against the input (lost-write)"
