@@ -75,7 +75,7 @@ def test_ready_creates_a_missing_control_dir_and_logs_every_incarnation(tmp_path
     c.mark_ready({"query_id": "q", "run_id": "r1"})
     c.mark_ready({"query_id": "q", "run_id": "r2"})
     assert json.loads((d / hooks.READY).read_text())["run_id"] == "r2"
-    assert [json.loads(l)["run_id"] for l in (d / hooks.APPS).read_text().splitlines()] == ["r1", "r2"]
+    assert [json.loads(line)["run_id"] for line in (d / hooks.APPS).read_text().splitlines()] == ["r1", "r2"]
 
 
 def test_precommit_hold_is_claimed_only_by_its_sink_partition(tmp_path):
@@ -124,7 +124,9 @@ def test_the_pipeline_imports_without_pandas_or_pyarrow():
     code = ("import sys; sys.modules['pandas'] = None; sys.modules['pyarrow'] = None; sys.modules['numpy'] = None\n"
             "import onceproof.pipeline.job, onceproof.pipeline.eos_sink, onceproof.pipeline.file_sink\n"
             "from onceproof.workloads import registry\n"
-            "[registry.get(n) for n in registry.names()]")
+            "[registry.get(n) for n in registry.names()]\n"
+            "from onceproof.sinks import registry as sinks\n"
+            "assert all(s.writer for s in sinks.entries())")
     p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -175,7 +175,7 @@ class TestConfig:
 
     __test__ = False  # not a pytest test class
 
-    sink: str = _opt("eos", "eos (transactional sink), at-least-once (Spark's Kafka sink), eos-no-marker "
+    sink: str = _opt(sinks.DEFAULT, "eos (transactional sink), at-least-once (Spark's Kafka sink), eos-no-marker "
                             "(a mutant without the replay marker check), or file (Spark's file sink, read "
                             "through its _spark_metadata log)", check=_check_sink, example="at-least-once",
                      always=True)

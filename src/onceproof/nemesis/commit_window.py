@@ -1,5 +1,5 @@
 """``kill-driver-in-commit-window``: SIGKILL the driver after the sink committed batch N and before
-Spark wrote ``commits/N`` – the replay window (DESIGN §2).
+Spark wrote ``commits/N`` – the replay window (docs/architecture.md, "The exactly-once sink").
 
 Two ways to find the window, chosen by :attr:`onceproof.nemesis.fault.NemesisContext.commit_window`:
 

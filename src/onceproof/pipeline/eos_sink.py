@@ -14,7 +14,7 @@ own Kafka sink wants; ``in_partition`` and ``in_offset`` (the input record's Kaf
 offset, ints) are optional and, when present, become the ``op.input`` provenance header that lets the
 checker pair each output record with its input record.
 
-What it does (``pipeline/transactional_sink.py``, DESIGN §2; the design of Flink's
+What it does (``pipeline/transactional_sink.py``, docs/architecture.md, "The exactly-once sink"; the design of Flink's
 ``TwoPhaseCommitSinkFunction`` on Kafka transactions, KIP-98): each (micro-batch ``batchId``, Spark
 partition ``p``) is written in one Kafka transaction by the producer of ``transactional.id =
 <sink_id>-<p>``, and the same transaction commits a progress marker (``batchId + 1`` as the committed

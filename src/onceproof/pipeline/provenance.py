@@ -1,4 +1,4 @@
-"""Names of the provenance headers every output record carries (DESIGN §2 item 8).
+"""Names of the provenance headers every output record carries (docs/architecture.md, "The exactly-once sink", item 8).
 
 Values are UTF-8 strings. The checker (``checkers/``) reads them to explain each anomaly; they are
 optional for third-party pipelines checked with ``onceproof check``.

@@ -1,5 +1,5 @@
 """The exactly-once Kafka sink: one Kafka transaction per (micro-batch, sink partition), made idempotent
-under replay by a progress marker committed in the same transaction (DESIGN §2).
+under replay by a progress marker committed in the same transaction (docs/architecture.md, "The exactly-once sink").
 
 Why ``foreachBatch`` + ``foreachPartition`` rather than a Python data source writer
 (``pyspark.sql.datasource.DataSourceStreamWriter``):
@@ -12,7 +12,7 @@ Why ``foreachBatch`` + ``foreachPartition`` rather than a Python data source wri
   inside ``foreachBatch``).
 * Both run the same per-partition tasks on executors, with the same retry semantics.
 
-Per task, in this order (each step's reason in DESIGN §2):
+Per task, in this order (each step's reason in docs/architecture.md, "The exactly-once sink"):
 
 1. ``transactional.id = <sink_id>-<partitionId>``; ``init_transactions()`` fences every older producer
    with that id (producer epoch bump, KIP-98) and aborts or completes its open transaction.
