@@ -64,19 +64,19 @@ lint: setup
 bench: setup
 	$(BIN)/python bench/checker_bench.py
 
-# issue 11: eos vs Spark's own sink at saturation, latency at 300 records/s, the raw Kafka limit (see bench/README.md)
+# issue 11: eos vs Spark's own sink at saturation, latency at 300 records/s, the raw Kafka limit (see docs/performance.md)
 bench-pipeline: setup
 	$(BIN)/python bench/pipeline_bench.py --json bench/pipeline.json
 
-# issue 11: the whole check against a real read of the same topics on a real cluster (see bench/README.md)
+# issue 11: the whole check against a real read of the same topics on a real cluster (see docs/performance.md)
 bench-real-read: setup
 	$(BIN)/python bench/real_read_ratio.py --records 2000000 --json bench/real_read_ratio.json
 
-# issue 11: onceproof check --engine spark on 50M synthetic records (local[2]; see bench/README.md)
+# issue 11: onceproof check --engine spark on 50M synthetic records (local[2]; see docs/performance.md)
 bench-spark-checker: setup
 	$(BIN)/python bench/spark_checker_bench.py --records 50000000 --engines spark --history none --timeout 3600
 
-# issue 11: the default run's wall time − time limit, median of 3 (see bench/README.md)
+# issue 11: the default run's wall time − time limit, median of 3 (see docs/performance.md)
 bench-overhead: setup
 	$(BIN)/python bench/overhead.py --json bench/overhead.json
 
@@ -86,7 +86,7 @@ soak: setup
 	$(BIN)/python soak/soak.py --seeds 1-10 --sinks eos,at-least-once --time-limit 120
 
 # issue 10's certification: the detection table (every mutant against the fault package aimed at it,
-# eos as the control, 3 seeds) and the eos certificate (4 packages × 2 seeds); see README for the time
+# eos as the control, 3 seeds) and the eos certificate (4 packages × 2 seeds); see docs/performance.md for the time
 certify: setup
 	$(BIN)/onceproof test-all --mutants --test-count 3
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit --test-count 2 --time-limit 60

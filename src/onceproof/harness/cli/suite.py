@@ -26,7 +26,7 @@ _SET_PER_CELL = ("--sink", "--workload", "--nemesis", "--seed", "--test-name", "
 
 def test_all(
     ctx: typer.Context,
-    sink: str = typer.Option("eos", help="comma-separated sinks (pipeline/sinks.py); ignored with --mutants"),
+    sink: str = typer.Option("eos", help="comma-separated sinks (sinks/registry.py); ignored with --mutants"),
     workload: str = typer.Option("keyed", help="comma-separated workloads (workloads/registry.py)"),
     nemesis_package: str = typer.Option("", help="comma-separated fault packages: process, pause, network, commit, "
                                                  "upgrade, all (nemesis/packages.py); default: process,commit, or "
