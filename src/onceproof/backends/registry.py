@@ -7,9 +7,8 @@ package under ``backends/`` and one line here.
 
 from __future__ import annotations
 
-import pkgutil
-
 from onceproof.backends.base import Backend, BackendError
+from onceproof.registry import Registry
 
 BACKENDS: dict[str, str] = {
     "local": "onceproof.backends.local.backend:LocalBackend",
@@ -17,12 +16,9 @@ BACKENDS: dict[str, str] = {
 }
 DEFAULT = "local"
 
+_REGISTRY = Registry("backend", BACKENDS, BackendError)
+names = _REGISTRY.names
 _made: dict[str, Backend] = {}
-
-
-def names() -> list[str]:
-    """The backends' names, in registration order."""
-    return list(BACKENDS)
 
 
 def get(name: str) -> Backend:
@@ -30,8 +26,6 @@ def get(name: str) -> Backend:
 
     Raises: ``BackendError`` naming the known backends when ``name`` is not one of them.
     """
-    if name not in BACKENDS:
-        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name not in _made:
-        _made[name] = pkgutil.resolve_name(BACKENDS[name])()  # "module:class", imported now
+        _made[name] = _REGISTRY.get(name)()  # the class, imported now
     return _made[name]

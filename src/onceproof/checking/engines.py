@@ -16,10 +16,11 @@ pyspark). A new engine is one module and one line here.
 
 from __future__ import annotations
 
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from onceproof.registry import Registry
 
 ENGINES: dict[str, str] = {
     "pandas": "onceproof.checking.engines:PANDAS",
@@ -102,9 +103,8 @@ class PandasEngine:
 PANDAS = PandasEngine()
 
 
-def names() -> list[str]:
-    """The engines' names, in registration order."""
-    return list(ENGINES)
+_REGISTRY = Registry("engine", ENGINES)
+names = _REGISTRY.names
 
 
 def get(name: str) -> Engine:
@@ -112,6 +112,4 @@ def get(name: str) -> Engine:
 
     Raises: ``ValueError`` naming the known engines when ``name`` is not one of them.
     """
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
-    return pkgutil.resolve_name(ENGINES[name])  # "module:attribute", imported now
+    return _REGISTRY.get(name)

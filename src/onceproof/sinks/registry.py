@@ -7,10 +7,8 @@ mutants). A new sink is one module and one line here.
 
 from __future__ import annotations
 
-import pkgutil
-from collections.abc import Mapping
-
 from onceproof.pipeline.mutants import MUTANTS
+from onceproof.registry import Registry
 from onceproof.sinks.base import Sink
 
 SINKS: dict[str, str] = {
@@ -21,11 +19,8 @@ SINKS: dict[str, str] = {
 }
 DEFAULT = "eos"
 """The default sink, and the control that ``test-all --mutants`` runs against every package it uses."""
-
-
-def names() -> list[str]:
-    """The sinks' names, in registration order."""
-    return list(SINKS)
+_REGISTRY = Registry("sink", SINKS)
+names = _REGISTRY.names
 
 
 def get(name: str) -> Sink:
@@ -33,10 +28,7 @@ def get(name: str) -> Sink:
 
     Raises: ``ValueError`` naming the known sinks when ``name`` is not one of them.
     """
-    if name not in SINKS:
-        raise ValueError(f"unknown sink {name!r}; choose one of {', '.join(SINKS)}")
-    entry = pkgutil.resolve_name(SINKS[name])  # "module:attribute", imported now
-    return entry[name] if isinstance(entry, Mapping) else entry
+    return _REGISTRY.get(name)
 
 
 def find(name: object) -> Sink | None:

@@ -6,8 +6,7 @@ names for ``--help`` costs no import). A new workload is one module and one line
 
 from __future__ import annotations
 
-import pkgutil
-
+from onceproof.registry import Registry
 from onceproof.workloads.base import Workload
 
 WORKLOADS: dict[str, str] = {
@@ -15,11 +14,8 @@ WORKLOADS: dict[str, str] = {
     "counter": "onceproof.workloads.counter:WORKLOAD",
 }
 DEFAULT = "keyed"
-
-
-def names() -> list[str]:
-    """The workloads' names, in registration order."""
-    return list(WORKLOADS)
+_REGISTRY = Registry("workload", WORKLOADS)
+names = _REGISTRY.names
 
 
 def get(name: str) -> Workload:
@@ -27,6 +23,4 @@ def get(name: str) -> Workload:
 
     Raises: ``ValueError`` naming the known workloads when ``name`` is not one of them.
     """
-    if name not in WORKLOADS:
-        raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
-    return pkgutil.resolve_name(WORKLOADS[name])  # "module:attribute", imported now
+    return _REGISTRY.get(name)
