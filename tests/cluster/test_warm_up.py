@@ -1,4 +1,4 @@
-"""The driver's warm-up (``onceproof.pipeline.job.warm_up``) runs exactly one micro-batch of a throwaway streaming
+"""The driver's warm-up (``onceproof.job.warm_up``) runs exactly one micro-batch of a throwaway streaming
 query whose rows reach the executors' Python workers, then leaves no query running and no checkpoint
 behind, on real Spark (local[2], marker ``spark_local``). A run's driver does the same before
 ``driver.ready``, which the workload waits for; the cluster tests cover that path end to end."""
@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from onceproof.pipeline import job
+from onceproof import job
 
 pytestmark = pytest.mark.spark_local
 

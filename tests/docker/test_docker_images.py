@@ -89,7 +89,7 @@ def test_spark_image_has_the_drivers_python_packages_and_runs_the_pipeline_impor
     assert out.strip() == f"(3, 11) {reqs['pyspark']} {reqs['py4j']} {reqs['confluent-kafka']}"
     # what the executors import (cloudpickle references pipeline.* by module), from the repository mounted
     out = _run(engine, built["spark"].tag,
-               ["python", "-c", "import onceproof.pipeline.job, onceproof.pipeline.transactional_sink, "
+               ["python", "-c", "import onceproof.job, onceproof.pipeline.transactional_sink, "
                 "onceproof.pipeline.marker, onceproof.pipeline.completeness, onceproof.pipeline.hooks; print('ok')"],
                volumes={str(REPO / "src"): {"bind": "/src", "mode": "ro"}}, environment={"PYTHONPATH": "/src"})
     assert out.strip() == "ok"

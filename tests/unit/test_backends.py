@@ -159,7 +159,7 @@ def test_each_implementation_has_every_protocol_member(proto, impl):
 
 
 def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
-    from onceproof.pipeline import job
+    from onceproof import job
 
     p = base.PipelineArgs(bootstrap="h:1", sink="eos", checkpoint=tmp_path / "ck", control=tmp_path / "ctl",
                           sink_log=tmp_path / "sink.jsonl", input_topic="in", output_topic="out",
@@ -168,7 +168,7 @@ def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
     ns = vars(job.parse_args(p.argv()))
     want = {**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}, "control_dir": str(p.control)}
     want.pop("control")
-    for k in ("command", "cwd"):  # a user's pipeline instead of onceproof.pipeline.job: not the job's options
+    for k in ("command", "cwd"):  # a user's pipeline instead of onceproof.job: not the job's options
         want.pop(k)
     assert want.pop("file_sink") is None and ns["file_sink_path"] == ""
     p = dataclasses.replace(p, file_sink=tmp_path / "fs", workload="counter")

@@ -205,7 +205,7 @@ def test_the_driver_command_passes_every_argument_and_the_images_jars(tmp_path):
     env = {"PATH": f"{fake}:{os.environ['PATH']}", "ONCEPROOF_DRIVER_LOG": str(log)}
     subprocess.run(cmd, env=env, check=True, timeout=10)
     got = log.read_text().splitlines()
-    assert got[:2] == ["-m", "onceproof.pipeline.job"] and got[2:6] == argv
+    assert got[:2] == ["-m", "onceproof.job"] and got[2:6] == argv
     assert got[6] == "--jars" and got[7] == f"local:{jars}/a.jar,local:{jars}/b c.jar"
 
 

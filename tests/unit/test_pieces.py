@@ -115,14 +115,14 @@ def test_decode_values_fast_path_and_fallback_agree():
 
 def test_the_pipeline_imports_without_pandas_or_pyarrow():
     """The driver container of the Docker backend has pyspark and confluent-kafka, not pandas: what
-    ``onceproof.pipeline.job`` imports (the workloads' transforms included) must not need them (seen: the counter
+    ``onceproof.job`` imports (the workloads' transforms included) must not need them (seen: the counter
     workload's first Docker run restarted its driver 121 times on ``No module named 'pandas'``)."""
     import subprocess
     import sys
     from pathlib import Path
 
     code = ("import sys; sys.modules['pandas'] = None; sys.modules['pyarrow'] = None; sys.modules['numpy'] = None\n"
-            "import onceproof.pipeline.job, onceproof.pipeline.eos_sink, onceproof.pipeline.file_sink\n"
+            "import onceproof.job, onceproof.pipeline.eos_sink, onceproof.pipeline.file_sink\n"
             "from onceproof.workloads import registry\n"
             "[registry.get(n) for n in registry.names()]\n"
             "from onceproof.sinks import registry as sinks\n"

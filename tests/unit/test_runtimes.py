@@ -140,14 +140,14 @@ def test_set_runtime_gives_the_next_driver_start_the_runtimes_interpreter_and_ja
     app = spark.LocalSpark(p, tmp_path / "logs")
     assert app.sup.argv[0] == app.sup.python == sys.executable
     assert app.set_runtime("previous") == "4.2.1"
-    assert app.sup.argv[:3] == [str(rt.python), "-m", "onceproof.pipeline.job"] and app.sup.python == str(rt.python)
+    assert app.sup.argv[:3] == [str(rt.python), "-m", "onceproof.job"] and app.sup.python == str(rt.python)
     assert asked_jars[-1] == rt.pyspark_dir / "jars" and rt.pyspark_dir in app.pyspark_dirs
     assert app.set_runtime(None) == pyspark.__version__
     assert app.sup.argv[0] == app.sup.python == sys.executable and asked_jars[-1] == jars.pyspark_jars_dir()
 
 
 def test_the_supervisor_restarts_a_driver_that_exited_0_on_the_runtime_set_last(tmp_path):
-    """A driver stopped on request exits 0 (``onceproof.pipeline.job.await_query``): it is restarted like a killed
+    """A driver stopped on request exits 0 (``onceproof.job.await_query``): it is restarted like a killed
     one, and a restart after :meth:`use_runtime` runs the new command with the new ``PYSPARK_PYTHON``."""
     import sys
     import time

@@ -1,4 +1,4 @@
-"""The identities the sink log and the records carry, decided by ``pipeline/job.py`` without Spark or
+"""The identities the sink log and the records carry, decided by ``onceproof/job.py`` without Spark or
 Kafka: the sink id stored per checkpoint, the driver incarnation from the environment, and the size of
 the transactional-id pool from the input topic's metadata."""
 
@@ -8,7 +8,8 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from onceproof.pipeline import identity, job
+from onceproof import job
+from onceproof.pipeline import identity
 
 
 def test_default_sink_id_is_stable_per_checkpoint_and_new_for_a_fresh_one(tmp_path):
@@ -95,7 +96,7 @@ def test_pool_size_comes_from_the_input_topic_metadata(monkeypatch):
 
 
 def test_the_driver_waits_for_its_input_topic_while_the_brokers_start_and_gives_up_at_the_deadline(monkeypatch):
-    """onceproof.pipeline.job.wait_for_input: no broker, then no topic, then the topic; a deadline re-raises."""
+    """onceproof.job.wait_for_input: no broker, then no topic, then the topic; a deadline re-raises."""
     now = [0.0]
     looks = []
 

@@ -1,6 +1,6 @@
 """The ``upgrade`` fault's graceful stop and PySpark switch, as pure logic (issue 10 item 3).
 
-What the driver does with a stop request (``onceproof.pipeline.job.await_query``) runs against a stand-in query
+What the driver does with a stop request (``onceproof.job.await_query``) runs against a stand-in query
 object; the fault (``nemesis/upgrade.py``) runs against the stand-in backend (``tests/stand_in_backend.py``)
 and a stand-in pipeline that answers only through the run's files (``sink.jsonl``, ``control/``), the
 way the driver and its sink tasks do. Nothing here says anything about Spark or Kafka themselves: the
@@ -22,7 +22,7 @@ from onceproof.backends.base import BackendError
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext
 from onceproof.nemesis.upgrade import Upgrade
 from onceproof.pipeline import hooks
-from onceproof.pipeline.job import await_query
+from onceproof.job import await_query
 from tests.stand_in_backend import StandInSpark
 
 # ------------------------------------------------------------------------------------ the driver's side

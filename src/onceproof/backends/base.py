@@ -101,7 +101,7 @@ class ClusterShape:
 
 @dataclass(frozen=True)
 class PipelineArgs:
-    """The pipeline's own options (``python -m onceproof.pipeline.job --help``), whatever runs it. Paths are the
+    """The pipeline's own options (``python -m onceproof.job --help``), whatever runs it. Paths are the
     run's: a backend that runs the driver elsewhere makes them visible there under the same names.
 
     ``trigger_ms``: micro-batch interval, ms; ``max_offsets``: records per batch; ``txn_timeout_ms``:
@@ -110,7 +110,7 @@ class PipelineArgs:
     ``workload``: the transform between source and sink (``workloads/registry.py``). ``file_sink``: the
     output directory of ``--sink file``.
     ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
-    template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``onceproof.pipeline.job``, which
+    template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``onceproof.job``, which
     alone takes the options above that the template has no placeholder for (sink, trigger, ...).
     """
 
@@ -134,7 +134,7 @@ class PipelineArgs:
     file_sink: Path | None = None
 
     def argv(self) -> list[str]:
-        """The options as ``onceproof.pipeline.job`` arguments (a backend adds where the connector jars are)."""
+        """The options as ``onceproof.job`` arguments (a backend adds where the connector jars are)."""
         return ["--bootstrap", self.bootstrap, "--sink", self.sink, "--checkpoint", str(self.checkpoint),
                 "--control-dir", str(self.control), "--sink-log", str(self.sink_log),
                 "--input-topic", self.input_topic, "--output-topic", self.output_topic,
@@ -231,7 +231,7 @@ class SparkApp(Protocol):
     def starts_before_cluster(self) -> bool:
         """Whether :meth:`start` may be called before the Kafka cluster is up, so the driver's start-up
         (JVMs, executors, its warm-up job) overlaps the brokers' (the runner then starts both at once).
-        True only for a driver that waits for its input topic (``onceproof.pipeline.job.wait_for_input``) on a
+        True only for a driver that waits for its input topic (``onceproof.job.wait_for_input``) on a
         backend whose Spark needs nothing the cluster's start creates."""
 
     def start(self) -> None:

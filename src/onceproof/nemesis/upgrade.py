@@ -13,7 +13,7 @@ offset log.
 Targets:
 
 * ``min-partitions`` – the Kafka source's ``minPartitions`` = 2 × the input partitions (written to
-  ``<control>/driver-overrides.json``, which ``onceproof.pipeline.job`` reads at start), so the replay splits every
+  ``<control>/driver-overrides.json``, which ``onceproof.job`` reads at start), so the replay splits every
   input partition's range in two. A sink whose marker and ``transactional.id`` are keyed by Spark's
   partition index (``eos-index-keyed``, the sink before issue 10's fix) then skips rows it never
   committed and rewrites rows it did. Each turn toggles the option: set, then back to the command
@@ -22,7 +22,7 @@ Targets:
   keeps its planned offsets, which the offset log fixes, so only later batches change).
 * ``graceful`` – the driver is stopped with ``query.stop()`` instead of a kill: the nemesis writes
   ``<control>/driver-stop.json`` naming the running driver incarnation (``driver.ready``); the driver's
-  ``onceproof.pipeline.job.await_query`` sees it within a second, writes ``driver-stopped.json`` (``stopping``),
+  ``onceproof.job.await_query`` sees it within a second, writes ``driver-stopped.json`` (``stopping``),
   calls ``query.stop()`` — Spark cancels the running batch's jobs and waits for its micro-batch thread
   (``spark.sql.streaming.stopTimeout`` = 60 s) — writes ``driver-stopped.json`` (``stopped``) and
   exits 0; the supervisor restarts it. The parked task is released as soon as the driver acknowledges

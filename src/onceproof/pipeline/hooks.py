@@ -12,7 +12,7 @@ holds the batch for up to ``hold_s`` seconds so the nemesis can SIGKILL it there
 writes ``.missed`` and carries on, and the nemesis reports the fault as not taken.
 
 Graceful stop (``upgrade:graceful``): when ``driver-stop.json`` names the running driver incarnation,
-``onceproof.pipeline.job.await_query`` calls ``query.stop()`` and records it in ``driver-stopped.json``; the
+``onceproof.job.await_query`` calls ``query.stop()`` and records it in ``driver-stopped.json``; the
 driver process then exits (code 0) and its supervisor restarts it from the same checkpoint.
 """
 
@@ -96,7 +96,7 @@ class ControlDir:
 
     def mark_stopped(self, incarnation: str | int, **info) -> None:
         """Write ``<control>/driver-stopped.json`` atomically (a temporary file, then ``os.replace``):
-        ``{"incarnation", "pid", "time" (epoch s), **info}``; ``onceproof.pipeline.job.await_query`` writes it with
+        ``{"incarnation", "pid", "time" (epoch s), **info}``; ``onceproof.job.await_query`` writes it with
         ``stage="stopping"`` before ``query.stop()`` and ``stage="stopped"`` (``stop_s``, ``error``) after."""
         if self.path is None:
             return

@@ -1,6 +1,6 @@
 """Who a sink is across driver restarts: its sink id (the prefix of every ``transactional.id`` and marker
 group, stored in the checkpoint), the driver incarnation, and the size of the id pool (the input topic's
-partitions). Shared by the bundled pipeline (``pipeline/job.py``) and the sink library
+partitions). Shared by the bundled pipeline (``onceproof/job.py``) and the sink library
 (``pipeline/eos_sink.py``); no pyspark import.
 """
 

@@ -188,7 +188,7 @@ def abort_leftovers(cfg: SinkConfig, pool_size: int) -> None:
     readers stall until ``transaction.timeout.ms``.
 
     Args: pool_size: number of sink partitions (= partitions of the input topic, read from Kafka's
-    metadata at query start by ``onceproof.pipeline.job``; ids ``<sink_id>-0`` .. ``<sink_id>-<pool_size-1>``).
+    metadata at query start by ``onceproof.job``; ids ``<sink_id>-0`` .. ``<sink_id>-<pool_size-1>``).
     """
     if cfg.flaws.no_abort_on_start:  # the eos-no-abort-on-start mutant
         _log(cfg, "fence-on-start-skipped", pool_size=pool_size)

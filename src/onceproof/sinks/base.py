@@ -2,7 +2,7 @@
 
 An entry owns everything about its sink, so that no other module branches on a sink's name:
 
-* how the bundled job (``onceproof.pipeline.job``) writes it: :attr:`Sink.writer`, a :class:`Writer`
+* how the bundled job (``onceproof.job``) writes it: :attr:`Sink.writer`, a :class:`Writer`
   given the job's frame and :class:`JobContext`; ``None`` when the user's job writes it;
 * how the checker reads its committed state: :attr:`Sink.reader`, an :class:`OutputReader` named as
   ``module:attribute`` and imported only when a check needs it (readers use pandas, which the job's
@@ -59,7 +59,7 @@ class OutputError(ValueError):
 @dataclass(frozen=True)
 class JobContext:
     """What a :class:`Writer` gets from the bundled job besides the frame: ``args`` (the job's options,
-    ``onceproof.pipeline.job.parse_args``: ``bootstrap``, ``output_topic``, ``checkpoint``,
+    ``onceproof.job.parse_args``: ``bootstrap``, ``output_topic``, ``checkpoint``,
     ``trigger_ms``, ``file_sink_path``, ...), the ``sink`` entry being written, ``sink_id`` (prefix of
     transactional ids and marker groups), the driver ``incarnation``, ``pool`` (the transactional-id
     pool size: the input topic's partitions), ``control`` (the fault hooks, ``pipeline/hooks.py``) and

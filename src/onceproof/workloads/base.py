@@ -3,7 +3,7 @@ Kafka pipeline: one module per workload holds
 
 * the **client** that drives the input topic and writes the history (``invoke``/``ok``/``fail``/``info``
   ops, ``store/history.py``), with the generator inside it;
-* the **transform** the pipeline applies between the Kafka source and the sink (``pipeline/job.py``
+* the **transform** the pipeline applies between the Kafka source and the sink (``onceproof/job.py``
   calls it), with the Spark settings and the output mode it needs;
 * the **decoder** of output values into checker columns;
 * its **checker**: history, input and output frames in, a result dict out (the shape of

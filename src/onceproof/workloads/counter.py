@@ -9,7 +9,7 @@
   (``RocksDBStateStoreProvider``; ``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled``,
   Spark's Structured Streaming guide, "RocksDB State Store Implementation"). A replay of micro-batch N
   loads state version N-1 and recomputes the same rows per shuffle partition (hash of the key, with
-  ``spark.sql.shuffle.partitions`` = the input's partition count, ``onceproof.pipeline.job.build_spark``), which
+  ``spark.sql.shuffle.partitions`` = the input's partition count, ``onceproof.job.build_spark``), which
   is what the eos sink's per-partition marker needs.
 * **Decoder** and **checker**: ``checkers/counter.py`` (``state-double-count``, ``state-missed``,
   ``state-regression``, ``duplicate``, ``unexpected``, ``state-final-mismatch``).

@@ -1,4 +1,4 @@
-"""Runs the PySpark driver (``python -m onceproof.pipeline.job``, or a user's ``--pipeline-cmd``) and restarts it
+"""Runs the PySpark driver (``python -m onceproof.job``, or a user's ``--pipeline-cmd``) and restarts it
 from the same checkpoint when it dies, as a cluster manager's supervise mode would.
 
 The driver is started in its own process group: the Python driver, its JVM, the in-JVM
@@ -207,8 +207,8 @@ def connector_jars(pyspark_jars: Path | None = None) -> str:
 
 
 def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars: Path | None = None) -> list[str]:
-    """The driver's command line: ``python -m onceproof.pipeline.job`` with the pipeline's options (see
-    ``pipeline/job.py --help``) and the connector's jars; or, for a user's pipeline
+    """The driver's command line: ``python -m onceproof.job`` with the pipeline's options (see
+    ``onceproof/job.py --help``) and the connector's jars; or, for a user's pipeline
     (``pipeline.command``), that command with its placeholders filled (``backends/user_pipeline.py``).
     ``python`` (default: this interpreter) and ``pyspark_jars`` (its ``pyspark/jars``) name a second
     PySpark runtime (:mod:`onceproof.backends.local.runtimes`)."""
@@ -218,7 +218,7 @@ def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars:
             {"python": python, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
              "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
              "master": pipeline.master, "jars": connector_jars(pyspark_jars)})
-    return [python, "-m", "onceproof.pipeline.job", *pipeline.argv(), "--jars", connector_jars(pyspark_jars)]
+    return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars", connector_jars(pyspark_jars)]
 
 
 def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozenset[str] = frozenset(),

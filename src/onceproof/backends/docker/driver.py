@@ -1,4 +1,4 @@
-"""Runs the PySpark driver (``python -m onceproof.pipeline.job``) in a container on the run's network and restarts
+"""Runs the PySpark driver (``python -m onceproof.job``) in a container on the run's network and restarts
 it from the same checkpoint when it dies, as a cluster manager's supervise mode would — the Docker
 counterpart of ``backends/common/supervisor.py``'s ``DriverSupervisor``, with the same interface
 (``start``, ``pid``, ``stop``, ``kill_now``, ``restarts``, ``events``).
@@ -11,7 +11,7 @@ run's logs, ``ONCEPROOF_DRIVER_INCARNATION=<n>`` in its environment, a 1 s pause
 pids that are host pids (so the driver's own announcements, ``driver.ready`` and the commit-window
 hook, name a process the harness can see and the nemeses can aim at).
 
-The container runs ``sh -c 'exec python -m onceproof.pipeline.job ... >> <log> 2>&1'``: the Python driver is the
+The container runs ``sh -c 'exec python -m onceproof.job ... >> <log> 2>&1'``: the Python driver is the
 container's main process, so its pid is the container's ``State.Pid``, and ``docker kill`` takes it
 with its JVM (a container without its own pid namespace loses every process when its main one dies).
 """
@@ -31,19 +31,19 @@ SPARK_KAFKA_DIR = "/opt/onceproof/spark-kafka"  # the connector's jars in oncepr
 
 
 def driver_command(argv: list[str], jar_dir: str = SPARK_KAFKA_DIR) -> list[str]:
-    """The driver container's command: ``onceproof.pipeline.job`` with ``argv`` (passed as ``sh``'s positional
+    """The driver container's command: ``onceproof.job`` with ``argv`` (passed as ``sh``'s positional
     arguments, never parsed by the shell) and every connector jar in ``jar_dir`` as ``--jars local:...``
     (in the image on every node, so an executor copies them from its own disk, never from the driver).
     Output is appended to ``$ONCEPROOF_DRIVER_LOG`` (set in the container's environment)."""
     script = (f'jars=""; for j in {jar_dir}/*.jar; do jars="$jars${{jars:+,}}local:$j"; done; '
-              f'exec python -m onceproof.pipeline.job "$@" --jars "$jars" >> "$ONCEPROOF_DRIVER_LOG" 2>&1')
-    return ["sh", "-c", script, "onceproof.pipeline.job", *argv]
+              f'exec python -m onceproof.job "$@" --jars "$jars" >> "$ONCEPROOF_DRIVER_LOG" 2>&1')
+    return ["sh", "-c", script, "onceproof.job", *argv]
 
 
 @dataclass(kw_only=True)
 class ContainerDriverSupervisor(DriverSupervisor):
     """Keeps one driver container alive until :meth:`stop`. From :class:`DriverSupervisor`: ``argv``
-    (``onceproof.pipeline.job`` arguments: in-network bootstrap, ``spark://`` master), ``log_dir``
+    (``onceproof.job`` arguments: in-network bootstrap, ``spark://`` master), ``log_dir``
     (``driver-<n>.log`` per incarnation), ``restart_delay_s``, ``events`` (``(time, "start"|"exit", pid,
     exit code)``), ``incarnations``, :meth:`start` and :meth:`restarts`.
 

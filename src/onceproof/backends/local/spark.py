@@ -1,6 +1,6 @@
 """The pipeline on this machine: the local backend's :class:`onceproof.backends.base.SparkApp`.
 
-The driver (``python -m onceproof.pipeline.job``, or a user's ``--pipeline-cmd``) runs under
+The driver (``python -m onceproof.job``, or a user's ``--pipeline-cmd``) runs under
 :class:`DriverSupervisor` in its own process group with the ``local-cluster`` master, workers and executor
 JVMs it starts. Executors are found in that group by their main class; a sink task's Python worker is found
 under its executor through the process tree (worker ← pyspark daemon ← executor JVM).
@@ -44,7 +44,7 @@ class LocalSpark(SupervisedSpark):
 
     @property
     def starts_before_cluster(self) -> bool:
-        """Our pipeline waits for its input topic (``onceproof.pipeline.job.wait_for_input``); a user's may not."""
+        """Our pipeline waits for its input topic (``onceproof.job.wait_for_input``); a user's may not."""
         return not self.pipeline.command
 
     def start(self) -> None:

@@ -1,6 +1,6 @@
 """The system under test: a PySpark Structured Streaming job, Kafka → map → Kafka.
 
-Run as ``python -m onceproof.pipeline.job --bootstrap ... --sink eos|at-least-once`` (the harness's supervisor
+Run as ``python -m onceproof.job --bootstrap ... --sink eos|at-least-once`` (the harness's supervisor
 does, and restarts it from the same checkpoint when it dies).
 
 Source: Spark's Kafka source on the input topic, ``kafka.isolation.level=read_committed``,
@@ -42,7 +42,7 @@ SINKS = tuple(sinks.names())  # sinks/registry.py: each sink's entry (the eos-* 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="onceproof.pipeline.job", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="onceproof.job", description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers host:port[,...]")
     ap.add_argument("--input-topic", default="input")
     ap.add_argument("--output-topic", default="output")
