@@ -8,7 +8,7 @@ Run from the repo root::
     .venv/bin/python bench/checker_bench.py --whole-process --records 10000000   # peak RSS: ~3 min
     .venv/bin/python bench/checker_bench.py --real-read --records 2000000        # vs a real read: ~2.5 min
 
-What it measures (see bench/README.md for what it does *not*):
+What it measures (see docs/performance.md, "What the checker bench measures, and what not"):
 
 (a) ``check()`` wall and CPU time on synthetic frames shaped like ``onceproof.clients.topics.decode_values``
     output → output records/s (target ≥ 1,000,000/s);
@@ -318,7 +318,7 @@ def raw_read_messages(msgs: list, with_headers: bool) -> pd.DataFrame:
 
 def headers_frame_columns(hdrs: list) -> pd.DataFrame:
     """The column-at-a-time header frame this bench proposed; ``topics._headers_frame`` now *is* it,
-    so the two timings agree (the dict-per-record baseline is in bench/README.md's numbers)."""
+    so the two timings agree (the dict-per-record baseline is in docs/performance.md)."""
     from onceproof.clients.topics import _headers_frame
 
     return _headers_frame(hdrs)

@@ -27,7 +27,7 @@ Per phase (``read:input``, ``read:uncommitted``, ``read:output``, ``read_history
 seconds and the peak RSS while it was the innermost phase running (``VmHWM``, reset through
 ``/proc/self/clear_refs`` at every phase boundary; the whole-process peak is the largest of them).
 
-Run it through ``checker_bench.py --whole-process`` (see bench/README.md); ``--code-root`` measures
+Run it through ``checker_bench.py --whole-process`` (see bench/README.md, how to run it); ``--code-root`` measures
 another checkout (e.g. ``main``) on the same feed.
 """
 

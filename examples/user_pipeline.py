@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         F.col("partition").alias("in_partition"), F.col("offset").alias("in_offset"))
 
     # verify_complete: refuse a batch with fewer rows than Spark planned for it (a loss onceproof found
-    # in Spark's read_committed source under a slowed link; README, "A loss the harness found")
+    # in Spark's read_committed source under a slowed link; docs/architecture.md, "A loss the harness found")
     sink = exactly_once_sink(bootstrap=args.bootstrap, input_topic=args.input_topic,
                              output_topic=args.output_topic, checkpoint=args.checkpoint, verify_complete=True)
     query = (normalised.writeStream.foreachBatch(sink)

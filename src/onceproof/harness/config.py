@@ -6,7 +6,7 @@ Every dataclass field is a ``run`` option (``--<field-name>`` with ``_`` → ``-
 ``flag``); its help text, bounds and the conversion between the option's text and the field's value
 live in the field's metadata. So a new field is at once an option, validated, written to ``test.json``
 and carried by :meth:`TestConfig.replay_command` (whenever it differs from its default). The CLI builds
-``run`` from these fields (``harness/cli.py``); this module knows nothing of the CLI.
+``run`` from these fields (``harness/cli/``); this module knows nothing of the CLI.
 """
 
 from __future__ import annotations
