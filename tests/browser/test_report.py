@@ -18,7 +18,7 @@ def test_report_renders_plots_in_headless_chromium(run_dir, tmp_path, layout):
     if layout == "results-root":
         run_dir = _rooted(tmp_path / "rooted")
     page = build_report(run_dir)
-    assert ('<script src="' in page.read_text()) == (layout == "results-root")
+    assert ('assets/plotly-' in page.read_text()) == (layout == "results-root")
     url = page.resolve().as_uri()
     # 1. the DOM after the page's JS ran: plotly drew both figures (its SVG roots and scatter traces)
     dom = subprocess.run([*_chromium_args(tmp_path), "--dump-dom", url], capture_output=True, text=True,
@@ -60,3 +60,28 @@ def test_a_report_copied_without_the_shared_bundle_says_how_to_rebuild_it(tmp_pa
     assert 'class="main-svg"' not in body
 
 
+
+
+@pytest.mark.parametrize("via", ["root-latest", "test-latest"])
+def test_a_compacted_run_opened_through_latest_draws_its_plots(tmp_path, via):
+    """The report of a compacted run (history.jsonl.gz), opened through ``<root>/latest/report.html`` (one
+    directory level higher for the browser than the run itself) and ``<root>/<test>/latest/report.html``:
+    plotly's shared bundle is found and both figures, the history-based timeline included, are drawn."""
+    from onceproof.store.compact import compact
+    from onceproof.store.runs import LATEST, repoint
+
+    d = _rooted(tmp_path)
+    repoint(d.parent / LATEST, d.relative_to(d.parent))
+    compact(d, min_log_bytes=1 << 40)
+    assert not (d / "history.jsonl").exists() and (d / "history.jsonl.gz").is_file()
+    build_report(d)
+    link = tmp_path / "results" / LATEST if via == "root-latest" else d.parent / LATEST
+    url = (link / "report.html").absolute().as_uri()  # the link's path, not the resolved one
+    assert LATEST in url
+    dom = subprocess.run([*_chromium_args(tmp_path), "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120).stdout
+    body = dom.split("<body", 1)[1]
+    assert "plot not drawn" not in body, body[-3000:]
+    for plot in ("plot-timeline", "plot-keys"):
+        after = body.split(f'id="{plot}"', 1)[1][:400_000]
+        assert 'class="main-svg"' in after, f"{plot}: plotly did not render via {via}"

@@ -400,7 +400,7 @@ def test_reports_in_a_results_root_share_one_plotly_bundle_and_standalone_inline
 
     a, b = _rooted(tmp_path), _rooted(tmp_path, "20270115T090000")
     pa, pb = build_report(a).read_text(), build_report(b).read_text()
-    srcs = {m for p in (pa, pb) for m in re.findall(r'<script src="([^"]+)"', p)}
+    srcs = {m for p in (pa, pb) for m in re.findall(r'"(\.\./\.\./[^"]+)"', p)}
     assert len(srcs) == 1 and next(iter(srcs)).startswith(f"../../{ASSETS}/plotly-"), srcs
     bundle = [f for f in (tmp_path / "results" / ASSETS).iterdir()]
     assert len(bundle) == 1 and bundle[0].stat().st_size > 1_000_000 and "Plotly" in bundle[0].read_text()[:5000]
@@ -421,3 +421,24 @@ def test_report_carries_the_coverage_table_and_not_exercised_rows(tmp_path):
     assert "id=coverage" in html_s
     text = _text(html_s)
     assert "kill-broker" in text and "leader" in text and "fault-not-exercised: kill-broker:leader" in text
+
+
+def test_a_compacted_run_renders_every_section_and_the_latest_link_finds_the_bundle(tmp_path):
+    """A finished run's history.jsonl is stored as history.jsonl.gz (store/compact.py): the report still
+    reads it (no "missing files") and draws the history-based sections as from the plain file. Opened
+    through ``<root>/latest`` (one level higher for the browser), the page loads the bundle from
+    ``../assets/``; through ``<root>/<test>/latest`` or the real directory, from ``../../assets/``."""
+    from onceproof.store.compact import compact
+    from onceproof.store.runs import ASSETS
+
+    d = _rooted(tmp_path)
+    def sections(page: str) -> str:  # all but the files section (it shows each file's stored name and size)
+        return _text(page.split("<section id=files>")[0])
+
+    plain = sections(build_report(d).read_text())
+    assert "history" in plain and "plot-timeline" in build_report(d).read_text()
+    assert [p for p, _, _ in compact(d, min_log_bytes=1 << 40)] == ["history.jsonl.gz"]
+    page = build_report(d).read_text()
+    assert "history.jsonl" not in load_run(d).missing
+    assert sections(page) == plain  # every section, the history-based ones included, as before compaction
+    assert f'"../{ASSETS}/plotly-' in page and f'"../../{ASSETS}/plotly-' in page

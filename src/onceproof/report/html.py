@@ -415,11 +415,14 @@ def _config_section(run: Run) -> str:
             + "</div></section>")
 
 
-def render_report(run: Run, plotly_src: str | None = None) -> str:
+def render_report(run: Run, plotly_src: str | None = None, latest_src: str | None = None) -> str:
     """The report page for a loaded run (a pure function of ``run``: no files written). When the page has
     at least one figure, plotly's JS is loaded once in ``<head>``: from ``plotly_src`` (a URL relative to
-    the page, see :func:`shared_plotly`), or inlined when it is ``None``. A page whose shared bundle is
-    missing (a run directory copied on its own) shows, in place of each plot, how to rebuild it standalone."""
+    the run directory, see :func:`shared_plotly`), or inlined when it is ``None``. ``latest_src`` is the same
+    file relative to ``<root>/latest``: a page opened through that symlink is one level higher for the
+    browser, which resolves ``..`` in the URL, not on disk; the page picks the URL by its own location
+    (:func:`_plotly_loader`). A page whose shared bundle is missing (a run directory copied on its own) shows,
+    in place of each plot, how to rebuild it standalone."""
     windows = fault_windows(run.nemesis, run.t0)
     colors = fault_colors(run, windows)
     timeline, n1 = _timeline_section(run, windows, colors)
@@ -440,12 +443,27 @@ def render_report(run: Run, plotly_src: str | None = None) -> str:
         head = f"<script>{plotly_js()}</script>"
     elif n1 + n2:
         fallback = _MISSING_PLOTLY_JS % json.dumps(_missing_note(run, plotly_src))
-        head = f"<script src=\"{esc(plotly_src)}\"></script><script>{fallback}</script>"
+        head = f"{_plotly_loader(run, plotly_src, latest_src)}<script>{fallback}</script>"
     return page(f"{run.name}: {run.verdict}", "".join(body), head)
 
 
 _MISSING_PLOTLY_JS = ("if(typeof Plotly==='undefined'){window.Plotly={newPlot:function(d){"
                       "(typeof d==='string'?document.getElementById(d):d).innerHTML=%s;return Promise.resolve()}}}")
+
+
+def _plotly_loader(run: Run, src: str, latest_src: str | None) -> str:
+    """``<script>`` loading plotly's shared JS from ``src``, or from ``latest_src`` when the page's URL is
+    ``<root>/latest/report.html`` (its parent is ``latest`` and the one above is not the run's test, whose
+    ``<root>/<test>/latest`` has the real directory's depth). The choice is made while the page is parsed
+    (``document.write`` of a parser-blocking script), so the figures below find ``Plotly`` defined."""
+    if not latest_src or latest_src == src:
+        return f"<script src=\"{esc(src)}\"></script>"
+    test = Path(run.run_dir).resolve().parent.name
+    js = ("(function(){var p=location.pathname.split('/');"
+          f"var s=(p[p.length-2]==='{LATEST}'&&decodeURIComponent(p[p.length-3])!=={json.dumps(test)})"
+          f"?{json.dumps(latest_src)}:{json.dumps(src)};"
+          "document.write('<script src=\"'+s+'\"><\\/script>')})()")
+    return f"<script>{js}</script>"
 
 
 def _missing_note(run: Run, src: str) -> str:
@@ -487,10 +505,12 @@ def build_report(run_dir: Path, *, standalone: bool = False) -> Path:
     run = load_run(run_dir)
     out = RunFiles(run_dir).report
     root = None if standalone else results_root_of(run_dir)
-    src = None
+    src = latest_src = None
     if root is not None:
-        src = os.path.relpath(shared_plotly(root), run_dir.resolve())
+        shared = shared_plotly(root)
+        src = os.path.relpath(shared, run_dir.resolve())
+        latest_src = os.path.relpath(shared, root / LATEST)  # lexical: the URL of <root>/latest/report.html
     tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(render_report(run, src), encoding="utf-8")
+    tmp.write_text(render_report(run, src, latest_src), encoding="utf-8")
     os.replace(tmp, out)
     return out

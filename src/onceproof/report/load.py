@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from onceproof.store import readers
-from onceproof.store.runfiles import HISTORY, INPUT, LIVE, NEMESIS, OUTPUT, RECOVERY, RESULTS, SINK, TEST
+from onceproof.store.runfiles import HISTORY, INPUT, LIVE, NEMESIS, OUTPUT, RECOVERY, RESULTS, SINK, TEST, stored
 
 
 @dataclass
@@ -86,7 +86,7 @@ def load_run(run_dir: Path) -> Run:
 
 
 def _load(run: Run, name: str, reader: Callable[[Path], Any]) -> Any:
-    if not (run.run_dir / name).exists():
+    if not stored(run.run_dir / name).exists():  # history.jsonl.gz etc. once the run is compacted
         run.missing.append(name)
         return None
     try:
