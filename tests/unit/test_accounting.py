@@ -141,8 +141,8 @@ def test_copy_naming_a_missing_or_different_input_record_is_unexpected_and_pays_
 def test_failed_send_visible_in_the_input_log():
     inp = frame([("k", 0, 0, 0), ("k", 1, 0, 1)])
     hist = pd.concat([sends(inp.iloc[[0]]),
-                      pd.DataFrame([{"type": "fail", "f": "send", "key": "k", "seq": 1, "error": "Broker: too large"},
-                                    {"type": "fail", "f": "send", "key": "k", "seq": 7, "error": "Broker: too large"}])],
+                      pd.DataFrame([{"type": "fail", "f": "send", "key": "k", "seq": s, "error": "Broker: too large"}
+                                    for s in (1, 7)])],
                      ignore_index=True)
     out = out_rows([("k", 0, 0, "0:0"), ("k", 1, 1, "0:1")])
     r = check(hist, inp, out)
@@ -195,7 +195,7 @@ def reference(inp: pd.DataFrame, out: pd.DataFrame) -> dict:
             unexpected_pairs.add(pr)
     lost = dup_records = 0
     dup_pairs = set()
-    for pr, n in n_in.items():
+    for pr in n_in:
         unclaimed = sum(1 for i, q in enumerate(pair_in) if q == pr and per_rec[i] == 0)
         lost += max(0, unclaimed - free.get(pr, 0))
         extra = max(0, free.get(pr, 0) - unclaimed)

@@ -382,7 +382,8 @@ def test_a_line_end_only_splitlines_sees_is_read_the_line_by_line_way(tmp_path, 
     path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
     monkeypatch.setattr(readers, "JSON_BLOCK", 4000)
     errors = []
-    for read in (lambda: readers._json_lines(path, [], torn_anywhere=False), lambda: readers.read_history(tmp_path, [])):
+    for read in (lambda: readers._json_lines(path, [], torn_anywhere=False),
+                 lambda: readers.read_history(tmp_path, [])):
         with pytest.raises(readers.DamagedFile) as e:
             read()
         errors.append(str(e.value))
@@ -426,7 +427,8 @@ def test_chunks_join_categories_strings_and_na_chunks():
     f = ch.frame()
     assert list(f.columns) == ["k", "x", "n", "h"]
     assert isinstance(f["k"].dtype, pd.CategoricalDtype) and list(f["k"].cat.categories) == ["a", "b", "c"]
-    assert f["k"].astype(object).where(f["k"].notna(), None).tolist() == ["a", "b", "a", "a", None, "c", "a", "c", None, None]
+    assert f["k"].astype(object).where(f["k"].notna(), None).tolist() == \
+        ["a", "b", "a", "a", None, "c", "a", "c", None, None]
     assert f["x"].dtype == np.float64  # 0.1 is not exact in float32
     assert f["n"].tolist() == list(range(1, 11)) and f["n"].dtype == np.int64
     assert f["h"].iloc[4:8].tolist() == ["u", "v", "w", "z"] and f["h"].iloc[:4].isna().all()

@@ -95,7 +95,8 @@ def _write(d: Path, *, inp, out, unc=None, live=None, history=None, sink=None, n
         if frame is None:
             return
         if spark is None:
-            frame.astype({c: "string" for c in frame.columns if frame[c].dtype == object}).to_parquet(d / name, index=False)
+            strings = {c: "string" for c in frame.columns if frame[c].dtype == object}
+            frame.astype(strings).to_parquet(d / name, index=False)
         else:
             spark.createDataFrame(frame.astype(object).where(frame.notna(), None)).repartition(3) \
                 .write.parquet(str(d / name))
@@ -125,7 +126,6 @@ def everything_run(d: Path) -> Path:
                         {"key": "k0", "seq": pd.NA, "partition": 0}])     # an input value without seq
     inp["seq"] = inp["seq"].astype("Int64")
     rows = inp.dropna(subset=["seq"]).to_dict("records")
-    at = {(r["key"], int(r["seq"]), r["offset"]): r for r in rows}
     by = {}
     for r in rows:
         by.setdefault((r["key"], int(r["seq"])), r)
@@ -164,8 +164,8 @@ def everything_run(d: Path) -> Path:
         {"type": "fail", "f": "send", "key": "k2", "seq": 4, "error": "timed out"},           # failed-write-visible
         {"type": "invoke", "f": "send", "key": "k4", "seq": 60},
         {"type": "info", "f": "send", "key": "k4", "seq": 60}])
-    sink = [{"event": "begin", "batch": b, "partition": p, "attempt": 0, "incarnation": "1", "marker": b, "time": 1.0 + b}
-            for b in (1, 2, 3) for p in range(PARTS)]
+    sink = [{"event": "begin", "batch": b, "partition": p, "attempt": 0, "incarnation": "1", "marker": b,
+             "time": 1.0 + b} for b in (1, 2, 3) for p in range(PARTS)]
     sink += [{"event": "commit", "batch": b, "partition": p, "attempt": 0, "incarnation": "1", "time": 1.5 + b}
              for b in (1, 2, 3) for p in range(PARTS)]
     sink += [{"event": "begin", "batch": 9, "partition": 2, "attempt": 0, "incarnation": "1", "marker": 9, "time": 9.0},
@@ -179,9 +179,11 @@ def everything_run(d: Path) -> Path:
                {"type": "info", "f": "kill-executor", "wall": (T0 + 300) / 1000, "time": 2, "outcome": "effective",
                 "target": "executor-1"}]
     d = _write(d, inp=inp, out=out, unc=unc, live=live, history=history, sink=sink, nemesis=nemesis,
-               recovery={"finished": True, "reasons": [], "output_lso": {"0": 20, "1": 3}, "output_hw": {"0": 20, "1": 4}},
+               recovery={"finished": True, "reasons": [], "output_lso": {"0": 20, "1": 3},
+                         "output_hw": {"0": 20, "1": 4}},
                test={"name": "t", "replay": "onceproof run --seed 1",
-                     "config": {"nemesis": ["kill-executor"], "workload": "keyed"}, "schedule": [["kill-executor", "-"]]})
+                     "config": {"nemesis": ["kill-executor"], "workload": "keyed"},
+                     "schedule": [["kill-executor", "-"]]})
     with open(d / "history.jsonl", "a") as f:
         f.write('{"index": 999, "type": "ok", "f": "se')                   # torn last line
     return d

@@ -10,7 +10,8 @@ from onceproof.checkers.exactly_once import check
 def out_records(n=6, batch=3, attempt=0, incarnation="1", partition=0, first_offset=0, sink_partition=1):
     """n output records of one sink attempt; ``incarnation=None`` leaves out the op.incarnation header
     (records written before it existed)."""
-    df = pd.DataFrame({"key": [f"k{i % 2}" for i in range(n)], "seq": pd.array([i // 2 for i in range(n)], dtype="Int64"),
+    df = pd.DataFrame({"key": [f"k{i % 2}" for i in range(n)],
+                       "seq": pd.array([i // 2 for i in range(n)], dtype="Int64"),
                        "partition": [partition] * n, "offset": list(range(first_offset, first_offset + n)),
                        "op.batch": [str(batch)] * n, "op.sink_partition": [str(sink_partition)] * n,
                        "op.attempt": [str(attempt)] * n, "op.txn_id": [f"s-{sink_partition}"] * n})

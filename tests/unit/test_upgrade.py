@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from onceproof.backends.base import BackendError
+from onceproof.job import await_query
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext
 from onceproof.nemesis.upgrade import Upgrade
 from onceproof.pipeline import hooks
-from onceproof.job import await_query
 from tests.stand_in_backend import StandInSpark
 
 # ------------------------------------------------------------------------------------ the driver's side

@@ -341,8 +341,9 @@ def live_view(live: pd.DataFrame | None, sink_log: pd.DataFrame) -> dict:
         cols = [c for c in ("partition", "offset", "op.incarnation", "op.batch", "op.attempt", "op.txn_id",
                             "op.input", "seen_ms") if c in g]
         out["anomalies"]["live-duplicate"].append(
-            {"key": k, "seq": int(s), "copies": [{c.removeprefix("op."): _plain(v) for c, v in r.items() if not _isna(v)}
-                                                  for r in g[cols].to_dict("records")]})
+            {"key": k, "seq": int(s),
+             "copies": [{c.removeprefix("op."): _plain(v) for c, v in r.items() if not _isna(v)}
+                        for r in g[cols].to_dict("records")]})
     n, ex = aborted_reads(uniq, sink_log)
     out["counts"]["live-aborted-read"], out["anomalies"]["live-aborted-read"] = n, ex
     if {"seen_ms", "in_ts"} <= set(uniq.columns):

@@ -148,7 +148,8 @@ class Records:
             if o >= ends[p]:
                 todo.discard(p)
                 continue
-            parts.append(p); offs.append(o)
+            parts.append(p)
+            offs.append(o)
             if o + 1 >= ends[p]:
                 todo.discard(p)
             if places_only:
@@ -277,7 +278,8 @@ def decode_values(frame: pd.DataFrame) -> pd.DataFrame:
     """Parse each JSON ``value`` into columns (``key``/``seq`` at least) and drop the raw bytes.
 
     Records whose value is not a JSON object with ``key`` and ``seq`` are kept with ``seq`` = NA (the
-    checker counts them as ``unexpected``). Per chunk of 1M records the values are joined into one newline-separated buffer and parsed by
+    checker counts them as ``unexpected``). Per chunk of 1M records the values are joined into one
+    newline-separated buffer and parsed by
     pyarrow's C++ JSON reader. Values that cannot be one JSON object on one line (None, empty, not
     ``{...}``) are found with numpy on the buffer and decoded by the exact per-record ``json.loads``
     path; a chunk pyarrow still rejects (a field whose type changes, a duplicate field, bad JSON

@@ -269,8 +269,9 @@ def _concat_column(pieces: list, sizes: list[int], cats: pd.Index | None):
         pieces = [pd.Categorical.from_codes(p.codes, categories=cats).astype(object) if isinstance(p, _Codes) else p
                   for p in pieces]
     na_dtype = have[0].dtype if all(isinstance(p, BaseMaskedArray) for p in have) else None  # Int64 stays Int64
-    series = [pd.Series(p) if p is not None else
-              pd.Series(pd.array([pd.NA] * k, dtype=na_dtype)) if na_dtype is not None else pd.Series(np.full(k, np.nan))
+    series = [pd.Series(p) if p is not None
+              else pd.Series(pd.array([pd.NA] * k, dtype=na_dtype)) if na_dtype is not None
+              else pd.Series(np.full(k, np.nan))
               for p, k in zip(pieces, sizes) if k]
     return pd.concat(series, ignore_index=True).array if series else have[0][:0]
 

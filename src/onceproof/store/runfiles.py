@@ -19,7 +19,8 @@ only ``test.json`` and ``results.json``; see ``docs/results-schema.md``)::
 
 Standard library only: the CLI imports it at start-up and the harness passes these paths to the
 pipeline's processes (``--sink-log``, ``--checkpoint``, ``--control-dir``), which never import it.
-Reading the files is :mod:`onceproof.store.readers`; creating and listing run directories is :mod:`onceproof.store.runs`.
+Reading the files is :mod:`onceproof.store.readers`; creating and listing run directories is
+:mod:`onceproof.store.runs`.
 """
 
 from __future__ import annotations

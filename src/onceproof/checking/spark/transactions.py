@@ -82,7 +82,8 @@ def candidate_filter(frame, sink_log: pd.DataFrame):
     ab = transactions.aborted_attempts(sink_log, by_incarnation=transactions.INCARNATION in columns(frame))
     if ab.empty:
         return None
-    want = {"op.batch": list(ab["batch"].astype(float)), "op.sink_partition": list(ab["sink_partition"].astype("int64")),
+    want = {"op.batch": list(ab["batch"].astype(float)),
+            "op.sink_partition": list(ab["sink_partition"].astype("int64")),
             "op.attempt": list(ab["attempt"].astype("int64"))}
     distinct = frame.select(*[F.collect_set(_col(c)).alias(c) for c in _HEADERS]).first()
     cond = F.lit(True)
