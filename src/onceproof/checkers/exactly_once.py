@@ -19,7 +19,7 @@ parsable one; copies without it are paired by (key, seq): per (key, seq), the in
 ``op.input`` claimed are owed by the unpaired copies, so ``lost = max(0, unclaimed - copies)`` and the
 extra copies are duplicates. With no ``op.input`` at all this is plain counting per (key, seq).
 
-Anomalies (DESIGN §4; Jepsen's names where they fit):
+Anomalies (docs/architecture.md, "Anomalies"; Jepsen's names where they fit):
 
 * ``duplicate`` – a (key, seq) with more output copies than the input owes: an input record named by
   two or more copies' ``op.input``, or more unpaired copies than unclaimed input records (or, for a
@@ -64,6 +64,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from onceproof.checkers import examples
 from onceproof.store.columns import release_freed_memory
@@ -106,8 +108,8 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
     run invalid by themselves. ``stats`` adds to the record counts ``output_with_input_ref`` (output
     rows with a parsable ``op.input``).
 
-    How (for speed: O(n) numpy passes plus one int64 sort; no merges, no per-row Python; see
-    bench/README.md): keys are factorised once to int codes shared by the three frames (categorical
+    How (for speed: O(n) numpy passes plus one int64 sort; no merges, no per-row Python; numbers in
+    docs/performance.md): keys are factorised once to int codes shared by the three frames (categorical
     columns' codes are used as they are); each (key, seq) becomes a dense int32 id (per key, ``seq``
     minus the key's smallest input seq, offset by the sizes of the keys before it; pairs outside the
     input's per-key range get extra ids by hashing), so the per-pair bookkeeping is ``bincount`` and
@@ -116,235 +118,301 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
     kernels and looked up in a dense (partition, offset) → input row table; only the few example rows
     are turned back into Python objects.
 
-    For memory (bench/README.md: 10M output records): per record the check keeps int32 pair ids, small
-    key codes, int32 counters and masks, no int64 column copies (``seq`` and positions are converted
-    :data:`_BLOCK` rows at a time where they are used), and frees each table once its step is done;
-    the history's part is done first and dropped before the output's pairing. Between the steps the
-    freed heap pages are handed back to the OS (``onceproof.store.columns.release_freed_memory``: no effect on
-    the result, a few ms each), so a step's holes do not add to the next one's resident size.
+    For memory (docs/performance.md, "Memory of the frames": 10M output records): per record the check
+    keeps int32 pair ids, small key codes, int32 counters and masks, no int64 column copies (``seq`` and
+    positions are converted :data:`_BLOCK` rows at a time where they are used), and frees each table once
+    its step is done (each step below drops what the later ones do not read from the :class:`_Work` it
+    shares with them); the history's part is done first and dropped before the output's pairing. Between
+    the steps the freed heap pages are handed back to the OS (``onceproof.store.columns.release_freed_memory``:
+    no effect on the result, a few ms each), so a step's holes do not add to the next one's resident size.
     """
-    recovery = recovery or Recovery()
+    w = _start(history, input, output)
+    _history_sends(w)
+    _pair_ids_of(w)
+    _lost_writes(w)
+    release_freed_memory()
+    _pair_output(w)
+    _lost(w)
+    _duplicates(w)
+    release_freed_memory()
+    _duplicate_examples(w)
+    _unexpected(w)
+    _input_duplicates(w)
+    release_freed_memory()
+    _nonmonotonic(w)
+    return _result(w, recovery or Recovery())
+
+
+class _Work:
+    """The arrays one :func:`check` passes from step to step (each step sets what it makes and sets to
+    ``None`` what no later step reads, so its memory is freed as soon as in one long function). Names as
+    in the steps: ``k_*`` key codes, ``d_*`` dense (key, seq) ids, ``cnt_*`` copies per id, ``*_rows``
+    row numbers; ``_in`` the input's rows with a seq, ``_out`` every output row, ``_h`` the history's
+    ok / fail sends."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _start(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame) -> _Work:
+    """Normalised frames, the input's rows with a seq, the output's parsable rows, the (partition, offset)
+    orders, and the hashing work (key strings of the three frames, history op types) run in threads."""
     history = _norm(history, ("type", "f", "key", "seq"))
     input = _norm(input, ("key", "seq", "partition", "offset"))
     output = _norm(output, ("key", "seq", "partition", "offset"))
-    prov = _prov_cols(output)
-    counts: dict[str, int] = {}
-    anomalies: dict[str, list] = {}
-
-    # ---- rows: the input's with a seq; every output row (``ok``: its value had a seq)
     in_na = input["seq"].isna().to_numpy(dtype=bool)
     inp = input[~in_na] if in_na.any() else input
     del in_na
-    ok = output["seq"].notna().to_numpy(dtype=bool)
+    ok = output["seq"].notna().to_numpy(dtype=bool)  # its value had a seq
     n_bad = int(len(ok) - np.count_nonzero(ok))
-    any_bad = n_bad > 0
-    places_in = _Places(inp["partition"], inp["offset"])
-    places_out = _Places(output["partition"], output["offset"])
-
-    # ---- the hashing work (key strings of the three frames, history op types), in threads
     jobs = {"k_in": lambda: factorize_str(inp["key"]), "k_out": lambda: factorize_str(output["key"]),
             "k_h": lambda: factorize_str(history["key"]), "type": lambda: _small_codes(history["type"]),
             "send": lambda: (history["f"] == "send").to_numpy(dtype=bool)}
     done = _run_all(jobs, threaded=len(inp) + len(output) + len(history) >= _THREADS_FROM)
+    return _Work(history=history, input=input, output=output, inp=inp, prov=_prov_cols(output), ok=ok,
+                 n_bad=n_bad, any_bad=n_bad > 0, places_in=_Places(inp["partition"], inp["offset"]),
+                 places_out=_Places(output["partition"], output["offset"]), done=done, counts={}, anomalies={})
 
-    # ---- history: acknowledged (ok) and definitely failed (fail) sends
-    sends_mask = done.pop("send")
-    has_workload = bool(sends_mask.any())
-    tcodes, tuniq = done.pop("type")
-    tcount = {str(t): int(np.count_nonzero((tcodes == i) & sends_mask)) for i, t in enumerate(tuniq)
-              if isinstance(t, str) and t in ("ok", "fail", "info")}
+
+def _history_sends(w: _Work) -> None:
+    """The history's acknowledged (ok) and definitely failed (fail) sends: ``h_mask`` selects them (``h_all``:
+    every row is one), ``h_fail`` marks the failed ones; ``tcount`` counts sends per type."""
+    sends_mask = w.done.pop("send")
+    w.has_workload = bool(sends_mask.any())
+    tcodes, tuniq = w.done.pop("type")
+    w.tcount = {str(t): int(np.count_nonzero((tcodes == i) & sends_mask)) for i, t in enumerate(tuniq)
+                if isinstance(t, str) and t in ("ok", "fail", "info")}
     tlist = list(tuniq)
-    ok_code = tlist.index("ok") if "ok" in tcount else -2
-    fail_code = tlist.index("fail") if tcount.get("fail") else -2
+    ok_code = tlist.index("ok") if "ok" in w.tcount else -2
+    fail_code = tlist.index("fail") if w.tcount.get("fail") else -2
     h_mask = sends_mask
     if fail_code == -2:
         h_mask &= tcodes == ok_code
     else:
         h_mask &= (tcodes == ok_code) | (tcodes == fail_code)
-    h_all = bool(h_mask.all())  # else the ok / fail sends are the rows h_mask selects
-    h_fail = None if fail_code == -2 else (tcodes == fail_code) if h_all else (tcodes == fail_code)[h_mask]
-    del tcodes, sends_mask
+    w.h_all = bool(h_mask.all())  # else the ok / fail sends are the rows h_mask selects
+    w.h_fail = None if fail_code == -2 else (tcodes == fail_code) if w.h_all else (tcodes == fail_code)[h_mask]
+    w.h_mask = h_mask
 
-    # ---- keys: one code space for the three frames (equal ``str(key)`` = equal code)
-    (k_in, k_out, k_h), keys = _unify_codes([done.pop("k_in"), done.pop("k_out"), done.pop("k_h")])
-    if not h_all:
-        k_h = k_h[h_mask]
-    nk = len(keys)
 
-    # ---- dense (key, seq) ids
-    d_in, d_out, d_h, n_ids = _pair_ids(nk, (k_in, inp["seq"], None), (k_out, output["seq"], ok),
-                                        (k_h, history["seq"], None if h_all else h_mask))
-    cnt_in = _bincount32(d_in, n_ids)
-    multi_in = bool(len(d_in)) and cnt_in.max() > 1
+def _pair_ids_of(w: _Work) -> None:
+    """One key code space for the three frames (equal ``str(key)`` = equal code), then dense (key, seq)
+    ids (:func:`_pair_ids`) and the input's copies per id."""
+    done = w.done
+    (w.k_in, w.k_out, k_h), w.keys = _unify_codes([done.pop("k_in"), done.pop("k_out"), done.pop("k_h")])
+    w.done = None
+    w.k_h = k_h if w.h_all else k_h[w.h_mask]
+    w.nk = len(w.keys)
+    w.d_in, w.d_out, w.d_h, w.n_ids = _pair_ids(w.nk, (w.k_in, w.inp["seq"], None),
+                                                (w.k_out, w.output["seq"], w.ok),
+                                                (w.k_h, w.history["seq"], None if w.h_all else w.h_mask))
+    w.cnt_in = _bincount32(w.d_in, w.n_ids)
+    w.multi_in = bool(len(w.d_in)) and w.cnt_in.max() > 1
 
-    # ---- lost-write: acknowledged sends missing from the input log; failed-write-visible: sends that
-    # definitely failed, yet their (key, seq) is in the input log (done now, so the history's arrays go)
-    in_h = cnt_in[d_h] > 0
-    lw_rows = np.flatnonzero(~in_h if h_fail is None else ~in_h & ~h_fail)
-    fv_rows = np.zeros(0, np.int64) if h_fail is None else np.flatnonzero(in_h & h_fail)
-    del in_h, h_fail
-    counts_h = {"lost-write": int(len(lw_rows)), "failed-write-visible": int(len(fv_rows))}
+
+def _lost_writes(w: _Work) -> None:
+    """lost-write: acknowledged sends missing from the input log; failed-write-visible: sends that
+    definitely failed, yet their (key, seq) is in the input log. Done first, so the history's arrays go."""
+    history, h_mask, h_all, k_h, keys = w.history, w.h_mask, w.h_all, w.k_h, w.keys
+    in_h = w.cnt_in[w.d_h] > 0
+    lw_rows = np.flatnonzero(~in_h if w.h_fail is None else ~in_h & ~w.h_fail)
+    fv_rows = np.zeros(0, np.int64) if w.h_fail is None else np.flatnonzero(in_h & w.h_fail)
+    del in_h
+    w.h_fail = None
+    w.counts_h = {"lost-write": int(len(lw_rows)), "failed-write-visible": int(len(fv_rows))}
     lwx = lw_rows[:MAX_EXAMPLES]
     lw = history.iloc[lwx if h_all else _nth_true(h_mask, lwx)]
     lw = lw[["key", "seq"] + [c for c in ("partition", "offset") if c in lw.columns]].assign(
         key=keys[k_h[lwx]], seq=_int64(lw["seq"]))
-    anomalies_h = {"lost-write": _records(lw, [c for c in ("key", "seq", "partition", "offset") if c in lw.columns])}
+    w.anomalies_h = {"lost-write": _records(lw, [c for c in ("key", "seq", "partition", "offset")
+                                                 if c in lw.columns])}
     fvx = fv_rows[:MAX_EXAMPLES]
     fv_hist = fvx if h_all else _nth_true(h_mask, fvx)
-    anomalies_h["failed-write-visible"] = _with_input_places(
-        fvx, d_h, k_h, _int64(history["seq"].iloc[fv_hist]), keys, d_in, inp,
+    w.anomalies_h["failed-write-visible"] = _with_input_places(
+        fvx, w.d_h, k_h, _int64(history["seq"].iloc[fv_hist]), keys, w.d_in, w.inp,
         history["error"].iloc[fv_hist] if "error" in history.columns else None)
-    per_key_h = {"lost-write": k_h[lw_rows], "failed-write-visible": k_h[fv_rows]}
-    del d_h, k_h, h_mask, lw_rows, fv_rows
-    release_freed_memory()
+    w.per_key_h = {"lost-write": k_h[lw_rows], "failed-write-visible": k_h[fv_rows]}
+    w.d_h = w.k_h = w.h_mask = None
 
-    # ---- pairing: output copy → input record
-    # ref[i]: the input row named by output row i's op.input, -1 when it names none, -2 without one
-    ref = _input_refs(output[INPUT_REF], inp["partition"], inp["offset"], places_in) \
+
+def _pair_output(w: _Work) -> None:
+    """Pair each output copy with an input record: by its ``op.input`` (``ref[i]``: the input row output
+    row i names, -1 when it names none, -2 without one) when any copy has one, else by (key, seq).
+    Sets ``n_free`` (unpaired copies per id), ``unclaimed`` (input records no op.input claimed, per id),
+    ``unpaid`` (per input row, or ``None`` without op.input), ``twice`` (input rows named by two or
+    more copies) and ``extra_named`` (the copies beyond the first of those)."""
+    output, inp = w.output, w.inp
+    ref = _input_refs(output[INPUT_REF], inp["partition"], inp["offset"], w.places_in) \
         if INPUT_REF in output.columns else None
-    n_inr = len(d_in)
-    twice = np.zeros(0, np.int64)  # input rows named by two or more copies' op.input
-    extra_named = 0                # the copies beyond the first of those
-    by_ref = ref is not None and bool((ref >= -1).any())
-    if not by_ref:
-        ref = None
-        n_ref = 0
-        mismatch = mis_named = np.zeros(0, np.int64)
-        unpaid = None
-        cnt_out = _bincount32(d_out, n_ids, ok if any_bad else None)
-        n_free = cnt_out               # every copy is paired by (key, seq)
-        unclaimed = cnt_in
-    else:
-        n_ref, free, claimed, mismatch, mis_named = _claims(ref, ok, d_in, d_out)
+    w.twice = np.zeros(0, np.int64)
+    w.extra_named = 0
+    w.by_ref = ref is not None and bool((ref >= -1).any())
+    if not w.by_ref:
         del ref
-        per_rec = _bincount32(claimed, n_inr)  # copies per input record, by op.input
-        del claimed
-        twice = np.flatnonzero(per_rec > 1)
-        extra_named = int((per_rec[twice] - 1).sum(dtype=np.int64))
-        unpaid = per_rec == 0
-        del per_rec
-        n_free = _bincount32(d_out, n_ids, free)
-        del free
-        unclaimed = _bincount32(d_in, n_ids, unpaid)
-        cnt_out = None  # counted once the pairing tables are gone
+        w.n_ref = 0
+        w.mismatch = w.mis_named = np.zeros(0, np.int64)
+        w.unpaid = None
+        w.cnt_out = _bincount32(w.d_out, w.n_ids, w.ok if w.any_bad else None)
+        w.n_free = w.cnt_out  # every copy is paired by (key, seq)
+        w.unclaimed = w.cnt_in
+        return
+    w.n_ref, free, claimed, w.mismatch, w.mis_named = _claims(ref, w.ok, w.d_in, w.d_out)
+    del ref
+    per_rec = _bincount32(claimed, len(w.d_in))  # copies per input record, by op.input
+    del claimed
+    w.twice = np.flatnonzero(per_rec > 1)
+    w.extra_named = int((per_rec[w.twice] - 1).sum(dtype=np.int64))
+    w.unpaid = per_rec == 0
+    del per_rec
+    w.n_free = _bincount32(w.d_out, w.n_ids, free)
+    del free
+    w.unclaimed = _bincount32(w.d_in, w.n_ids, w.unpaid)
+    w.cnt_out = None  # counted once the pairing tables are gone
 
-    # ---- lost: input records no copy paid for
-    if unpaid is None and not multi_in:
-        lost_rows = np.flatnonzero(cnt_out[d_in] == 0)
+
+def _lost(w: _Work) -> None:
+    """lost: input records no copy paid for."""
+    if w.unpaid is None and not w.multi_in:
+        w.lost_rows = np.flatnonzero(w.cnt_out[w.d_in] == 0)
     else:
-        lost_rows = _lost_rows(d_in, places_in, unpaid, unclaimed, n_free)
-    del unpaid
-    counts["lost"] = int(len(lost_rows))
-    lex = _earliest(lost_rows, places_in)
+        w.lost_rows = _lost_rows(w.d_in, w.places_in, w.unpaid, w.unclaimed, w.n_free)
+    w.unpaid = None
+    inp = w.inp
+    w.counts["lost"] = int(len(w.lost_rows))
+    lex = _earliest(w.lost_rows, w.places_in)
     lp, lo_ = inp["partition"].iloc[lex].tolist(), inp["offset"].iloc[lex].tolist()
-    anomalies["lost"] = [{"key": keys[k_in[r]], "seq": int(s), "input_partition": int(p), "input_offset": int(o)}
-                         for r, s, p, o in zip(lex, _int64(inp["seq"].iloc[lex]), lp, lo_)]
+    w.anomalies["lost"] = [{"key": w.keys[w.k_in[r]], "seq": int(s), "input_partition": int(p),
+                            "input_offset": int(o)}
+                           for r, s, p, o in zip(lex, _int64(inp["seq"].iloc[lex]), lp, lo_)]
 
-    # ---- duplicate: per pair, copies beyond what the input owes
-    if not by_ref and not multi_in:
-        dup_pair = cnt_out > 1
-        extra = int(cnt_out[dup_pair].sum(dtype=np.int64) - np.count_nonzero(dup_pair))
+
+def _duplicates(w: _Work) -> None:
+    """duplicate: per pair, copies beyond what the input owes (``dup_pair`` per id, ``extra`` copies)."""
+    if not w.by_ref and not w.multi_in:
+        w.dup_pair = w.cnt_out > 1
+        w.extra = int(w.cnt_out[w.dup_pair].sum(dtype=np.int64) - np.count_nonzero(w.dup_pair))
     else:
         # unpaired copies beyond what the pair can absorb (its unclaimed input records; 1 for a pair not
         # in the input, whose every copy after the first is a duplicate too), in place: the pairing
         # tables are not needed after this
-        excess = n_free if n_free is not cnt_out else n_free.copy()
-        excess -= unclaimed
-        del unclaimed, n_free
-        if cnt_out is None:
-            cnt_out = _bincount32(d_out, n_ids, ok if any_bad else None)
-        absent = cnt_in == 0
-        excess[absent] = cnt_out[absent] - 1
+        excess = w.n_free if w.n_free is not w.cnt_out else w.n_free.copy()
+        w.n_free = None
+        excess -= w.unclaimed
+        w.unclaimed = None
+        if w.cnt_out is None:
+            w.cnt_out = _bincount32(w.d_out, w.n_ids, w.ok if w.any_bad else None)
+        absent = w.cnt_in == 0
+        excess[absent] = w.cnt_out[absent] - 1
         del absent
         np.maximum(excess, 0, out=excess)
-        dup_pair = excess > 0
-        extra = int(excess.sum(dtype=np.int64))
+        w.dup_pair = excess > 0
+        w.extra = int(excess.sum(dtype=np.int64))
         del excess
-        dup_pair[d_in[twice]] = True
-        extra += extra_named
-    n_free = unclaimed = None
-    release_freed_memory()
+        w.dup_pair[w.d_in[w.twice]] = True
+        w.extra += w.extra_named
+    w.n_free = w.unclaimed = None
 
-    # ---- first output occurrence of each pair (for unexpected, nonmonotonic and examples)
-    multi_rows = np.flatnonzero((cnt_out[d_out] > 1) & ok)
-    is_first = ok.copy()
+
+def _duplicate_examples(w: _Work) -> None:
+    """The first output occurrence of each pair (``is_first``, for unexpected, nonmonotonic and the
+    examples) and the first 10 duplicated pairs, in order of first appearance, with every copy."""
+    output, places_out, d_out = w.output, w.places_out, w.d_out
+    multi_rows = np.flatnonzero((w.cnt_out[d_out] > 1) & w.ok)
+    w.is_first = w.ok.copy()
     if len(multi_rows):
-        is_first[multi_rows] = _first_of_pair(d_out[multi_rows], places_out.at(multi_rows))
-    in_input = cnt_in[d_out] > 0
-    counts["duplicate"] = int(np.count_nonzero(dup_pair))
-    counts["duplicate-records"] = extra
-    dup_rows = multi_rows[dup_pair[d_out[multi_rows]]]
-    del dup_pair, multi_rows
-    dup_first = dup_rows[is_first[dup_rows]]
+        w.is_first[multi_rows] = _first_of_pair(d_out[multi_rows], places_out.at(multi_rows))
+    w.in_input = w.cnt_in[d_out] > 0
+    w.counts["duplicate"] = int(np.count_nonzero(w.dup_pair))
+    w.counts["duplicate-records"] = w.extra
+    dup_rows = multi_rows[w.dup_pair[d_out[multi_rows]]]
+    w.dup_pair = None
+    del multi_rows
+    w.dup_first = dup_rows[w.is_first[dup_rows]]
     ex = []
-    if len(dup_first):
-        chosen = _earliest(dup_first, places_out)  # first 10 pairs, in order of first appearance
+    if len(w.dup_first):
+        chosen = _earliest(w.dup_first, places_out)  # first 10 pairs, in order of first appearance
         rows = dup_rows[np.isin(d_out[dup_rows], d_out[chosen])]
         rows = rows[np.argsort(places_out.at(rows), kind="stable")]
         copies = output.iloc[rows]
         rd = d_out[rows]
         for r, s in zip(chosen, _int64(output["seq"].iloc[chosen])):
             grp = copies[rd == d_out[r]]
-            ex.append({"key": keys[k_out[r]], "seq": int(s), "copies": _records(grp, ["partition", "offset", *prov])})
-    anomalies["duplicate"] = ex
+            ex.append({"key": w.keys[w.k_out[r]], "seq": int(s),
+                       "copies": _records(grp, ["partition", "offset", *w.prov])})
+    w.anomalies["duplicate"] = ex
 
-    # ---- unexpected: pairs not in the input (first occurrences), unparseable values, and copies whose
-    # op.input names no input record or another (key, seq) (when their own pair is in the input: else
-    # the pair already counts)
-    unexp_rows = np.flatnonzero(is_first & ~in_input)
-    keep_mis = in_input[mismatch] if len(mismatch) else np.zeros(0, bool)
-    mis_rows, mis_named = mismatch[keep_mis], mis_named[keep_mis]
-    counts["unexpected"] = int(len(unexp_rows) + len(mis_rows) + n_bad)
-    uex = _earliest(unexp_rows, places_out)
+
+def _unexpected(w: _Work) -> None:
+    """unexpected: pairs not in the input (first occurrences), unparseable values, and copies whose
+    op.input names no input record or another (key, seq) (when their own pair is in the input: else the
+    pair already counts)."""
+    output, places_out, keys, k_out = w.output, w.places_out, w.keys, w.k_out
+    w.unexp_rows = np.flatnonzero(w.is_first & ~w.in_input)
+    keep_mis = w.in_input[w.mismatch] if len(w.mismatch) else np.zeros(0, bool)
+    w.mis_rows, mis_named = w.mismatch[keep_mis], w.mis_named[keep_mis]
+    w.counts["unexpected"] = int(len(w.unexp_rows) + len(w.mis_rows) + w.n_bad)
+    uex = _earliest(w.unexp_rows, places_out)
     ux = _records(_with_key_seq(output, uex, keys[k_out[uex]]).assign(why="not in the input"),
-                  ["key", "seq", "partition", "offset", "why", *prov])
-    if len(mis_rows) and len(ux) < MAX_EXAMPLES:
-        o = _earliest_at(mis_rows, places_out, MAX_EXAMPLES - len(ux))
-        mx = mis_rows[o]
-        why = [f"op.input names input {_named_desc(keys, k_in, inp, n)}" for n in mis_named[o]]
+                  ["key", "seq", "partition", "offset", "why", *w.prov])
+    if len(w.mis_rows) and len(ux) < MAX_EXAMPLES:
+        o = _earliest_at(w.mis_rows, places_out, MAX_EXAMPLES - len(ux))
+        mx = w.mis_rows[o]
+        why = [f"op.input names input {_named_desc(keys, w.k_in, w.inp, n)}" for n in mis_named[o]]
         ux += _records(_with_key_seq(output, mx, keys[k_out[mx]]).assign(why=why),
-                       ["key", "seq", "partition", "offset", "why", *prov])
-    if n_bad and len(ux) < MAX_EXAMPLES:
-        bex = _earliest(np.flatnonzero(~ok), places_out, MAX_EXAMPLES - len(ux))
+                       ["key", "seq", "partition", "offset", "why", *w.prov])
+    if w.n_bad and len(ux) < MAX_EXAMPLES:
+        bex = _earliest(np.flatnonzero(~w.ok), places_out, MAX_EXAMPLES - len(ux))
         ux += _records(output.iloc[bex].assign(why="value without key/seq"),
-                       ["key", "partition", "offset", "why", *prov])
-    anomalies["unexpected"] = ux
+                       ["key", "partition", "offset", "why", *w.prov])
+    w.anomalies["unexpected"] = ux
 
-    # ---- input-duplicate: one (key, seq) at several input offsets
-    seen = is_first
-    seen &= in_input
-    del in_input, is_first, cnt_out, ok
-    first_in, in_first = _first_positions(d_in, places_in, n_ids, multi_in)
-    if multi_in:
-        idup_first = np.flatnonzero(in_first & (cnt_in[d_in] > 1))
-        counts["input-duplicate"] = int(len(idup_first))
-        counts["input-duplicate-records"] = int(np.count_nonzero(~in_first))
-        ix = _earliest(idup_first, places_in)
-        anomalies["input-duplicate"] = _with_input_places(
-            ix, d_in, k_in, _int64(inp["seq"].iloc[ix]), keys, d_in, inp, None, all_places=True)
+
+def _input_duplicates(w: _Work) -> None:
+    """input-duplicate: one (key, seq) at several input offsets. Also keeps, for :func:`_nonmonotonic`,
+    ``seen`` (first output occurrences of pairs in the input) and ``first_in`` (each id's first input
+    position)."""
+    w.seen = w.is_first
+    w.seen &= w.in_input
+    w.in_input = w.is_first = w.cnt_out = w.ok = None
+    d_in, inp = w.d_in, w.inp
+    w.first_in, in_first = _first_positions(d_in, w.places_in, w.n_ids, w.multi_in)
+    if w.multi_in:
+        w.idup_first = np.flatnonzero(in_first & (w.cnt_in[d_in] > 1))
+        w.counts["input-duplicate"] = int(len(w.idup_first))
+        w.counts["input-duplicate-records"] = int(np.count_nonzero(~in_first))
+        ix = _earliest(w.idup_first, w.places_in)
+        w.anomalies["input-duplicate"] = _with_input_places(
+            ix, d_in, w.k_in, _int64(inp["seq"].iloc[ix]), w.keys, d_in, inp, None, all_places=True)
     else:
-        idup_first = np.zeros(0, np.int64)
-        counts["input-duplicate"] = counts["input-duplicate-records"] = 0
-        anomalies["input-duplicate"] = []
-    del in_first, cnt_in, d_in
-    release_freed_memory()
+        w.idup_first = np.zeros(0, np.int64)
+        w.counts["input-duplicate"] = w.counts["input-duplicate-records"] = 0
+        w.anomalies["input-duplicate"] = []
+    del in_first, d_in
+    w.cnt_in = w.d_in = None
 
-    # ---- nonmonotonic: per key, first occurrences in output order whose input position goes back
-    back_rows, prev_rows = _backwards(k_out, places_out, seen, d_out, first_in)
-    del seen, first_in, d_out
-    counts["nonmonotonic"] = int(len(back_rows))
-    if len(back_rows):
-        o = np.argsort(places_out.at(back_rows), kind="stable")[:MAX_EXAMPLES]
-        bx = back_rows[o]
-        back = _with_key_seq(output, bx, keys[k_out[bx]])
+
+def _nonmonotonic(w: _Work) -> None:
+    """nonmonotonic: per key, first occurrences in output order whose input position goes back."""
+    w.back_rows, prev_rows = _backwards(w.k_out, w.places_out, w.seen, w.d_out, w.first_in)
+    w.seen = w.first_in = w.d_out = None
+    w.counts["nonmonotonic"] = int(len(w.back_rows))
+    if len(w.back_rows):
+        output = w.output
+        o = np.argsort(w.places_out.at(w.back_rows), kind="stable")[:MAX_EXAMPLES]
+        bx = w.back_rows[o]
+        back = _with_key_seq(output, bx, w.keys[w.k_out[bx]])
         back = back.assign(prev_seq=_int64(output["seq"].iloc[prev_rows[o]]))
-        anomalies["nonmonotonic"] = _records(back, ["key", "seq", "prev_seq", "partition", "offset", *prov])
+        w.anomalies["nonmonotonic"] = _records(back, ["key", "seq", "prev_seq", "partition", "offset", *w.prov])
     else:
-        anomalies["nonmonotonic"] = []
-    counts.update(counts_h)
-    anomalies.update(anomalies_h)
+        w.anomalies["nonmonotonic"] = []
+    w.counts.update(w.counts_h)
+    w.anomalies.update(w.anomalies_h)
 
-    definite = DEFINITE + (DEFINITE_WITH_HISTORY if has_workload else ())
+
+def _result(w: _Work, recovery: Recovery) -> dict:
+    """The verdict (module docstring), the bad keys and the stats, as :func:`check` returns them."""
+    counts, anomalies, keys, k_in, k_out = w.counts, w.anomalies, w.keys, w.k_in, w.k_out
+    definite = DEFINITE + (DEFINITE_WITH_HISTORY if w.has_workload else ())
     if any(counts[a] for a in definite):
         verdict = "invalid"
     elif not recovery.finished:
@@ -353,16 +421,16 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         verdict = "invalid"
     else:
         verdict = "valid"
-
-    per_key = {"duplicate": k_out[dup_first], "lost": k_in[lost_rows],
-               "unexpected": np.concatenate([k_out[unexp_rows], k_out[mis_rows]]),
-               "nonmonotonic": k_out[back_rows], **per_key_h, "input-duplicate": k_in[idup_first]}
+    per_key = {"duplicate": k_out[w.dup_first], "lost": k_in[w.lost_rows],
+               "unexpected": np.concatenate([k_out[w.unexp_rows], k_out[w.mis_rows]]),
+               "nonmonotonic": k_out[w.back_rows], **w.per_key_h, "input-duplicate": k_in[w.idup_first]}
     bad_keys = _bad_keys({name: _per_key(codes, keys) for name, codes in per_key.items() if len(codes)})
+    tcount = w.tcount
     stats = {
-        "input_records": int(len(input)), "output_records": int(len(output)),
-        "keys": int(np.count_nonzero(np.bincount(k_in, minlength=nk))),
+        "input_records": int(len(w.input)), "output_records": int(len(w.output)),
+        "keys": int(np.count_nonzero(np.bincount(k_in, minlength=w.nk))),
         "sends_ok": tcount.get("ok", 0), "sends_fail": tcount.get("fail", 0),
-        "sends_info": tcount.get("info", 0), "output_with_input_ref": n_ref,
+        "sends_info": tcount.get("info", 0), "output_with_input_ref": w.n_ref,
     }
     return {"verdict": verdict, "valid": {"valid": True, "invalid": False}.get(verdict, "unknown"),
             "counts": {k: counts[k] for k in COUNT_ORDER}, "anomalies": {k: anomalies[k] for k in EXAMPLE_ORDER},
@@ -572,8 +640,6 @@ def _input_refs(ref: pd.Series, in_part: pd.Series, in_off: pd.Series, places_in
 def _parse_refs(s: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``"<p>:<o>"`` strings → (valid mask, p, o) as int64 arrays (0 where invalid), with pyarrow's
     string kernels (no per-row Python). Categoricals are parsed once per category."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     n = len(s)
     if isinstance(s.dtype, pd.CategoricalDtype):
@@ -1031,7 +1097,7 @@ def _pair_ids(nk: int, inp, out, hist) -> tuple[np.ndarray, np.ndarray, np.ndarr
         np.minimum.at(lo, k_in[a:b], s)
         np.maximum.at(hi, k_in[a:b], s)
     present = hi >= lo
-    widths = [int(h) - int(l) + 1 if p else 0 for l, h, p in zip(lo.tolist(), hi.tolist(), present.tolist())]
+    widths = [int(h) - int(lo_) + 1 if p else 0 for lo_, h, p in zip(lo.tolist(), hi.tolist(), present.tolist())]
     n_dense = sum(widths)
     if n_dense > 2 * len(k_in) + 1024:  # sparse seqs: hash everything
         n_dense = 0
