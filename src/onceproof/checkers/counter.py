@@ -118,84 +118,116 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
     max over the matching rows sorted by (key, partition, offset). No per-row Python except for the
     examples.
     """
-    recovery = recovery or Recovery()
-    input = _norm(input, ("key", "seq", "partition", "offset"))
-    output = _norm(output, ("key", *FIELDS, "partition", "offset"))
-    prov = [c for c in output.columns if c.startswith("op.")]
-    counts: dict[str, int] = {}
-    anomalies: dict[str, list] = {}
+    w = _Work(input=_norm(input, ("key", "seq", "partition", "offset")),
+              output=_norm(output, ("key", *FIELDS, "partition", "offset")))
+    _prefix_tables(w)
+    _output_rows(w)
+    _prefix_lookup(w)
+    _regressions(w)
+    _final(w)
+    return _result(w, recovery or Recovery())
 
-    # ---- input: prefix tables per key
+
+class _Work:
+    """What one :func:`check` passes from step to step. The input's prefix tables (``keys``, ``n``
+    records per key, ``start``/``end`` rows, ``S``/``M`` prefix sums and maxima, ``lo`` smallest seq);
+    the output's parsed columns (``c``, ``s``, ``m``, key codes ``kc``, ``op_``/``oo`` place, ``pos``
+    rank, ``why`` unexpected reason); then each anomaly's rows."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _prefix_tables(w: _Work) -> None:
+    """The input's prefix aggregates per key, laid out flat so prefix ``p`` of key ``k`` sits at
+    ``start[k] + p - 1`` (``S``: sum, ``M``: max), from one sort by (key, partition, offset)."""
+    input = w.input
     seq_all, seq_ok = _ints(input["seq"])
-    in_ok = seq_ok & input["key"].notna().to_numpy(dtype=bool)
+    w.in_ok = in_ok = seq_ok & input["key"].notna().to_numpy(dtype=bool)
     inp = input[in_ok] if not in_ok.all() else input
     seq_in = seq_all[in_ok]
     ip, _ = _ints(inp["partition"])
     io, _ = _ints(inp["offset"])
     by_place = np.lexsort((io, ip))                      # input order
-    kc_place, keys = pd.factorize(_str_keys(inp["key"]).to_numpy()[by_place])  # codes in input order
+    kc_place, w.keys = pd.factorize(_str_keys(inp["key"]).to_numpy()[by_place])  # codes in input order
     kc_in = np.empty(len(inp), np.int64)
     kc_in[by_place] = kc_place
-    nk = len(keys)
+    w.nk = nk = len(w.keys)
     order = np.lexsort((io, ip, kc_in))                  # by key, then input order
     ks, ss = kc_in[order], seq_in[order]
-    n = np.bincount(ks, minlength=nk).astype(np.int64)   # input records per key
-    start = np.cumsum(n) - n                             # a key's first row in ``order``
+    w.n = n = np.bincount(ks, minlength=nk).astype(np.int64)  # input records per key
+    w.start = np.cumsum(n) - n                           # a key's first row in ``order``
     grp = pd.Series(ss).groupby(ks, sort=False)
-    S = grp.cumsum().to_numpy(np.int64)                  # S[start[k] + p - 1] = sum of prefix p
-    M = grp.cummax().to_numpy(np.int64)                  # M[...] = max of prefix p
+    w.S = grp.cumsum().to_numpy(np.int64)                # S[start[k] + p - 1] = sum of prefix p
+    w.M = grp.cummax().to_numpy(np.int64)                # M[...] = max of prefix p
     same = ks[1:] == ks[:-1]
-    irregular = np.unique(ks[1:][same & (ss[1:] <= ss[:-1])])
-    split = np.unique(ks[1:][same & (ip[order][1:] != ip[order][:-1])])
-    lo = np.full(nk, np.iinfo(np.int64).max)
-    np.minimum.at(lo, ks, ss)                            # the key's smallest input seq
-    end = start + n - 1                                  # row of the whole input's aggregate
+    w.irregular = np.unique(ks[1:][same & (ss[1:] <= ss[:-1])])
+    w.split = np.unique(ks[1:][same & (ip[order][1:] != ip[order][:-1])])
+    w.lo = np.full(nk, np.iinfo(np.int64).max)
+    np.minimum.at(w.lo, ks, ss)                          # the key's smallest input seq
+    w.end = w.start + n - 1                              # row of the whole input's aggregate
 
-    # ---- output: parse, key codes, output order
-    n_out = len(output)
+
+def _output_rows(w: _Work) -> None:
+    """Parse the output's aggregates, map keys to the input's codes, rank rows in output order, and name
+    each unexpected row's reason (``why``; ``unexp``: their rows). ``rng``: rows left to compare with a
+    prefix, ``k0`` their key codes (0 elsewhere), ``nn`` their key's input count."""
+    output, nk = w.output, w.nk
+    w.n_out = n_out = len(output)
     c, c_ok = _ints(output["count"])
     s, s_ok = _ints(output["sum"])
     m, m_ok = _ints(output["max_seq"])
+    w.c, w.s, w.m, w.fields_ok = c, s, m, c_ok & s_ok & m_ok
     okey = output["key"]
     has_key = okey.notna().to_numpy(dtype=bool)
     kc = np.full(n_out, -1, np.int64)
     if has_key.any():
-        kc[has_key] = pd.Index(keys).get_indexer(_str_keys(okey[has_key]).to_numpy())
-    op_, _ = _ints(output["partition"])
-    oo, _ = _ints(output["offset"])
-    pos = np.empty(n_out, np.int64)                      # rank in output (partition, offset) order
-    pos[np.lexsort((oo, op_))] = np.arange(n_out)
+        kc[has_key] = pd.Index(w.keys).get_indexer(_str_keys(okey[has_key]).to_numpy())
+    w.kc = kc
+    w.op_, _ = _ints(output["partition"])
+    w.oo, _ = _ints(output["offset"])
+    w.pos = np.empty(n_out, np.int64)                    # rank in output (partition, offset) order
+    w.pos[np.lexsort((w.oo, w.op_))] = np.arange(n_out)
 
     why = np.full(n_out, None, dtype=object)             # unexpected: the reason, else None
     parsed = has_key & c_ok & s_ok & m_ok
     why[~parsed] = "value without key/count/sum/max_seq"
     known = parsed & (kc >= 0)
     why[parsed & (kc < 0)] = "key not in the input"
-    k0 = np.where(known, kc, 0)
-    nn = n[k0] if nk else np.zeros(n_out, np.int64)
+    w.k0 = k0 = np.where(known, kc, 0)
+    w.nn = w.n[k0] if nk else np.zeros(n_out, np.int64)
     low = known & (c < 1)
     why[low] = "count below 1"
     rng = known & ~low
-    outside = rng & ((m < lo[k0]) | (m > M[end[k0]])) if nk else rng
+    outside = rng & ((m < w.lo[k0]) | (m > w.M[w.end[k0]])) if nk else rng
     why[outside] = "max_seq outside the key's input seqs"
     rng &= ~outside
-    unexp = np.flatnonzero(pd.notna(why))
+    w.rng, w.why = rng, why
+    w.unexp = np.flatnonzero(pd.notna(why))
 
-    # ---- prefix look-up at (key, count): double-count, missed, match
-    p_near = np.where(rng, np.minimum(np.maximum(c, 1), nn), 1)  # nearest prefix length
-    idx = np.where(rng, start[k0] + p_near - 1, 0) if nk else np.zeros(n_out, np.int64)
-    es, em = (S[idx], M[idx]) if nk else (np.zeros(n_out, np.int64),) * 2
-    over = rng & (c > nn)
+
+def _prefix_lookup(w: _Work) -> None:
+    """Each comparable row against the true prefix at (key, count): ``match``, or double-count / missed
+    (``p_near``: the nearest prefix length; ``over``: count above the key's input)."""
+    rng, c, nn, n_out = w.rng, w.c, w.nn, w.n_out
+    w.p_near = np.where(rng, np.minimum(np.maximum(c, 1), nn), 1)  # nearest prefix length
+    idx = np.where(rng, w.start[w.k0] + w.p_near - 1, 0) if w.nk else np.zeros(n_out, np.int64)
+    es, em = (w.S[idx], w.M[idx]) if w.nk else (np.zeros(n_out, np.int64),) * 2
+    w.over = over = rng & (c > nn)
     inr = rng & ~over
-    match = inr & (s == es) & (m == em)
-    dbl = over | (inr & ~match & ((s < es) | (m <= em)))
+    w.match = match = inr & (w.s == es) & (w.m == em)
+    dbl = over | (inr & ~match & ((w.s < es) | (w.m <= em)))
     miss = inr & ~match & ~dbl
-    dbl_rows, miss_rows = np.flatnonzero(dbl), np.flatnonzero(miss)
+    w.dbl_rows, w.miss_rows = np.flatnonzero(dbl), np.flatnonzero(miss)
 
-    # ---- regression / repeat among matching rows, in output order per key
-    mr = np.flatnonzero(match)
+
+def _regressions(w: _Work) -> None:
+    """Regression / repeat among matching rows, in output order per key: a count below (or equal to) the
+    longest prefix already shown (``prev``)."""
+    kc, oo, op_ = w.kc, w.oo, w.op_
+    mr = np.flatnonzero(w.match)
     mr = mr[np.lexsort((oo[mr], op_[mr], kc[mr]))]
-    mk, mp = kc[mr], c[mr]
+    mk, mp = kc[mr], w.c[mr]
     if len(mr):
         # per-key running max in one pass: keys ascend, so key * (P + 1) + p never mixes keys
         big = int(mp.max()) + 1
@@ -207,35 +239,39 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         prev = mp
     back = mp < prev
     rep = (mp == prev) & (prev > 0)
-    reg_rows, rep_rows = mr[back], mr[rep]
+    w.mr, w.reg_rows, w.rep_rows = mr, mr[back], mr[rep]
+    w.prev_back, w.prev_rep = prev[back], prev[rep]
 
-    # ---- final: each input key's last output row (output order) is the whole input
+
+def _final(w: _Work) -> None:
+    """Each input key's last output row (output order) must be the whole input's aggregate
+    (``final_keys``: the keys whose is not; ``last_of``: each key's last row, -1 for none)."""
+    kc, nk = w.kc, w.nk
     kr = np.flatnonzero(kc >= 0)
-    kr = kr[np.lexsort((oo[kr], op_[kr], kc[kr]))]
-    last_of = np.full(nk, -1, np.int64)
+    kr = kr[np.lexsort((w.oo[kr], w.op_[kr], kc[kr]))]
+    w.last_of = last_of = np.full(nk, -1, np.int64)
     if len(kr):
         tail = np.r_[kc[kr][1:] != kc[kr][:-1], True]
         last_of[kc[kr][tail]] = kr[tail]
     lr = np.maximum(last_of, 0)
-    whole = (last_of >= 0) & match[lr] & (c[lr] == n) if n_out else np.zeros(nk, bool)
-    final_keys = np.flatnonzero(~whole)
+    whole = (last_of >= 0) & w.match[lr] & (w.c[lr] == w.n) if w.n_out else np.zeros(nk, bool)
+    w.final_keys = np.flatnonzero(~whole)
 
-    counts[DOUBLE] = len(dbl_rows)
-    counts[MISSED] = len(miss_rows)
-    counts[REGRESSION] = len(reg_rows)
-    counts[UNEXPECTED] = len(unexp)
-    counts[FINAL] = len(final_keys)
-    counts[REPEAT] = len(rep_rows)
 
-    # ---- examples
-    ctx = _Ctx(output, prov, keys, kc, c, s, m, c_ok & s_ok & m_ok, pos, n, S, M, start, end)
-    anomalies[DOUBLE] = ctx.prefix_examples(dbl_rows, p_near, over)
-    anomalies[MISSED] = ctx.prefix_examples(miss_rows, p_near, over)
-    anomalies[REGRESSION] = ctx.after_examples(reg_rows, mr, prev[back])
-    anomalies[REPEAT] = ctx.after_examples(rep_rows, mr, prev[rep])
-    anomalies[UNEXPECTED] = ctx.unexpected_examples(unexp, why)
-    anomalies[FINAL] = ctx.final_examples(final_keys[:MAX_EXAMPLES], last_of)
-
+def _result(w: _Work, recovery: Recovery) -> dict:
+    """Counts, examples (:class:`_Ctx`), the verdict, the bad keys and the stats, as :func:`check`
+    returns them."""
+    kc, output = w.kc, w.output
+    counts = {DOUBLE: len(w.dbl_rows), MISSED: len(w.miss_rows), REGRESSION: len(w.reg_rows),
+              UNEXPECTED: len(w.unexp), FINAL: len(w.final_keys), REPEAT: len(w.rep_rows)}
+    ctx = _Ctx(output, [c for c in output.columns if c.startswith("op.")], w.keys, kc, w.c, w.s, w.m,
+               w.fields_ok, w.pos, w.n, w.S, w.M, w.start, w.end)
+    anomalies = {DOUBLE: ctx.prefix_examples(w.dbl_rows, w.p_near, w.over),
+                 MISSED: ctx.prefix_examples(w.miss_rows, w.p_near, w.over),
+                 REGRESSION: ctx.after_examples(w.reg_rows, w.mr, w.prev_back),
+                 REPEAT: ctx.after_examples(w.rep_rows, w.mr, w.prev_rep),
+                 UNEXPECTED: ctx.unexpected_examples(w.unexp, w.why),
+                 FINAL: ctx.final_examples(w.final_keys[:MAX_EXAMPLES], w.last_of)}
     if any(counts[a] for a in DEFINITE):
         verdict = "invalid"
     elif not recovery.finished:
@@ -244,16 +280,15 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
         verdict = "invalid"
     else:
         verdict = "valid"
-
-    per_key = {DOUBLE: kc[dbl_rows], MISSED: kc[miss_rows], REGRESSION: kc[reg_rows],
-               FINAL: final_keys, REPEAT: kc[rep_rows]}
-    bad_keys = _bad_keys(per_key, keys, output, unexp, kc)
+    per_key = {DOUBLE: kc[w.dbl_rows], MISSED: kc[w.miss_rows], REGRESSION: kc[w.reg_rows],
+               FINAL: w.final_keys, REPEAT: kc[w.rep_rows]}
+    bad_keys = _bad_keys(per_key, w.keys, output, w.unexp, kc)
     stats = {
-        "input_records": int(len(input)), "output_records": int(n_out), "keys": int(nk),
-        "keys_with_output": int(np.count_nonzero(last_of >= 0)),
-        "matching_rows": int(np.count_nonzero(match)),
-        "input_unparsable": int(np.count_nonzero(~in_ok)),
-        "irregular_keys": int(len(irregular)), "split_keys": int(len(split)),
+        "input_records": int(len(w.input)), "output_records": int(w.n_out), "keys": int(w.nk),
+        "keys_with_output": int(np.count_nonzero(w.last_of >= 0)),
+        "matching_rows": int(np.count_nonzero(w.match)),
+        "input_unparsable": int(np.count_nonzero(~w.in_ok)),
+        "irregular_keys": int(len(w.irregular)), "split_keys": int(len(w.split)),
     }
     return {"verdict": verdict, "valid": {"valid": True, "invalid": False}.get(verdict, "unknown"),
             "counts": counts, "anomalies": anomalies, "stats": stats,
