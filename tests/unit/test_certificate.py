@@ -270,7 +270,9 @@ def test_write_certificate(tmp_path, suite_dir):
              _cell(None, suite_dir, package="kill-broker", seed=3, exit_code=255)]
     suite = {"suite": "release-<1.0>", "started": "2030-01-01T00:00:00+0000", "finished": "2030-01-01T01:00:00+0000",
              "command": "onceproof test-all --sinks eos,mutant-dup --seeds 1,2 | tee log\x07",
-             "versions": {"pyspark": "3.5.1", "kafka": "3.7.0", "python": "3.11.7"}, "cells": cells}
+             "versions": {"pyspark": "3.5.1", "kafka": "3.7.0", "python": "3.11.7"}, "cells": cells,
+             "left_out": [{"sut": "user:orders", "package": "commit", "spec": "commit-delay:notify",
+                           "why": "needs after-commit hook"}]}
     paths = write_certificate(suite, suite_dir)
     assert set(paths) == {"md", "html", "junit"} and all(p.parent == suite_dir and p.is_file() for p in paths.values())
 
@@ -299,6 +301,8 @@ def test_write_certificate(tmp_path, suite_dir):
     assert "```sh\nonceproof test-all --sinks eos,mutant-dup --seeds 1,2 | tee log\n```" in md  # verbatim, \x07 dropped
     assert "| mutant-dup | kill-executor | 1/2 |" in md and "12.5 s" in md
     assert md.index("## Versions") < md.index("pyspark") < md.index("kafka") < md.index("python")
+    assert "## Faults left out" in md
+    assert "| user:orders | commit | commit-delay:notify | needs after-commit hook |" in md
 
     html = paths["html"].read_text()
     p = _Strict()
@@ -310,6 +314,7 @@ def test_write_certificate(tmp_path, suite_dir):
     assert "class=pass>PASS<" in html and "class=fail>FAIL<" in html and ">FAIL</b>" in html
     assert "../../eos-valid/20300101T000000/report.html" in p.hrefs
     assert "../../mutant-caught/20300101T000000/report.html" in p.hrefs
+    assert "<h2>Faults left out</h2>" in html and "<td>commit-delay:notify</td>" in html
 
 
 def test_certificate_passes_when_every_cell_passes(tmp_path, suite_dir):

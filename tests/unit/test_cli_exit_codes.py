@@ -56,6 +56,9 @@ USAGE = [
     (["prune"], "--keep-last"),
     (["prune", "--keep-last", "0"], "--keep-last"),
     (["serve", "--port", "0"], "--port"),
+    (["test-all", "--pipeline-cmd", "{python} job.py", "--mutants"], "--mutants"),
+    (["test-all", "--pipeline-cmd", "{python} job.py", "--sink", "at-least-once"], "--sink"),
+    (["test-all", "--pipeline-cmd", "{python} job.py", "--workload", "counter"], "--workload"),
 ]
 
 

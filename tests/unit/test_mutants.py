@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,46 @@ def test_schedule_files_replay_their_faults_and_keys(tmp_path):
     f.write_text(json.dumps({"faults": [{"at_s": 1, "f": "zombie-task:precommit"}]}))
     with pytest.raises(ConfigError, match="cannot hit the at-least-once sink"):
         TestConfig(sink="at-least-once", schedule=str(f)).validate()
+
+
+JOB = "{python} jobs/orders_job.py --bootstrap {bootstrap} --checkpoint {checkpoint}"
+
+
+def test_a_user_pipeline_is_certified_under_its_own_label_with_packages_narrowed():
+    cells = suite.plan_cells(sinks_=["eos"], workloads=["keyed"], package_names=["process", "commit"],
+                             test_count=2, time_limit=30, pipeline_cmd=JOB)
+    assert {c.sink for c in cells} == {"user:orders_job"} and all(c.expect == "valid" for c in cells)
+    assert [(c.package, c.seed) for c in cells] == [("process", 1), ("process", 2), ("commit", 1), ("commit", 2)]
+    by_pkg = {c.package: suite.cell_specs(c) for c in cells}
+    assert by_pkg == {"process": ["kill-executor", "kill-driver", "kill-broker"],
+                      "commit": ["kill-driver-in-commit-window"]}
+    argv = suite.run_command(cells[0], Path("/r"), [])
+    assert argv[argv.index("--pipeline-cmd") + 1] == JOB and "--sink" not in argv and "--workload" not in argv
+    assert argv[argv.index("--test-name") + 1] == "user-orders_job-process"
+    # every spec a run gets is one a --pipeline-cmd run accepts (no usage error in the cell)
+    for c in cells:
+        TestConfig(pipeline_cmd=JOB, nemesis=suite.cell_specs(c), time_limit=c.time_limit).validate()
+    dropped = suite.left_out(cells)
+    assert {(d["package"], d["spec"]) for d in dropped} == {
+        ("process", "zombie-task:precommit"), ("process", "zombie-task:preinit"), ("commit", "commit-delay:precommit"),
+        ("commit", "commit-delay:notify"), ("commit", "commit-delay:txn-timeout")}
+    assert all(d["sut"] == "user:orders_job" and d["why"].startswith("needs ") for d in dropped)
+    assert suite.user_label("{python} -m my.job") == "user:job"
+
+
+def test_bundled_sinks_narrowing_is_listed_too_and_the_full_sink_drops_nothing():
+    cells = suite.plan_cells(sinks_=["eos", "at-least-once"], workloads=["keyed"], package_names=["process"],
+                             test_count=1, time_limit=30)
+    dropped = suite.left_out(cells)
+    assert {(d["sut"], d["spec"]) for d in dropped} == {("at-least-once", "zombie-task:precommit"),
+                                                         ("at-least-once", "zombie-task:preinit")}
+
+
+def test_a_user_pipeline_with_no_fault_it_can_take_is_refused(monkeypatch):
+    monkeypatch.setitem(packages.PACKAGES, "hooks-only", ("commit-delay:precommit", "zombie-task:preinit"))
+    with pytest.raises(ValueError, match="can take none of the faults of hooks-only: commit-delay:precommit"):
+        suite.plan_cells(sinks_=["eos"], workloads=["keyed"], package_names=["hooks-only"], test_count=1,
+                         time_limit=30, pipeline_cmd=JOB)
+    with pytest.raises(ValueError, match="drop --mutants"):
+        suite.plan_cells(sinks_=[], workloads=["keyed"], package_names=[], test_count=1, time_limit=30,
+                         mutants=True, pipeline_cmd=JOB)

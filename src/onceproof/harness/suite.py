@@ -36,20 +36,34 @@ from rich.live import Live
 from rich.table import Table
 
 from onceproof.backends import registry
+from onceproof.backends.user_pipeline import PipelineCommand
 from onceproof.nemesis import catalog, packages, schedule
 from onceproof.report import certificate
 from onceproof.sinks import registry as sinks
+from onceproof.sinks.base import CAPABILITIES
 from onceproof.store.runs import RunDir, runs_of
 from onceproof.workloads import registry as workload_registry
 
 CELL_STOP_GRACE_S = 150.0  # a Ctrl-C'd cell's own teardown is bounded (harness/teardown.py); then SIGKILL
 
 
+USER = "user:"
+"""Prefix of a cell's ``sink`` when the system under test is the user's ``--pipeline-cmd`` job."""
+
+
+def user_label(pipeline_cmd: str) -> str:
+    """How cells and the certificate name a ``--pipeline-cmd`` job: ``user:<script stem>``
+    (``{python} jobs/orders.py ...`` → ``user:orders``), ``user:job`` when no ``.py`` word names it."""
+    return USER + (PipelineCommand.parse(pipeline_cmd).script_name() or "job")
+
+
 @dataclass(frozen=True)
 class Cell:
-    """One run of the suite. ``expect``: ``valid`` for an exactly-once sink, ``invalid`` for a mutant or
-    a weak sink (the sink entry's ``expect``, ``sinks/base.py``); ``time_limit`` (s) is raised to what the
-    package's faults need (:func:`fit_time_limit`)."""
+    """One run of the suite. ``sink``: the bundled sink's name, or :func:`user_label` of the user's job
+    (``pipeline_cmd``, run instead of the bundled pipeline). ``expect``: ``valid`` for an exactly-once sink
+    or a user's job (which claims exactly-once), ``invalid`` for a mutant or a weak sink (the sink entry's
+    ``expect``, ``sinks/base.py``); ``time_limit`` (s) is raised to what the package's faults need
+    (:func:`fit_time_limit`)."""
 
     sink: str
     workload: str
@@ -57,11 +71,18 @@ class Cell:
     seed: int
     expect: str
     time_limit: float
+    pipeline_cmd: str = ""
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What the system under test lets faults use: the sink entry's; none for a user's job, whose
+        sink onceproof cannot reach inside (``TestConfig.sink_capabilities``)."""
+        return frozenset() if self.pipeline_cmd else sinks.get(self.sink).capabilities
 
     @property
     def name(self) -> str:
         w = "" if self.workload == "keyed" else f"{self.workload}-"
-        return f"{w}{self.sink}-{self.package}"
+        return f"{w}{self.sink.replace(':', '-')}-{self.package}"
 
 
 def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: float = 10.0,
@@ -77,16 +98,21 @@ def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: f
 
 
 def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[str], test_count: int,
-               time_limit: float, mutants: bool = False, seed_base: int = 1) -> list[Cell]:
+               time_limit: float, mutants: bool = False, seed_base: int = 1, pipeline_cmd: str = "") -> list[Cell]:
     """The suite's cells, in run order: for each package, each sink, each workload, seeds
     ``seed_base`` .. ``seed_base + test_count - 1``.
 
     With ``mutants``: every mutant and ``at-least-once`` against the package that targets it
     (``Sink.targeted_by``; or against every package in ``package_names`` when given), and ``eos`` against
-    every package used, as the control.
+    every package used, as the control. With ``pipeline_cmd``: the user's job instead of any sink, as the
+    keyed workload (its contract), against each package narrowed to the faults it can take
+    (:func:`left_out` lists the others); a package left with none is dropped.
 
-    Raises: ``ValueError`` for an unknown sink, workload or package, or ``test_count`` < 1.
+    Raises: ``ValueError`` for an unknown sink, workload or package, ``test_count`` < 1, ``pipeline_cmd``
+    with ``mutants`` or another workload, or no cell left.
     """
+    if pipeline_cmd:
+        return _user_cells(pipeline_cmd, workloads, package_names, test_count, time_limit, mutants, seed_base)
 
     if test_count < 1:
         raise ValueError(f"--test-count must be ≥ 1, got {test_count}")
@@ -111,7 +137,7 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
         pairs = [(s, p) for p in package_names for s in sinks_]
     cells = []
     for sink, pkg in pairs:
-        specs = _fitting(packages.specs(pkg), sink)
+        specs = _fitting(packages.specs(pkg), sinks.get(sink).capabilities)
         if not specs:
             raise ValueError(f"the {sink} sink can take none of the {pkg} package's faults")
         for w in workloads:
@@ -122,17 +148,61 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
     return cells
 
 
+def _user_cells(pipeline_cmd: str, workloads: list[str], package_names: list[str], test_count: int,
+                time_limit: float, mutants: bool, seed_base: int) -> list[Cell]:
+    """:func:`plan_cells` for a user's ``--pipeline-cmd`` job (see there)."""
+    if mutants:
+        raise ValueError("--mutants runs the bundled sink's mutants; with --pipeline-cmd drop --mutants")
+    if workloads != ["keyed"]:
+        raise ValueError("a --pipeline-cmd pipeline is checked as the keyed workload (docs/pipeline-contract.md): "
+                         "drop --workload")
+    if test_count < 1:
+        raise ValueError(f"--test-count must be ≥ 1, got {test_count}")
+    label, cells = user_label(pipeline_cmd), []
+    for pkg in package_names:
+        specs = _fitting(packages.specs(pkg), frozenset())
+        for k in range(test_count if specs else 0):
+            cells.append(Cell(label, "keyed", pkg, seed_base + k, "valid",
+                              fit_time_limit(specs, time_limit, seed_base + k), pipeline_cmd))
+    if not cells:
+        why = "; ".join(f"{s} ({_needs(s, frozenset())})" for p in package_names for s in packages.specs(p))
+        raise ValueError(f"a --pipeline-cmd pipeline can take none of the faults of {', '.join(package_names)}: "
+                         f"{why}. Choose a package with faults that need no hooks (process, network, pause, "
+                         "upgrade)")
+    return cells
+
+
+def left_out(cells: list[Cell]) -> list[dict]:
+    """The faults of the cells' packages that their system under test cannot take, as ``[{"sut",
+    "package", "spec", "why"}]``, once per (system under test, package); ``why`` names the missing sink
+    capabilities (``sinks/base.py`` CAPABILITIES). The certificate lists them, so that a narrowed package
+    is never mistaken for the whole one."""
+    out, seen = [], set()
+    for c in cells:
+        if (c.sink, c.package) in seen:
+            continue
+        seen.add((c.sink, c.package))
+        out += [{"sut": c.sink, "package": c.package, "spec": spec, "why": _needs(spec, c.capabilities)}
+                for spec in packages.specs(c.package) if not _fitting([spec], c.capabilities)]
+    return out
+
+
+def _needs(spec: str, capabilities: frozenset[str]) -> str:
+    """Why a system under test with ``capabilities`` cannot take ``spec``: ``needs <capabilities>``."""
+    return "needs " + " and ".join(CAPABILITIES[m] for m in sorted(catalog.sink_needs(spec) - capabilities))
+
+
 def cell_specs(cell: Cell) -> list[str]:
-    """The package's faults that the cell's sink can take (``onceproof.nemesis.catalog.for_sink``: e.g.
-    ``zombie-task`` needs the transactional sink's hooks, so at-least-once runs ``process`` without it)."""
-    return _fitting(packages.specs(cell.package), cell.sink)
+    """The package's faults that the cell's system under test can take (``onceproof.nemesis.catalog.for_sink``:
+    e.g. ``zombie-task`` needs the transactional sink's hooks, so at-least-once and a user's job run
+    ``process`` without it)."""
+    return _fitting(packages.specs(cell.package), cell.capabilities)
 
 
-def _fitting(specs: list[str], sink: str) -> list[str]:
-    """``specs`` the sink can take; a fault without a target is kept when any target fits (it then draws
-    only those, ``TestConfig.target_choices``)."""
-    caps = sinks.get(sink).capabilities
-    return [s for s in specs if catalog.for_sink(catalog.expand(s), caps)[0]]
+def _fitting(specs: list[str], capabilities: frozenset[str]) -> list[str]:
+    """``specs`` a system under test with ``capabilities`` can take; a fault without a target is kept when
+    any target fits (it then draws only those, ``TestConfig.target_choices``)."""
+    return [s for s in specs if catalog.for_sink(catalog.expand(s), capabilities)[0]]
 
 
 def run_argv(run_args: list[str]) -> list[str]:
@@ -150,8 +220,10 @@ def new_run(results_root: Path, test: str, before: list[Path]) -> Path | None:
 def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
     """The ``onceproof run`` argv of ``cell`` (as this Python runs it), results under ``runs_dir``;
     ``extra``: the user's further ``run`` options, passed as they are."""
-    return run_argv(["--sink", cell.sink, "--workload", cell.workload, "--nemesis", ",".join(cell_specs(cell)),
-                     "--seed", str(cell.seed), "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
+    sut = ["--pipeline-cmd", cell.pipeline_cmd] if cell.pipeline_cmd else \
+        ["--sink", cell.sink, "--workload", cell.workload]
+    return run_argv([*sut, "--nemesis", ",".join(cell_specs(cell)), "--seed", str(cell.seed),
+                     "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
                      "--results", str(runs_dir), *extra])
 
 
@@ -170,8 +242,9 @@ class Suite:
     """Runs ``cells`` and keeps ``<dir>/suite.json`` and the certificate up to date after each."""
 
     def __init__(self, name: str, cells: list[Cell], results_root: Path, command: str, backend: str,
-                 extra: list[str], console: Console):
+                 extra: list[str], console: Console, left_out: list[dict] | None = None):
         self.name, self.cells, self.command, self.extra, self.console = name, cells, command, extra, console
+        self.left_out = list(left_out or [])  # faults of the packages the system under test cannot take
         self.dir = RunDir(results_root, name).path
         self.runs_dir = self.dir / "runs"
         self.backend = backend
@@ -185,6 +258,7 @@ class Suite:
         return {"suite": self.name, "started": self.started,
                 "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "command": self.command, "versions": self.versions, "planned": [asdict(c) for c in self.cells],
+                "left_out": self.left_out,
                 "cells": self.records, "result": certificate.suite_result(self.records)}
 
     def _save(self) -> dict[str, Path]:

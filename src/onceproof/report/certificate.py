@@ -427,6 +427,13 @@ def certificate_md(suite: dict) -> str:
                            [[_md(d["mutant"]), _md(d["package"]), f"{d['caught']}/{d['runs']}",
                              _md(anomalies_text(d["anomalies"])), _md(_seconds(d["first_anomaly_s_median"])),
                              _md(", ".join(f"{s}: {v}" for s, v in zip(d["seeds"], d["verdicts"])))] for d in det])
+    dropped = suite.get("left_out") or []
+    if dropped:
+        lines += ["", "## Faults left out", "", "Faults of the packages that the system under test cannot take; "
+                  "its cells ran the rest.", ""]
+        lines += _md_table(["system under test", "package", "fault", "why"],
+                           [[_md(d.get("sut")), _md(d.get("package")), _md(d.get("spec")), _md(d.get("why"))]
+                            for d in dropped])
     failed = [c for c in cells if not c.get("passed")]
     if failed:
         lines += ["", "## Failed cells", ""]
@@ -502,6 +509,13 @@ def certificate_html(suite: dict) -> str:
             f"<td>{', '.join(f'{esc(s)}: {_verdict(v)}' for s, v in zip(d['seeds'], d['verdicts']))}</td></tr>"
             for d in det)
         body.append(f"<table class=data><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+    dropped = suite.get("left_out") or []
+    if dropped:
+        body.append("<h2>Faults left out</h2><p class=muted>Faults of the packages that the system under test "
+                    "cannot take; its cells ran the rest.</p><table class=data><thead><tr><th>system under test"
+                    "</th><th>package</th><th>fault</th><th>why</th></tr></thead><tbody>" + "".join(
+                        f"<tr><td>{esc(d.get('sut'))}</td><td>{esc(d.get('package'))}</td><td>{esc(d.get('spec'))}"
+                        f"</td><td>{esc(d.get('why'))}</td></tr>" for d in dropped) + "</tbody></table>")
     failed = [c for c in cells if not c.get("passed")]
     if failed:
         body.append("<h2>Failed cells</h2><ul class=why>" + "".join(

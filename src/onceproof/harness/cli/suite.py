@@ -21,7 +21,8 @@ from onceproof.store.runs import DEFAULT_ROOT, runs_of
 
 # test-all passes the options after its own to every run
 TEST_ALL_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
-_SET_PER_CELL = ("--sink", "--workload", "--nemesis", "--seed", "--test-name", "--results", "--schedule")
+_SET_PER_CELL = ("--sink", "--workload", "--nemesis", "--seed", "--test-name", "--results", "--schedule",
+                 "--pipeline-cmd")
 
 
 def test_all(
@@ -40,6 +41,10 @@ def test_all(
     results: Path = typer.Option(DEFAULT_ROOT, help="results root directory"),
     backend: str = typer.Option(registry.DEFAULT, help="the backend of every run: " + ", ".join(registry.names())),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the cells and stop"),
+    pipeline_cmd: str = typer.Option("", help="certify your own PySpark job instead of a bundled sink (as `run "
+                                              "--pipeline-cmd`): cells are labelled user:<script>, each package is "
+                                              "narrowed to the faults your job can take (the certificate lists "
+                                              "the rest)"),
 ) -> None:
     """Run a matrix of tests (sink × workload × fault package × seed) and write a certificate.
 
@@ -52,12 +57,15 @@ def test_all(
     """
     on_crash("test-all", None)
     finite(time_limit, "--time-limit")
+    if pipeline_cmd and sink != "eos":
+        raise usage("--sink chooses a bundled sink; with --pipeline-cmd your job brings its own: drop --sink",
+                    "--sink")
     try:
         pkgs = packages.parse(nemesis_package) if nemesis_package else ([] if mutants else ["process", "commit"])
         cells = suite.plan_cells(sinks_=[x.strip() for x in sink.split(",") if x.strip()],
                                  workloads=[x.strip() for x in workload.split(",") if x.strip()],
                                  package_names=pkgs, test_count=test_count, time_limit=time_limit,
-                                 mutants=mutants, seed_base=seed_base)
+                                 mutants=mutants, seed_base=seed_base, pipeline_cmd=pipeline_cmd)
     except ValueError as e:
         raise usage(str(e)) from None
     extra = list(ctx.args)
@@ -66,15 +74,20 @@ def test_all(
             raise usage(f"{bad} is set by test-all for each cell; use test-all's own options", bad)
     if backend != registry.DEFAULT:
         extra += ["--backend", backend]
+    dropped = suite.left_out(cells)
     if dry_run:
+        for d in dropped:
+            console.print(f"left out of {d['package']} for {d['sut']}: {d['spec']} ({d['why']})", soft_wrap=True,
+                          markup=False, emoji=False)
         for c in cells:
             console.print(f"{c.name} seed {c.seed} expect {c.expect} time-limit {c.time_limit:g}s: "
-                          + " ".join(suite.run_command(c, results / "<suite>" / "runs", extra)[3:]), soft_wrap=True)
+                          + " ".join(suite.run_command(c, results / "<suite>" / "runs", extra)[3:]), soft_wrap=True,
+                          markup=False, emoji=False)
         raise typer.Exit(0)
     name = suite_name or ("mutants" if mutants else "test-all")
     command = (shlex.join(["onceproof", "test-all", *sys.argv[2:]]) if sys.argv[1:2] == ["test-all"]
                else "onceproof test-all")
-    code = suite.Suite(name, cells, results, command, backend, extra, console).run()
+    code = suite.Suite(name, cells, results, command, backend, extra, console, left_out=dropped).run()
     raise typer.Exit(code)
 
 
