@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -94,15 +95,63 @@ class LoggingSpark(StandInSpark):
         return log
 
 
-def test_kill_executor_against_a_sink_without_the_hook_does_not_wait_for_a_task(tmp_path):
-    (tmp_path / "control").mkdir()
-    ctx = NemesisContext(spark=LoggingSpark(tmp_path), control=tmp_path / "control", checkpoint=tmp_path,
-                         sink_ids=["a", "b"], sink_capabilities=sinks.get("at-least-once").capabilities)
+def _batches(checkpoint: Path, n: int, every_s: float, commit_after_s: float, stop: threading.Event) -> None:
+    """Spark's checkpoint as a micro-batch loop writes it: offsets/N, then commits/N ``commit_after_s``
+    later, one batch every ``every_s`` seconds (a stand-in: synthetic files, no Spark)."""
+    for d in ("offsets", "commits"):
+        (checkpoint / d).mkdir(exist_ok=True)
+    for b in range(n):
+        (checkpoint / "offsets" / str(b)).write_text("v1")
+        if stop.wait(commit_after_s):
+            return
+        (checkpoint / "commits" / str(b)).write_text("v1")
+        if stop.wait(every_s - commit_after_s):
+            return
+
+
+def _batch_ctx(tmp_path: Path, caps) -> NemesisContext:
+    (tmp_path / "control").mkdir(exist_ok=True)
+    return NemesisContext(spark=LoggingSpark(tmp_path), control=tmp_path / "control", checkpoint=tmp_path,
+                          sink_ids=["a", "b"], sink_capabilities=caps)
+
+
+def test_kill_executor_against_a_sink_without_the_hook_kills_inside_a_batch_window(tmp_path):
+    """No sink task will announce itself, so the kill waits for a new offsets/N (not for a task) and lands
+    before its commits/N; a task lost on the killed executor makes the turn exercised."""
+    ctx, stop = _batch_ctx(tmp_path, sinks.get("at-least-once").capabilities), threading.Event()
+    th = threading.Thread(target=_batches, args=(tmp_path, 30, 1.0, 0.9, stop), daemon=True)
+    th.start()
     t = time.monotonic()
-    out = KillExecutor(wait_for_task_s=20).invoke(ctx, random.Random(1))
+    try:
+        out = KillExecutor(wait_for_task_s=20).invoke(ctx, random.Random(1))
+    finally:
+        stop.set()
+        th.join()
     assert time.monotonic() - t < 10, "waited for a sink task that a sink without the hook never parks"
-    assert out.outcome == "effective" and out.was_exercised and out.evidence["task_lost_logged"], out
-    assert "no pre-commit hook" in out.evidence["aim"], out.evidence
+    assert out.outcome == "effective" and out.was_exercised, out
+    assert "micro-batch" in out.evidence["aim"], out.evidence
+    (a,) = out.evidence["attempts"]
+    assert a["task_lost_logged"] and not a["commit_logged_at_kill"] and a["gone_after"], a
+    assert out.target == f"executor {a['executor_id']} (batch {a['batch']})"
+
+
+def test_kill_executor_without_the_hook_skips_a_committed_batch_and_gives_up_in_bounded_time(tmp_path):
+    """A batch that commits before the seeded delay is not killed in (nothing left to hit); with batches
+    always shorter than the delays, the turn ends after ``retry_wait_s`` with nothing killed."""
+    ctx, stop = _batch_ctx(tmp_path, frozenset()), threading.Event()  # a user's job: no hook at all
+    th = threading.Thread(target=_batches, args=(tmp_path, 100, 0.5, 0.01, stop), daemon=True)
+    th.start()
+    t = time.monotonic()
+    try:
+        out = KillExecutor(retry_wait_s=3).invoke(ctx, random.Random(2))
+    finally:
+        stop.set()
+        th.join()
+    assert time.monotonic() - t < 6
+    assert out.outcome == "not-effective" and not out.was_exercised, out
+    assert out.evidence["attempts"] and all(a["missed"] == "commits/N logged before the kill"
+                                            for a in out.evidence["attempts"]), out.evidence
+    assert not [c for c in ctx.spark.calls if c[0] == "kill_executor"], ctx.spark.calls
 
 
 def test_junit_counts_only_the_faults_the_run_injects(tmp_path):

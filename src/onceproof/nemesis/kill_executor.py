@@ -11,9 +11,16 @@ committed once by another attempt.
 
 Evidence: the held task (batch, sink partition, attempt, worker pid), the executor id and pid, that the
 pid is gone, and the retry that later committed or skipped the same (batch, partition).
-``exercised`` is true when the killed executor provably held a running sink task. A sink without the
-hook (``at-least-once``) gets a seeded-random executor instead, exercised only if Spark's driver log
-reports a task lost on it (``ExecutorLostFailure``).
+``exercised`` is true when the killed executor provably held a running sink task.
+
+A sink without the hook (``at-least-once``, a user's ``--pipeline-cmd`` job) is aimed at a micro-batch
+in flight instead: Spark's ``MicroBatchExecution`` logs ``offsets/N`` in the checkpoint before it runs
+batch N's tasks and ``commits/N`` after they all finished, so the nemesis waits for a new ``offsets/N``,
+waits a seeded delay inside that window (longer at each attempt), and, if ``commits/N`` is still absent,
+SIGKILLs a seeded-random executor. It is exercised when Spark's driver log reports a task lost on that
+executor (``TaskSetManager: Lost task ... (executor <id>)``); a kill that lost no task (the batch's tasks
+ran on the other executor, or had finished) is retried in a later batch, at most
+:data:`BATCH_ATTEMPTS` kills per turn.
 """
 
 from __future__ import annotations
@@ -25,6 +32,14 @@ import time
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
 from onceproof.pipeline import hooks
 from onceproof.sinks.base import PRECOMMIT_HOOK, WRITE_HOLD
+from onceproof.store import checkpoint
+
+BATCH_ATTEMPTS = 4
+"""Kills per turn aimed at a micro-batch in flight before the turn gives up (each waits for a new batch)."""
+BATCH_DELAYS_S = (0.1, 0.3, 0.6, 1.0)
+"""Delay after a new ``offsets/N`` before the kill, per attempt (s; ± 30 %, seeded): the first batches'
+tasks start soon after the offsets are logged, a slow batch's later."""
+POLL_S = 0.02  # checkpoint poll interval while waiting for a new offsets/N
 
 
 def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
@@ -38,6 +53,19 @@ def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
             return True
         if time.monotonic() >= deadline or ctx.stop.wait(1.0):
             return False
+
+
+def _new_batch(ctx: NemesisContext, deadline: float) -> int | None:
+    """The next micro-batch N whose ``offsets/N`` appears (after this call) without ``commits/N``, seen
+    within :data:`POLL_S`; ``None`` at ``deadline`` (monotonic s) or when the run stops."""
+    seen = checkpoint.latest_offset_batch(ctx.checkpoint)
+    while time.monotonic() < deadline and not ctx.stop.wait(POLL_S):
+        n = checkpoint.latest_offset_batch(ctx.checkpoint)
+        if n is not None and n != seen:
+            if not checkpoint.has_commit(ctx.checkpoint, n):
+                return n
+            seen = n
+    return None
 
 
 class KillExecutor:
@@ -58,13 +86,13 @@ class KillExecutor:
         partitions = max(1, len(ctx.sink_ids))
         part = rng.randrange(partitions)
         if ctx.sink_capabilities is not None and not ctx.sink_capabilities & {PRECOMMIT_HOOK, WRITE_HOLD}:
-            return self._random_victim(ctx, rng, part)  # no task will announce itself: do not wait for one
+            return self._in_batch(ctx, rng)  # no task will announce itself: aim at the batch window
         held = park_task(ctx, part, self.hold_ms, self.wait_for_task_s)
         if held is None:
             self.heal(ctx)
             if ctx.stop.is_set():
                 return Outcome(SKIPPED, f"sink partition {part}", {"reason": "the run ended first"})
-            return self._random_victim(ctx, rng, part)
+            return self._in_batch(ctx, rng)  # a pipeline whose sink has no hook (a user's job)
         victim = ctx.spark.executor_of(int(held["pid"]))
         ev = {"aim": "executor holding a sink task", "sink_partition": part,
               "held": {k: held.get(k) for k in ("batch", "partition", "attempt", "incarnation", "txn_id", "pid")}}
@@ -91,21 +119,43 @@ class KillExecutor:
             if time.monotonic() >= deadline or ctx.stop.wait(0.5):
                 return None
 
-    def _random_victim(self, ctx: NemesisContext, rng: random.Random, part: int) -> Outcome:
-        execs = ctx.spark.executors()
-        if not execs:
-            return Outcome(SKIPPED, evidence={"reason": "no sink task held and no live executor"})
-        execs.sort(key=lambda e: (e.id, e.pid))
-        victim = execs[rng.randrange(len(execs))]
-        eid, pid = victim.id, victim.pid
-        why = ctx.spark.kill_executor(victim)
-        ev = {"aim": "random executor (no sink task announced itself, or the sink has no pre-commit hook)",
-              "sink_partition_asked": part, "executor_id": eid, "pid": pid, "gone_after": why is None,
-              "executors_before": len(execs)}
-        if why:
-            return Outcome(NOT_EFFECTIVE, f"executor {eid}", {**ev, "reason": why})
-        ev["task_lost_logged"] = _lost_task_logged(ctx, eid, wait_s=10)
-        return Outcome(EFFECTIVE, f"executor {eid}", ev, exercised=ev["task_lost_logged"])
+    def _in_batch(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
+        """Kill an executor while a micro-batch is in flight (module docstring), retried until Spark reports a
+        task lost, at most :data:`BATCH_ATTEMPTS` kills within ``retry_wait_s`` s."""
+        attempts: list[dict] = []
+        deadline = time.monotonic() + self.retry_wait_s
+        ev = {"aim": "executor during a micro-batch (offsets/N logged, commits/N not)", "attempts": attempts}
+        while sum("executor_id" in a for a in attempts) < BATCH_ATTEMPTS:
+            batch = _new_batch(ctx, deadline)
+            if batch is None:
+                break
+            delay = BATCH_DELAYS_S[min(len(attempts), len(BATCH_DELAYS_S) - 1)] * rng.uniform(0.7, 1.3)
+            if ctx.stop.wait(delay):
+                break
+            a = {"batch": batch, "delay_s": round(delay, 3)}
+            attempts.append(a)
+            if checkpoint.has_commit(ctx.checkpoint, batch):
+                a["missed"] = "commits/N logged before the kill"
+                continue
+            execs = sorted(ctx.spark.executors(), key=lambda e: (e.id, e.pid))
+            if not execs:
+                a["missed"] = "no live executor"
+                continue
+            victim = execs[rng.randrange(len(execs))]
+            why = ctx.spark.kill_executor(victim)
+            a.update(executor_id=victim.id, pid=victim.pid, gone_after=why is None)
+            if why:
+                a["missed"] = why
+                continue
+            a["commit_logged_at_kill"] = checkpoint.has_commit(ctx.checkpoint, batch)
+            a["task_lost_logged"] = _lost_task_logged(ctx, victim.id, wait_s=10)
+            if a["task_lost_logged"]:
+                return Outcome(EFFECTIVE, f"executor {victim.id} (batch {batch})", ev, exercised=True)
+        killed = [a for a in attempts if a.get("gone_after")]
+        if not killed:
+            ev["reason"] = "no executor killed inside a batch window before the turn ended"
+            return Outcome(NOT_EFFECTIVE if attempts else SKIPPED, evidence=ev)
+        return Outcome(EFFECTIVE, f"executor {killed[-1]['executor_id']}", ev, exercised=False)
 
     def heal(self, ctx: NemesisContext) -> None:
         """Withdraw an unclaimed hold; Spark's master replaces the executor by itself."""
