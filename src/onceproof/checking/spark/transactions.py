@@ -26,6 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from onceproof.checkers import compose, transactions
 from onceproof.checking.spark.engine import columns
@@ -34,14 +38,8 @@ from onceproof.store.spark_readers import ORD
 _HEADERS = {"op.batch": "batch", "op.sink_partition": "sink_partition", "op.attempt": "attempt"}
 
 
-def _F():
-    from pyspark.sql import functions as F
-
-    return F
-
-
 def _col(name: str):
-    return _F().col(f"`{name}`")
+    return F.col(f"`{name}`")
 
 
 def combine(base: dict, *, output, sink_log: pd.DataFrame | None = None, uncommitted=None, live=None,
@@ -76,7 +74,6 @@ def candidate_filter(frame, sink_log: pd.DataFrame):
     ``pd.to_numeric`` as float; the others to_numeric, then int64) to those of an aborted attempt;
     ``None`` when no row can (no such headers, no aborted attempt, or no row holds such values). One
     small job: the distinct values of the three headers."""
-    F = _F()
     if sink_log is None or sink_log.empty or not set(_HEADERS) <= set(columns(frame)):
         return None
     ab = transactions.aborted_attempts(sink_log, by_incarnation=transactions.INCARNATION in columns(frame))
@@ -117,10 +114,7 @@ def live_reduce(live, sink_log: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """``(rows, stats)``: the live reader's rows ``transactions.live_view`` needs (distinct positions that
     are live duplicates or aborted-read candidates, in row order) and ``{"live_records", "live_rereads",
     "visibility_latency_ms"}`` over all of them."""
-    from pyspark import StorageLevel
-    from pyspark.sql import Window
 
-    F = _F()
     cols = [c for c in columns(live) if c != ORD]
     if {"partition", "offset"} <= set(columns(live)):
         seen = _col("seen_ms").try_cast("double") if "seen_ms" in columns(live) else F.lit(None).cast("double")
@@ -153,7 +147,6 @@ def live_reduce(live, sink_log: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 def _latency(uniq, live) -> dict:
     """``{"p50", "p99", "max", "n"}`` of ``seen_ms - in_ts`` (ms) over ``uniq`` (none of them when no row
     has both), plus ``_n``: the rows of ``uniq``, and ``_all``: the rows of ``live`` (one job)."""
-    F = _F()
     aggs = [F.count(F.lit(1)).alias("_n")]
     both = {"seen_ms", "in_ts"} <= set(columns(uniq))
     if both:
@@ -170,7 +163,6 @@ def _latency(uniq, live) -> dict:
 def to_pandas(df) -> pd.DataFrame:
     """A small Spark frame as pandas with the dtypes pandas reads from our parquet snapshots: integral
     columns as ``int64`` (``Int64`` when they hold nulls), strings as object. No Arrow: a few rows."""
-    from pyspark.sql import types as T
 
     rows = df.collect()
     out = {}
