@@ -15,11 +15,14 @@ pid is gone, and the retry that later committed or skipped the same (batch, part
 
 A sink without the hook (``at-least-once``, a user's ``--pipeline-cmd`` job) is aimed at a micro-batch
 in flight instead: Spark's ``MicroBatchExecution`` logs ``offsets/N`` in the checkpoint before it runs
-batch N's tasks and ``commits/N`` after they all finished, so the nemesis waits for a new ``offsets/N``,
-waits a seeded delay inside that window (longer at each attempt), and, if ``commits/N`` is still absent,
-SIGKILLs a seeded-random executor. It is exercised when Spark's driver log reports a task lost on that
-executor (``TaskSetManager: Lost task ... (executor <id>)``); a kill that lost no task (the batch's tasks
-ran on the other executor, or had finished) is retried in a later batch, at most
+batch N's tasks and ``commits/N`` after they all finished, so the nemesis waits for a new ``offsets/N``
+and, until ``commits/N`` appears, samples every executor JVM's CPU time (psutil) each :data:`POLL_S`:
+the first executor busy for most of a poll (:data:`BUSY_SHARE` of a core; an idle executor only
+heartbeats) and older than :data:`WARM_S` (a new JVM is busy compiling, not running tasks) is running
+one of the batch's tasks, and is SIGKILLed. Where CPU times cannot be read (an executor in another pid
+namespace), a seeded-random executor is killed after a seeded delay inside the window. The turn is
+exercised when Spark's driver log reports a task lost on the killed executor (``TaskSetManager: Lost
+task ... (executor <id>)``); a kill that lost no task is retried in a later batch, at most
 :data:`BATCH_ATTEMPTS` kills per turn.
 """
 
@@ -29,6 +32,9 @@ import random
 import re
 import time
 
+import psutil
+
+from onceproof.backends.base import Executor
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
 from onceproof.pipeline import hooks
 from onceproof.sinks.base import PRECOMMIT_HOOK, WRITE_HOLD
@@ -39,7 +45,11 @@ BATCH_ATTEMPTS = 4
 BATCH_DELAYS_S = (0.1, 0.3, 0.6, 1.0)
 """Delay after a new ``offsets/N`` before the kill, per attempt (s; ± 30 %, seeded): the first batches'
 tasks start soon after the offsets are logged, a slow batch's later."""
-POLL_S = 0.02  # checkpoint poll interval while waiting for a new offsets/N
+POLL_S = 0.02  # checkpoint and CPU poll interval while waiting for a new offsets/N and a busy executor
+BUSY_SHARE = 0.5
+"""An executor whose CPU time grew by at least this share of a poll's wall time is running a task."""
+WARM_S = 8.0
+"""Executors younger than this (s) are skipped: a new JVM's JIT keeps it busy without any task."""
 
 
 def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
@@ -53,6 +63,64 @@ def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
             return True
         if time.monotonic() >= deadline or ctx.stop.wait(1.0):
             return False
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid``, or ``None`` when it cannot be read."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except (psutil.Error, OSError):
+        return None
+    return t.user + t.system
+
+
+def _busy_executor(ctx: NemesisContext, batch: int, a: dict) -> Executor | None:
+    """The first executor seen busy (:data:`BUSY_SHARE` of a core over one :data:`POLL_S`, older than
+    :data:`WARM_S`) before ``commits/<batch>``; ``None`` with ``a["missed"]`` set, or with ``a["aim"]``
+    turned to ``"delay"`` when no executor's CPU time can be read."""
+    now = time.time()
+    execs = [e for e in ctx.spark.executors() if not e.started or now - e.started >= WARM_S]
+    if not execs:
+        a["missed"] = "no warm executor"
+        return None
+    last = {e.pid: _cpu_s(e.pid) for e in execs}
+    if all(v is None for v in last.values()):
+        a["aim"] = "delay"  # CPU times unreadable here: fall back to a seeded delay
+        return None
+    t0 = time.monotonic()
+    while not ctx.stop.wait(POLL_S):
+        if checkpoint.has_commit(ctx.checkpoint, batch):
+            a["missed"] = "no executor busy before commits/N"
+            return None
+        for e in execs:
+            now_s = _cpu_s(e.pid)
+            before = last.get(e.pid)
+            last[e.pid] = now_s
+            if now_s is not None and before is not None and now_s - before >= BUSY_SHARE * POLL_S:
+                a["busy_after_s"] = round(time.monotonic() - t0, 3)
+                a["cpu_ms_in_poll"] = round((now_s - before) * 1000, 1)
+                return e
+        if time.monotonic() - t0 > 30:
+            a["missed"] = "no executor busy within 30 s"
+            return None
+    return None
+
+
+def _after_delay(ctx: NemesisContext, rng: random.Random, batch: int, attempt: int, a: dict) -> Executor | None:
+    """A seeded-random executor after a seeded delay inside the window (``BATCH_DELAYS_S``, longer at each
+    attempt), or ``None`` with ``a["missed"]`` set when ``commits/<batch>`` came first."""
+    delay = BATCH_DELAYS_S[min(attempt - 1, len(BATCH_DELAYS_S) - 1)] * rng.uniform(0.7, 1.3)
+    a["delay_s"] = round(delay, 3)
+    if ctx.stop.wait(delay):
+        return None
+    if checkpoint.has_commit(ctx.checkpoint, batch):
+        a["missed"] = "commits/N logged before the kill"
+        return None
+    execs = sorted(ctx.spark.executors(), key=lambda e: (e.id, e.pid))
+    if not execs:
+        a["missed"] = "no live executor"
+        return None
+    return execs[rng.randrange(len(execs))]
 
 
 def _new_batch(ctx: NemesisContext, deadline: float) -> int | None:
@@ -129,19 +197,13 @@ class KillExecutor:
             batch = _new_batch(ctx, deadline)
             if batch is None:
                 break
-            delay = BATCH_DELAYS_S[min(len(attempts), len(BATCH_DELAYS_S) - 1)] * rng.uniform(0.7, 1.3)
-            if ctx.stop.wait(delay):
-                break
-            a = {"batch": batch, "delay_s": round(delay, 3)}
+            a: dict = {"batch": batch, "aim": "busy"}
             attempts.append(a)
-            if checkpoint.has_commit(ctx.checkpoint, batch):
-                a["missed"] = "commits/N logged before the kill"
+            victim = _busy_executor(ctx, batch, a)
+            if victim is None and a["aim"] == "delay":
+                victim = _after_delay(ctx, rng, batch, len(attempts), a)
+            if victim is None:
                 continue
-            execs = sorted(ctx.spark.executors(), key=lambda e: (e.id, e.pid))
-            if not execs:
-                a["missed"] = "no live executor"
-                continue
-            victim = execs[rng.randrange(len(execs))]
             why = ctx.spark.kill_executor(victim)
             a.update(executor_id=victim.id, pid=victim.pid, gone_after=why is None)
             if why:
