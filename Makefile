@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint test-oldest bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint test-oldest certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -90,6 +90,11 @@ soak: setup
 
 # issue 10's certification: the detection table (every mutant against the fault package aimed at it,
 # eos as the control, 3 seeds) and the eos certificate (4 packages × 2 seeds); see docs/performance.md for the time
+# a user's driver-side transactional job (examples/driver_txn_pipeline.py) under kill-driver,kill-executor,
+# kill-broker on seeds 1-3, and test-all --pipeline-cmd on it and on its naive variant (about 12 min)
+certify-user: setup
+	ONCEPROOF_USER_SEEDS=1,2,3 $(BIN)/python -m pytest -v tests/cluster/test_user_certificate.py
+
 certify: setup
 	$(BIN)/onceproof test-all --mutants --test-count 3
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit --test-count 2 --time-limit 60
