@@ -157,7 +157,7 @@ class StandInNetwork(_OnlyTheProtocol):
 class CoreStandInSpark(_OnlyTheProtocol):
     """The core :class:`~onceproof.backends.base.SparkApp` only."""
 
-    __slots__ = ("calls", "_driver", "_checkpoint", "_executors", "runtimes", "runtime")
+    __slots__ = ("calls", "_driver", "_checkpoint", "_executors", "runtimes", "runtime", "cpu")
 
     OWN, PREVIOUS = "4.3.0-stand-in", "4.2.1-stand-in"
 
@@ -168,6 +168,7 @@ class CoreStandInSpark(_OnlyTheProtocol):
         self._executors = [Executor("0", 5000), Executor("1", 5001)]
         self.runtimes: dict = {None: self.OWN, "previous": self.PREVIOUS}
         self.runtime = self.OWN  # what the next driver start would run
+        self.cpu: dict = {}  # executor id -> callable giving its CPU seconds now; none = unreadable
 
     checkpoint = property(lambda self: self._checkpoint)
     driver_pid = property(lambda self: self._driver)
@@ -219,6 +220,10 @@ class ExecutorStandInSpark(CoreStandInSpark):
         self.calls.append(("kill_executor", executor.id))
         self._executors.remove(executor)
         return None
+
+    def executor_cpu_s(self, executor: Executor) -> float | None:
+        f = self.cpu.get(executor.id)
+        return None if f is None else f()
 
 
 class StandInSpark(ExecutorStandInSpark):

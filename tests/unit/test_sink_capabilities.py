@@ -135,6 +135,24 @@ def test_kill_executor_against_a_sink_without_the_hook_kills_inside_a_batch_wind
     assert out.target == f"executor {a['executor_id']} (batch {a['batch']})"
 
 
+def test_kill_executor_without_the_hook_kills_the_busy_executor_not_an_idle_one(tmp_path):
+    """Where the backend reads executors' CPU times, the victim is the executor whose CPU time grows (a
+    full core here) inside the batch window, never the idle one (constant CPU time)."""
+    ctx, stop = _batch_ctx(tmp_path, frozenset()), threading.Event()
+    ctx.spark.cpu.update({"0": lambda: 3.0, "1": time.monotonic})
+    th = threading.Thread(target=_batches, args=(tmp_path, 30, 1.0, 0.9, stop), daemon=True)
+    th.start()
+    try:
+        out = KillExecutor(retry_wait_s=10).invoke(ctx, random.Random(3))
+    finally:
+        stop.set()
+        th.join()
+    assert out.was_exercised, out
+    (a,) = out.evidence["attempts"]
+    assert a["aim"] == "busy" and a["executor_id"] == "1" and a["cpu_ms_in_poll"] >= 10, a
+    assert ctx.spark.calls == [("kill_executor", "1")]
+
+
 def test_kill_executor_without_the_hook_skips_a_committed_batch_and_gives_up_in_bounded_time(tmp_path):
     """A batch that commits before the seeded delay is not killed in (nothing left to hit); with batches
     always shorter than the delays, the turn ends after ``retry_wait_s`` with nothing killed."""

@@ -287,6 +287,11 @@ class ExecutorFaults(Protocol):
     def kill_executor(self, executor: Executor) -> str | None:
         """SIGKILL ``executor`` and wait (≤ 10 s). Returns why it failed, ``None`` when it is gone."""
 
+    def executor_cpu_s(self, executor: Executor) -> float | None:
+        """User + system CPU time (s) ``executor``'s JVM has used so far; ``None`` when it cannot be read
+        (gone, its pid reused, or a process this backend cannot see). Sampled twice, its growth tells a
+        busy executor (running a task) from an idle one (heartbeats only)."""
+
 
 @runtime_checkable
 class TaskKill(Protocol):

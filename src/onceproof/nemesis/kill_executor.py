@@ -16,7 +16,8 @@ pid is gone, and the retry that later committed or skipped the same (batch, part
 A sink without the hook (``at-least-once``, a user's ``--pipeline-cmd`` job) is aimed at a micro-batch
 in flight instead: Spark's ``MicroBatchExecution`` logs ``offsets/N`` in the checkpoint before it runs
 batch N's tasks and ``commits/N`` after they all finished, so the nemesis waits for a new ``offsets/N``
-and, until ``commits/N`` appears, samples every executor JVM's CPU time (psutil) each :data:`POLL_S`:
+and, until ``commits/N`` appears, samples every executor JVM's CPU time (the backend's
+``executor_cpu_s``) each :data:`POLL_S`:
 the first executor busy for most of a poll (:data:`BUSY_SHARE` of a core; an idle executor only
 heartbeats) and older than :data:`WARM_S` (a new JVM is busy compiling, not running tasks) is running
 one of the batch's tasks, and is SIGKILLed. Where CPU times cannot be read (an executor in another pid
@@ -31,8 +32,6 @@ from __future__ import annotations
 import random
 import re
 import time
-
-import psutil
 
 from onceproof.backends.base import Executor
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
@@ -65,15 +64,6 @@ def _lost_task_logged(ctx: NemesisContext, eid: str, wait_s: float) -> bool:
             return False
 
 
-def _cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid``, or ``None`` when it cannot be read."""
-    try:
-        t = psutil.Process(pid).cpu_times()
-    except (psutil.Error, OSError):
-        return None
-    return t.user + t.system
-
-
 def _busy_executor(ctx: NemesisContext, batch: int, a: dict) -> Executor | None:
     """The first executor seen busy (:data:`BUSY_SHARE` of a core over one :data:`POLL_S`, older than
     :data:`WARM_S`) before ``commits/<batch>``; ``None`` with ``a["missed"]`` set, or with ``a["aim"]``
@@ -83,7 +73,7 @@ def _busy_executor(ctx: NemesisContext, batch: int, a: dict) -> Executor | None:
     if not execs:
         a["missed"] = "no warm executor"
         return None
-    last = {e.pid: _cpu_s(e.pid) for e in execs}
+    last = {e.pid: ctx.spark.executor_cpu_s(e) for e in execs}
     if all(v is None for v in last.values()):
         a["aim"] = "delay"  # CPU times unreadable here: fall back to a seeded delay
         return None
@@ -93,7 +83,7 @@ def _busy_executor(ctx: NemesisContext, batch: int, a: dict) -> Executor | None:
             a["missed"] = "no executor busy before commits/N"
             return None
         for e in execs:
-            now_s = _cpu_s(e.pid)
+            now_s = ctx.spark.executor_cpu_s(e)
             before = last.get(e.pid)
             last[e.pid] = now_s
             if now_s is not None and before is not None and now_s - before >= BUSY_SHARE * POLL_S:

@@ -75,6 +75,18 @@ class SupervisedSpark:
             return "still alive 10 s after SIGKILL"
         return None
 
+    def executor_cpu_s(self, executor: Executor) -> float | None:
+        """User + system CPU seconds of the executor JVM (psutil), ``None`` when it is gone or its pid
+        now belongs to another process."""
+        try:
+            p = psutil.Process(executor.pid)
+            if executor.started and abs(p.create_time() - executor.started) > 1e-3:
+                return None
+            t = p.cpu_times()
+        except (psutil.Error, OSError):
+            return None
+        return t.user + t.system
+
     def driver_log(self) -> Path | None:
         """The most recently written ``driver-<n>.log``."""
         logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
