@@ -3,7 +3,8 @@
 
 Verdict: ``invalid`` if any definite anomaly (the exactly-once checker's — including those it made
 definite for this run, listed in its result's ``definite``, e.g. ``input-duplicate`` when a workload
-history is present — ``aborted-read``, ``live-duplicate``, ``live-aborted-read``); else ``unknown`` if
+history is present — ``aborted-read``, ``live-duplicate``, ``live-aborted-read``, and the liveness
+checker's ``no-recovery``, ``hanging-transaction``, ``late-visibility``); else ``unknown`` if
 recovery did not finish or a partition is ``stuck``; else the exactly-once checker's verdict (``invalid``
 when something is lost).
 """
@@ -12,23 +13,26 @@ from __future__ import annotations
 
 import pandas as pd
 
-from onceproof.checkers import exactly_once, transactions
+from onceproof.checkers import exactly_once, liveness, transactions
 
-DEFINITE = exactly_once.DEFINITE + ("aborted-read", "live-duplicate", "live-aborted-read")
-ANOMALIES = exactly_once.ANOMALIES + ("aborted-read", "stuck", "live-duplicate", "live-aborted-read")
+DEFINITE = exactly_once.DEFINITE + ("aborted-read", "live-duplicate", "live-aborted-read") + liveness.ANOMALIES
+ANOMALIES = exactly_once.ANOMALIES + ("aborted-read", "stuck", "live-duplicate", "live-aborted-read") \
+    + liveness.ANOMALIES
 
 
 def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None = None,
             uncommitted: pd.DataFrame | None = None, live: pd.DataFrame | None = None,
             lso: dict[int, int] | None = None, hw: dict[int, int] | None = None,
-            aborted_hidden: int | None = None) -> dict:
+            aborted_hidden: int | None = None, live_check: dict | None = None) -> dict:
     """Add ``aborted-read``, ``stuck``, ``live-*`` and the statistics ``aborted_attempts`` (sink attempts
     known aborted), ``commit_unknown_attempts`` / ``commit_unknown_unresolved`` (attempts whose
     ``commit_transaction()`` raised / of those, the ones no marker read proved aborted),
     ``aborted_hidden``, ``live_records`` (distinct output positions the live reader saw),
     ``live_rereads`` (its receptions of an already seen position) and ``visibility_latency_ms`` to
     ``base`` (the result of ``exactly_once.check``) and recompute its verdict. ``aborted_hidden``, when
-    given, is that statistic already counted (``transactions.hidden_aborted``; ``uncommitted`` unused)."""
+    given, is that statistic already counted (``transactions.hidden_aborted``; ``uncommitted`` unused).
+    ``live_check``: the liveness checker's result (``checkers/liveness.check``): its anomalies join the
+    counts, its statistics go to ``stats["liveness"]``."""
     r = dict(base)
     counts, anomalies, stats = dict(r["counts"]), dict(r["anomalies"]), dict(r.get("stats", {}))
     sink_log = sink_log if sink_log is not None else pd.DataFrame()
@@ -49,6 +53,10 @@ def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None =
     stats["live_records"] = lv["records"]
     stats["live_rereads"] = lv["rereads"]
     stats["visibility_latency_ms"] = lv["latency_ms"]
+    if live_check is not None:
+        counts.update(live_check["counts"])
+        anomalies.update(live_check["anomalies"])
+        stats["liveness"] = live_check["stats"]
     reasons = list(r.get("unknown_reasons", []))
     if st:
         reasons.append(f"stuck: open transaction on output partitions {[s['partition'] for s in st]}")

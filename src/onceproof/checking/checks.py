@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from confluent_kafka import KafkaException
 
-from onceproof.checkers import compose, exactly_once, nearby, transactions
+from onceproof.checkers import compose, exactly_once, liveness, nearby, transactions
 from onceproof.checkers.exactly_once import Recovery
 from onceproof.checking.recovery import RecoveryStatus
 from onceproof.clients import topics
@@ -33,7 +33,7 @@ from onceproof.sinks import registry as sinks
 from onceproof.sinks.base import COMMITTED, OutputError, OutputLocation, OutputReader, OutputView
 from onceproof.store import readers
 from onceproof.store.columns import release_freed_memory
-from onceproof.store.runfiles import INPUT, LIVE, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles, stored
+from onceproof.store.runfiles import INPUT, LIVE, LSO, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles, stored
 from onceproof.workloads import registry as workloads
 
 HISTORY_COLUMNS = ("type", "f", "key", "seq", "partition", "offset", "error")
@@ -276,16 +276,19 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                sink_log: pd.DataFrame | None = None, uncommitted: pd.DataFrame | None = None,
                live: pd.DataFrame | None = None, lso: dict | None = None, hw: dict | None = None,
                nemesis: pd.DataFrame | None = None, workload: str = "keyed",
-               aborted_hidden: int | None = None) -> dict:
+               aborted_hidden: int | None = None, lso_samples: pd.DataFrame | None = None,
+               bounds: liveness.Bounds = liveness.Bounds()) -> dict:
     """Every checker on already-read frames; the one place the composition is decided: the workload's
     checker (``workloads/registry.py``), then the transaction checks (``checkers/compose.py``), then the
     faults near each anomaly. ``aborted_hidden``: ``transactions.hidden_aborted`` already counted (the
-    uncommitted frame dropped), instead of ``uncommitted``."""
+    uncommitted frame dropped), instead of ``uncommitted``. ``lso_samples`` and ``bounds``: the output's
+    LSO/HW samples and the bounds the liveness checker (``checkers/liveness.py``) judges them by."""
     base = workloads.get(workload).check(hist, inp, out, rec)
     base["workload"] = workload
     release_freed_memory()  # the checker's per-record tables, before the next checks allocate theirs
     result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso,
-                             hw=hw, aborted_hidden=aborted_hidden)
+                             hw=hw, aborted_hidden=aborted_hidden,
+                             live_check=liveness.check(live, lso_samples, nemesis, bounds))
     return nearby.attach(result, out, inp, nemesis)
 
 
@@ -353,7 +356,8 @@ def saved_recovery(run_dir: Path) -> tuple[Recovery, dict | None, dict | None]:
 
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
                st: RecoveryStatus, live: pd.DataFrame | None = None, workload: str = "keyed",
-               file_sink: Path | None = None, file_read: str = COMMITTED, reader: OutputReader | None = None) -> dict:
+               file_sink: Path | None = None, file_read: str = COMMITTED, reader: OutputReader | None = None,
+               lso_samples: pd.DataFrame | None = None) -> dict:
     """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``.
 
     The output is read by ``reader`` (the run's sink entry's, ``sinks/base.py``) at ``output_topic`` or,
@@ -364,6 +368,9 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     When ``run_dir`` holds a run of our workload, a missing, empty or cut-short ``history.jsonl`` makes a
     valid verdict ``unknown``. When the input's end offsets moved after ``st`` was taken (a producer
     still writing), an invalid verdict resting only on ``lost``/``unexpected`` becomes ``unknown``.
+
+    ``lso_samples``: the output's LSO/HW through the run (``clients/lso_sampler.py``), saved and judged
+    with the liveness bounds of the run's ``test.json`` config.
 
     Raises: ``CheckError`` when the output cannot be read (a damaged file sink log, ...).
     """
@@ -392,16 +399,25 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
             snaps.write(OUTPUT, out)
             if live is not None:
                 snaps.write(LIVE, live)
+            if lso_samples is not None:
+                snaps.write(LSO, lso_samples)
             snaps.commit()
             save_recovery(files, rec, st, lso, hw)
         _drop_snapshot_only(inp, out)
         release_freed_memory()  # the parquet writer's buffers, the dropped columns
     nem = _read(readers.read_nemesis, run_dir, problems) if files and files.nemesis.exists() else None
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), aborted_hidden=hidden, live=live,
-                        lso=lso, hw=hw, nemesis=nem, workload=workload)
+                        lso=lso, hw=hw, nemesis=nem, workload=workload, lso_samples=lso_samples,
+                        bounds=_bounds(run_dir))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
     view.record(result)
     return _judge_inputs(result, run_dir, problems, hist, inp, invoked, moved)
+
+
+def _bounds(run_dir: Path | None) -> liveness.Bounds:
+    """The liveness bounds of the run in ``run_dir`` (its ``test.json`` config), defaults without one."""
+    test = readers.read_or_none(readers.read_test, run_dir) if run_dir else None
+    return liveness.Bounds.of((test or {}).get("config") or {})
 
 
 def _judge_inputs(result: dict, run_dir: Path | None, problems: list[str], hist: pd.DataFrame, inp: pd.DataFrame,
@@ -481,7 +497,9 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
     nem = _read(readers.read_nemesis, run_dir, problems)
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir),
                         aborted_hidden=hidden, live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw,
-                        nemesis=nem, workload=str(config.get("workload") or "keyed"))
+                        nemesis=nem, workload=str(config.get("workload") or "keyed"),
+                        lso_samples=_read(readers.read_lso, run_dir, advice=damaged),
+                        bounds=liveness.Bounds.of(config))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     if view is not None:
         view.committed = view.uncommitted = None

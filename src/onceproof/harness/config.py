@@ -211,6 +211,15 @@ class TestConfig:
     recovery_timeout: float = _opt(180.0, "seconds to wait for the pipeline to catch up after the faults",
                                    lo=0, lo_open=True)
     startup_timeout: float = _opt(240.0, "seconds to wait for the Spark query to start", lo=0, lo_open=True)
+    recovery_bound: float = _opt(120.0, "liveness: seconds after the last heal within which input appended "
+                                        "after it must be visible in the output (else no-recovery)",
+                                 lo=0, lo_open=True, example=60.0)
+    visibility_bound: float = _opt(180.0, "liveness: seconds from an input record's append to its output "
+                                          "being visible at read_committed (else late-visibility)",
+                                   lo=0, lo_open=True, example=90.0)
+    hang_margin: float = _opt(30.0, "liveness: an output partition's LSO held below its high watermark, "
+                                    "outside fault windows, longer than transaction.timeout.ms plus this "
+                                    "many seconds is a hanging-transaction", lo=0, example=10.0)
     trigger_ms: int = _opt(1000, "micro-batch trigger interval, ms", lo=1)
     max_offsets: int = _opt(5000, "maxOffsetsPerTrigger of the Spark Kafka source (records per batch)", lo=1)
     txn_timeout_ms: int = _opt(30000, "the eos sink's transaction.timeout.ms (ms; ≥ 5000: it must outlast the "

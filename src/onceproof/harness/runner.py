@@ -32,6 +32,7 @@ from onceproof.checking import checks as checking
 from onceproof.checking import recovery
 from onceproof.clients import topics
 from onceproof.clients.live_reader import LiveReader
+from onceproof.clients.lso_sampler import LsoSampler
 from onceproof.harness import signals
 from onceproof.harness.config import TestConfig
 from onceproof.harness.summary import brief, fault_counts, summarize
@@ -86,6 +87,7 @@ class _Run:
     net: FaultNetwork | None = None
     spark: SparkApp | None = None
     live: LiveReader | None = None
+    lso: LsoSampler | None = None
     workload: Client | None = None
     nem: NemesisRunner | None = None
     ctx: NemesisContext | None = None
@@ -199,6 +201,9 @@ def _run_phase(r: _Run) -> None:
     r.live = live = LiveReader(r.cluster.bootstrap, OUTPUT)
     td.push("live reader stop", live.stop)
     live.start()
+    r.lso = LsoSampler(r.cluster.bootstrap, OUTPUT)
+    td.push("LSO sampler stop", r.lso.stop)
+    r.lso.start()
     r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate,
                                                                keys=cfg.keys, seed=cfg.seed)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
@@ -296,7 +301,9 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     done = _timed(r, "check_s")
     with r.console.status("reading topics at read_committed and checking"):
         live_frame = r.live.stop()
+        lso_frame = r.lso.stop() if r.lso else None
         result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
+                                     lso_samples=lso_frame,
                                      workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read,
                                      reader=r.sink.read)
     done()

@@ -69,7 +69,23 @@ def summarize(result: dict, console: Console) -> None:
                       f"fail={st.get('sends_fail')}; driver restarts={result.get('driver_restarts')}")
     for line in sinks.output_lines(result):  # e.g. the file sink's files and orphans
         console.print(line)
+    if st.get("liveness"):
+        console.print(liveness_line(st))
     console.print(f"results: {result.get('run_dir')}")
+
+
+def liveness_line(stats: dict) -> str:
+    """One console line of the liveness figures: recovery after the last heal (s), visibility latency
+    p50/p99/max (ms), the longest LSO pin (s)."""
+    lv, vis = stats["liveness"], stats.get("visibility_latency_ms") or {}
+    rec = lv.get("last_heal_recovery_s")
+    pins = lv.get("lso_pin_max_s") or {}
+    bits = [f"recovery after the last heal {rec:g} s" if rec is not None else "recovery after the last heal: —"]
+    if vis:
+        bits.append("visibility p50/p99/max " + "/".join(f"{vis.get(k, 0):,.0f}" for k in ("p50", "p99", "max"))
+                    + " ms")
+    bits.append(f"longest LSO pin {max(pins.values()):g} s" if pins else "no LSO pin")
+    return "liveness: " + "; ".join(bits)
 
 
 def _short(ex) -> str:

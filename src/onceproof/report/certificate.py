@@ -41,6 +41,7 @@ import zlib
 from pathlib import Path
 from urllib.parse import quote
 
+from onceproof.checkers import liveness
 from onceproof.checkers.examples import isna
 from onceproof.checkers.nearby import _ts_index
 from onceproof.report.html import VERDICT_COLORS, esc, page
@@ -351,8 +352,10 @@ def faults_text(faults: dict) -> str:
 
 
 def anomalies_text(anomalies: dict) -> str:
-    """``{"duplicate": 12, "lost": 3}`` → ``"duplicate 12, lost 3"`` (``—`` when empty)."""
-    return ", ".join(f"{a} {n}" for a, n in (anomalies or {}).items()) or DASH
+    """``{"duplicate": 12, "lost": 3}`` → ``"duplicate 12, lost 3"`` (``—`` when empty); a liveness
+    anomaly (``checkers/liveness.py``) is marked so: ``"hanging-transaction 1 (liveness)"``."""
+    return ", ".join(f"{a} {n}" + (" (liveness)" if a in liveness.ANOMALIES else "")
+                     for a, n in (anomalies or {}).items()) or DASH
 
 
 def _seconds(s) -> str:

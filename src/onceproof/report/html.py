@@ -231,6 +231,31 @@ def _recovery_html(run: Run) -> str:
     return "".join(parts) or "<p class=muted>no recovery data</p>"
 
 
+def _liveness_html(run: Run) -> str:
+    """The liveness checker's figures (``checkers/liveness.py``): its bounds, the recovery time after each
+    effective fault, the visibility latency p50/p99/max and the longest LSO pin per output partition."""
+    st = (run.results or {}).get("stats") or {}
+    lv = st.get("liveness")
+    if not lv:
+        return "<p class=muted>not judged: this run was checked before the liveness checker existed</p>"
+    t0 = run.t0 or 0.0
+    parts = [_kv_table({"bounds": ", ".join(f"{k} {v:g}" for k, v in lv.get("bounds", {}).items()),
+                        "recovery after the last heal (s)": lv.get("last_heal_recovery_s"),
+                        "visibility latency (ms)": ", ".join(f"{k} {v:,.0f}" for k, v in
+                                                             (st.get("visibility_latency_ms") or {}).items()),
+                        "longest LSO pin per partition (s)": lv.get("lso_pin_max_s") or "none",
+                        "LSO samples": lv.get("lso_samples")})]
+    recs = [{"fault": x["f"], "target": x.get("target"), "healed at (s)": round(x["healed_s"] - t0, 2),
+             "recovery (s)": x["recovery_s"] if x["recovery_s"] is not None else "no later output"}
+            for x in lv.get("recoveries") or []]
+    if recs:
+        parts.append("<h3>recovery time per fault (heal → first output of later input)</h3>" + _table(recs))
+    if lv.get("not_judged"):
+        parts.append("<p><b>not judged:</b></p><ul>" + "".join(f"<li>{esc(x)}</li>" for x in lv["not_judged"])
+                     + "</ul>")
+    return "".join(parts)
+
+
 def _sink_html(run: Run) -> str:
     s = run.sink
     if s is None or not len(s) or "event" not in s.columns:
@@ -329,6 +354,9 @@ def _summary_line(r: dict) -> str:
     return esc(" · ".join(bits))
 
 
+SECTIONS = ("anomalies", "timeline", "keys", "faults", "recovery", "liveness", "config", "files")
+
+
 def _header_html(run: Run) -> str:
     """Title, the big verdict, the summary line, notices (error, unknown reasons, missing files) and the
     replay command."""
@@ -343,8 +371,7 @@ def _header_html(run: Run) -> str:
     out = [f"<h1>{esc(run.name)}</h1>",
            f'<div class=verdict id=verdict style="background:{color}">{esc(v.upper())}</div>',
            f"<p class=summary>{_summary_line(r)}</p>", f"<p class=muted>{' · '.join(meta)}</p>",
-           "<nav>" + "".join(f'<a href="#{n}">{n}</a>' for n in
-                             ("anomalies", "timeline", "keys", "faults", "recovery", "config", "files")) + "</nav>"]
+           "<nav>" + "".join(f'<a href="#{n}">{n}</a>' for n in SECTIONS) + "</nav>"]
     if r.get("error"):  # usually an exception's repr(): show its escaped newlines as lines
         err = str(r["error"]).replace("\\n", "\n")
         out.append(f"<div class=error><b>error:</b><pre class=err>{esc(err)}</pre></div>")
@@ -434,6 +461,7 @@ def render_report(run: Run, plotly_src: str | None = None, latest_src: str | Non
         keys,
         f"<section id=faults><h2>faults</h2>{_faults_html(run, windows, colors)}</section>",
         f"<section id=recovery><h2>recovery</h2>{_recovery_html(run)}</section>",
+        f"<section id=liveness><h2>liveness</h2>{_liveness_html(run)}</section>",
         _sink_html(run),
         _config_section(run),
         f"<section id=files><h2>files</h2>{_files_html(run)}</section>",

@@ -341,6 +341,15 @@ def read_live(run_dir: Path) -> pd.DataFrame | None:
     return _parquet(RunFiles(run_dir).live)
 
 
+def read_lso(run_dir: Path) -> pd.DataFrame | None:
+    """``lso.parquet``: the output's LSO and high watermark sampled through the run (``t_ms`` epoch ms,
+    ``partition``, ``lso``, ``hw``; ``clients/lso_sampler.py``); ``None`` for a run stored without it.
+
+    Raises: :class:`DamagedFile` when unreadable.
+    """
+    return _parquet(RunFiles(run_dir).lso)
+
+
 def _parquet(path: Path) -> pd.DataFrame | None:
     if not path.exists():
         return None

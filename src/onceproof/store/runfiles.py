@@ -37,6 +37,7 @@ INPUT = "input.parquet"
 OUTPUT = "output.parquet"
 OUTPUT_UNCOMMITTED = "output_uncommitted.parquet"
 LIVE = "live.parquet"
+LSO = "lso.parquet"
 REPORT = "report.html"
 JUNIT = "junit.xml"
 LOGS = "logs"
@@ -122,6 +123,10 @@ class RunFiles:
     @property
     def live(self) -> Path:
         return self.path / LIVE
+
+    @property
+    def lso(self) -> Path:
+        return self.path / LSO
 
     @property
     def report(self) -> Path:

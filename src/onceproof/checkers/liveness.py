@@ -1,0 +1,211 @@
+"""Liveness: the pipeline not only never duplicates or loses, it also keeps delivering — judged, with
+bounds stated and overridable (:class:`Bounds`), beside the safety checkers.
+
+Anomalies (each makes the run ``invalid``):
+
+* ``no-recovery`` – after the last heal, new input (appended after the heal) did not become visible in
+  the output at read_committed within ``recovery_s`` seconds. Judged only when input was appended after
+  the heal and the during-faults reader ran at least ``recovery_s`` past it (else the stats say why not).
+* ``hanging-transaction`` – an output partition's last stable offset stayed at one offset, below its
+  high watermark, outside every fault window, for longer than ``transaction.timeout.ms`` plus
+  ``hang_margin_s``: a transaction nobody finishes or aborts (Kafka's KIP-664 "hanging transactions";
+  Kafka Streams' EOS system test checks ``verifyAllTransactionFinished`` the same way). The broker's
+  own timeout aborts an open transaction within ``transaction.timeout.ms`` plus
+  ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default), so a correct
+  pipeline's LSO never stays pinned that long.
+* ``late-visibility`` – an input record became visible at read_committed more than ``visibility_s``
+  seconds after it was appended to the input (``seen_ms - in_ts`` of the during-faults reader).
+
+Statistics, whether or not anything is anomalous: recovery time after each effective fault (s, from its
+window's end to the first output record of later input), the visibility latency p50/p99/max (ms, from
+``checkers/transactions.live_view``) and the longest LSO pin per partition (s).
+
+Inputs are the during-faults reader's frame (``clients/live_reader.py``: partition, offset, in_ts,
+seen_ms), the LSO samples (``clients/lso_sampler.py``: t_ms, partition, lso, hw) and the nemesis ops'
+fault windows (``checkers/nearby.fault_windows``). A run without a reader (a file sink) gets no
+liveness verdict: ``stats["judged"]`` is false with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from onceproof.checkers import nearby, transactions
+
+ANOMALIES = ("no-recovery", "hanging-transaction", "late-visibility")
+MAX_EXAMPLES = 10
+DEFAULT_USER_TXN_TIMEOUT_MS = 60000
+"""A ``--pipeline-cmd`` job's ``transaction.timeout.ms`` when not told: the Kafka producer's default
+(https://kafka.apache.org/documentation/#producerconfigs_transaction.timeout.ms; librdkafka's too)."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The liveness bounds (s) and the ``transaction.timeout.ms`` (ms) the hang bound is counted from."""
+
+    recovery_s: float = 120.0
+    visibility_s: float = 180.0
+    hang_margin_s: float = 30.0
+    txn_timeout_ms: int = 30000
+
+    @property
+    def hang_s(self) -> float:
+        """An LSO pinned longer than this (s, outside fault windows) is a hanging transaction."""
+        return self.txn_timeout_ms / 1000 + self.hang_margin_s
+
+    @classmethod
+    def of(cls, config: dict) -> Bounds:
+        """The bounds a run's stored config (``test.json``'s ``config``) sets; defaults for what it lacks.
+        A ``--pipeline-cmd`` job's timeout is :data:`DEFAULT_USER_TXN_TIMEOUT_MS` (its own producer's
+        setting is not known to the harness)."""
+        d = cls()
+        timeout = DEFAULT_USER_TXN_TIMEOUT_MS if config.get("pipeline_cmd") else \
+            int(config.get("txn_timeout_ms") or d.txn_timeout_ms)
+        return cls(recovery_s=float(config.get("recovery_bound") or d.recovery_s),
+                   visibility_s=float(config.get("visibility_bound") or d.visibility_s),
+                   hang_margin_s=float(config.get("hang_margin") if config.get("hang_margin") is not None
+                                       else d.hang_margin_s),
+                   txn_timeout_ms=timeout)
+
+
+def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataFrame | None,
+          bounds: Bounds = Bounds()) -> dict:
+    """Judge liveness. Returns ``{"counts": {anomaly: n}, "anomalies": {anomaly: [examples]}, "stats":
+    {"judged", "not_judged", "bounds", "recoveries", "last_heal_recovery_s", "lso_pin_max_s",
+    "lso_samples"}}`` (see the module docstring)."""
+    counts = {a: 0 for a in ANOMALIES}
+    anomalies: dict[str, list] = {a: [] for a in ANOMALIES}
+    stats: dict = {"judged": False, "not_judged": [], "bounds": {
+        "recovery_s": bounds.recovery_s, "visibility_s": bounds.visibility_s, "hang_s": bounds.hang_s,
+        "txn_timeout_ms": bounds.txn_timeout_ms}}
+    windows = nearby.fault_windows(nemesis)
+    seen = _first_sightings(live)
+    if seen is None:
+        stats["not_judged"].append("no during-faults reader (a sink that is not a Kafka topic)")
+    else:
+        stats["judged"] = True
+        _recovery(seen, windows, _heals(nemesis), bounds, counts, anomalies, stats)
+        _visibility(seen, bounds, counts, anomalies)
+    _pins(lso, windows, bounds, counts, anomalies, stats)
+    return {"counts": counts, "anomalies": anomalies, "stats": stats}
+
+
+def _first_sightings(live: pd.DataFrame | None) -> pd.DataFrame | None:
+    """One row per output position (its first sighting): partition, offset, in_ts, seen_ms (float ms)."""
+    if live is None or not {"partition", "offset", "in_ts", "seen_ms"} <= set(live.columns):
+        return None
+    u = transactions.distinct_positions(live)
+    return pd.DataFrame({"partition": u["partition"].to_numpy(), "offset": u["offset"].to_numpy(),
+                         "in_ts": pd.to_numeric(u["in_ts"], errors="coerce").to_numpy(dtype=float),
+                         "seen_ms": pd.to_numeric(u["seen_ms"], errors="coerce").to_numpy(dtype=float)})
+
+
+def _heals(nemesis: pd.DataFrame | None) -> list[float]:
+    """Epoch s of the nemesis's explicit heals (the final ``heal`` op's completion)."""
+    if nemesis is None or nemesis.empty or "f" not in nemesis or "wall" not in nemesis:
+        return []
+    h = nemesis[(nemesis["f"] == "heal") & (nemesis.get("type", "info") != "invoke")]
+    return [float(w) for w in pd.to_numeric(h["wall"], errors="coerce").dropna()]
+
+
+def _resumed_s(seen: pd.DataFrame, heal_s: float) -> float | None:
+    """Seconds from ``heal_s`` (epoch s) to the first sighting of an output record of input appended at
+    or after it; ``None`` when none was seen."""
+    after = seen[seen["in_ts"] >= heal_s * 1000]
+    if after.empty:
+        return None
+    return round(float(after["seen_ms"].min()) / 1000 - heal_s, 3)
+
+
+def _recovery(seen: pd.DataFrame, windows: pd.DataFrame, heals: list[float], bounds: Bounds, counts: dict,
+              anomalies: dict, stats: dict) -> None:
+    stats["recoveries"] = [{"f": w.f, "target": w.target, "healed_s": float(w.end_s),
+                            "recovery_s": _resumed_s(seen, float(w.end_s))} for w in windows.itertuples()]
+    ends = [float(e) for e in windows["end_s"]] + heals
+    if not ends:
+        stats["last_heal_recovery_s"] = None
+        stats["not_judged"].append("no-recovery: no fault was healed")
+        return
+    last = max(ends)
+    rec = _resumed_s(seen, last)
+    stats["last_heal_recovery_s"] = rec
+    reader_until_s = float(np.nanmax(seen["seen_ms"])) / 1000 if len(seen) else last
+    if rec is not None and rec <= bounds.recovery_s:
+        return
+    if rec is None and reader_until_s - last < bounds.recovery_s:
+        stats["not_judged"].append(f"no-recovery: the reader stopped {reader_until_s - last:.0f} s after the "
+                                   f"last heal, before the {bounds.recovery_s:g} s bound, with no later input seen")
+        return
+    counts["no-recovery"] = 1
+    anomalies["no-recovery"].append({"healed_s": last, "recovery_s": rec, "bound_s": bounds.recovery_s,
+                                     "reader_until_s": round(reader_until_s, 3)})
+
+
+def _visibility(seen: pd.DataFrame, bounds: Bounds, counts: dict, anomalies: dict) -> None:
+    lat_s = (seen["seen_ms"] - seen["in_ts"]) / 1000
+    late = seen[lat_s > bounds.visibility_s]
+    late = late.assign(latency_s=lat_s[late.index])
+    counts["late-visibility"] = int(len(late))
+    worst = late.sort_values("latency_s", ascending=False, kind="stable").head(MAX_EXAMPLES)
+    anomalies["late-visibility"] = [
+        {"partition": int(r.partition), "offset": int(r.offset), "in_ts": int(r.in_ts), "seen_ms": int(r.seen_ms),
+         "latency_s": round(float(r.latency_s), 3), "bound_s": bounds.visibility_s}
+        for r in worst.itertuples()]
+
+
+def _pins(lso: pd.DataFrame | None, windows: pd.DataFrame, bounds: Bounds, counts: dict, anomalies: dict,
+          stats: dict) -> None:
+    if lso is None or lso.empty:
+        stats["lso_samples"] = 0
+        stats["lso_pin_max_s"] = {}
+        stats["not_judged"].append("hanging-transaction: no LSO samples")
+        return
+    stats["lso_samples"] = int(lso["t_ms"].nunique())
+    spans = [(float(s) * 1000, float(e) * 1000) for s, e in zip(windows["start_s"], windows["end_s"])]
+    found, pin_max = [], {}
+    for p, g in lso.sort_values(["partition", "t_ms"], kind="stable").groupby("partition", sort=True):
+        for run in pin_runs(g["t_ms"].to_numpy(), g["lso"].to_numpy(), g["hw"].to_numpy()):
+            t0, t1, at, hw = run
+            outside = (t1 - t0 - _overlap_ms(t0, t1, spans)) / 1000
+            pin_max[int(p)] = max(pin_max.get(int(p), 0.0), round((t1 - t0) / 1000, 3))
+            if outside > bounds.hang_s:
+                found.append({"partition": int(p), "lso": int(at), "hw": int(hw), "from_ms": int(t0),
+                              "to_ms": int(t1), "pinned_s": round((t1 - t0) / 1000, 3),
+                              "outside_faults_s": round(outside, 3), "bound_s": bounds.hang_s})
+    stats["lso_pin_max_s"] = pin_max
+    counts["hanging-transaction"] = len(found)
+    anomalies["hanging-transaction"] = sorted(found, key=lambda x: -x["outside_faults_s"])[:MAX_EXAMPLES]
+
+
+def pin_runs(t_ms: np.ndarray, lso: np.ndarray, hw: np.ndarray) -> list[tuple[float, float, int, int]]:
+    """One partition's samples (sorted by time) → its pins ``(from_ms, to_ms, lso, hw at the end)``:
+    maximal runs of consecutive samples with one LSO value below the HW. The LSO only grows, so equal
+    values at both ends of a run mean it stayed there in between, gaps in sampling included."""
+    out = []
+    i, n = 0, len(t_ms)
+    while i < n:
+        if lso[i] >= hw[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and lso[j + 1] == lso[i] and lso[j + 1] < hw[j + 1]:
+            j += 1
+        if j > i:
+            out.append((float(t_ms[i]), float(t_ms[j]), int(lso[i]), int(hw[j])))
+        i = j + 1
+    return out
+
+
+def _overlap_ms(t0: float, t1: float, spans: list[tuple[float, float]]) -> float:
+    """Milliseconds of [t0, t1] covered by the union of ``spans``."""
+    cut = sorted((max(t0, s), min(t1, e)) for s, e in spans if e > t0 and s < t1)
+    total, end = 0.0, t0
+    for s, e in cut:
+        s = max(s, end)
+        if e > s:
+            total += e - s
+            end = e
+    return total

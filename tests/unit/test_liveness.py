@@ -1,0 +1,130 @@
+"""The liveness checker (``checkers/liveness.py``) on synthetic reader views, LSO samples and nemesis
+ops: pure logic, no cluster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from onceproof.checkers import compose, liveness
+from onceproof.checkers.liveness import Bounds
+
+T0 = 1_800_000_000.0  # epoch s
+
+
+def _nemesis(*windows: tuple[str, float, float], heal_at: float | None = None) -> pd.DataFrame:
+    """Nemesis ops: an effective fault per (f, start, end) window (epoch s), and a final heal."""
+    rows, i = [], 0
+    for f, s, e in windows:
+        rows += [{"index": i, "type": "invoke", "f": f, "wall": s},
+                 {"index": i + 1, "type": "info", "f": f, "wall": e, "outcome": "effective", "target": "n1"}]
+        i += 2
+    if heal_at is not None:
+        rows += [{"index": i, "type": "invoke", "f": "heal", "wall": heal_at},
+                 {"index": i + 1, "type": "info", "f": "heal", "wall": heal_at, "outcome": "healed"}]
+    return pd.DataFrame(rows)
+
+
+def _live(in_s: np.ndarray, delay_s: np.ndarray | float) -> pd.DataFrame:
+    """The reader's view: one record per input append time ``in_s`` (epoch s), seen ``delay_s`` later."""
+    in_ms = (np.asarray(in_s) * 1000).astype("int64")
+    seen = in_ms + (np.broadcast_to(delay_s, in_ms.shape) * 1000).astype("int64")
+    n = len(in_ms)
+    return pd.DataFrame({"partition": np.zeros(n, "int64"), "offset": np.arange(n), "key": "k",
+                         "seq": np.arange(n), "in_ts": in_ms, "seen_ms": seen})
+
+
+def _samples(pin_from: float, pin_to: float, lso_at: int = 100) -> pd.DataFrame:
+    """1 Hz LSO/HW samples of partition 0 from T0 to T0+200 s; between ``pin_from`` and ``pin_to`` (s
+    after T0) the LSO stays at ``lso_at`` while the HW grows; elsewhere LSO = HW. Partition 1 never pins."""
+    rows = []
+    for k in range(201):
+        t_ms = int((T0 + k) * 1000)
+        hw = 10 * k + 500
+        pinned = pin_from <= k <= pin_to
+        rows.append((t_ms, 0, lso_at if pinned else hw, hw))
+        rows.append((t_ms, 1, hw, hw))
+    return pd.DataFrame(rows, columns=["t_ms", "partition", "lso", "hw"])
+
+
+def test_a_pin_is_a_run_of_one_lso_below_the_high_watermark():
+    t = np.array([0, 1000, 2000, 3000, 4000, 5000])
+    lso = np.array([5, 7, 7, 7, 9, 12])
+    hw = np.array([5, 9, 11, 12, 12, 12])
+    assert liveness.pin_runs(t, lso, hw) == [(1000.0, 3000.0, 7, 12)]
+    # one sample below the HW is no run: nothing is known of how long it lasted
+    assert liveness.pin_runs(np.array([0, 1000]), np.array([5, 6]), np.array([6, 6])) == []
+
+
+def test_an_lso_pinned_past_the_transaction_timeout_outside_faults_is_a_hanging_transaction():
+    bounds = Bounds(txn_timeout_ms=30000, hang_margin_s=30)
+    r = liveness.check(None, _samples(20, 120), _nemesis(), bounds)
+    assert r["counts"]["hanging-transaction"] == 1
+    (ex,) = r["anomalies"]["hanging-transaction"]
+    assert ex["partition"] == 0 and ex["lso"] == 100 and ex["pinned_s"] == 100 and ex["bound_s"] == 60
+    assert r["stats"]["lso_pin_max_s"] == {0: 100.0}
+
+
+@pytest.mark.parametrize("pin,windows,why", [
+    ((20, 70), (), "50 s: under timeout + margin"),
+    ((20, 120), (("pause-broker", T0 + 10, T0 + 60),), "100 s, of which 40 s inside a fault window"),
+])
+def test_a_pin_under_the_bound_or_inside_a_fault_is_no_anomaly(pin, windows, why):
+    r = liveness.check(None, _samples(*pin), _nemesis(*windows), Bounds(txn_timeout_ms=30000, hang_margin_s=30))
+    assert r["counts"]["hanging-transaction"] == 0, why
+    assert r["stats"]["lso_pin_max_s"][0] == pin[1] - pin[0]
+
+
+def test_recovery_after_each_fault_is_measured_and_a_quick_one_is_no_anomaly():
+    in_s = T0 + np.arange(0, 200, 0.5)
+    delay = np.where((in_s > T0 + 50) & (in_s < T0 + 68), T0 + 68 - in_s, 2.0)  # nothing seen until T0+68
+    r = liveness.check(_live(in_s, delay), None, _nemesis(("kill-driver", T0 + 50, T0 + 60)), Bounds())
+    assert r["counts"]["no-recovery"] == 0 and r["stats"]["judged"]
+    (rec,) = r["stats"]["recoveries"]
+    assert rec["f"] == "kill-driver" and rec["recovery_s"] == pytest.approx(8.0, abs=0.01)
+    assert r["stats"]["last_heal_recovery_s"] == pytest.approx(8.0, abs=0.01)
+
+
+def test_no_output_of_later_input_within_the_bound_is_no_recovery():
+    in_s = T0 + np.arange(0, 300, 1.0)
+    live = _live(in_s, 1.0)
+    live = live[live["in_ts"] < (T0 + 100) * 1000]  # nothing appended after T0+100 is ever seen ...
+    late = _live(np.array([T0 + 99.0]), 200.0).assign(partition=1)
+    live = pd.concat([live, late])  # ... and the reader ran until T0+299
+    r = liveness.check(live, None, _nemesis(("partition", T0 + 90, T0 + 100)), Bounds(recovery_s=120))
+    assert r["counts"]["no-recovery"] == 1
+    (ex,) = r["anomalies"]["no-recovery"]
+    assert ex["recovery_s"] is None and ex["healed_s"] == T0 + 100
+
+
+def test_a_reader_that_stopped_before_the_bound_leaves_recovery_unjudged():
+    live = _live(T0 + np.arange(0, 100, 1.0), 1.0)  # the reader's last sighting: T0+100
+    r = liveness.check(live, None, _nemesis(("partition", T0 + 90, T0 + 99.5)), Bounds(recovery_s=120))
+    assert r["counts"]["no-recovery"] == 0
+    assert any("before the 120 s bound" in w for w in r["stats"]["not_judged"]), r["stats"]
+
+
+def test_a_record_visible_later_than_the_bound_is_late_visibility():
+    in_s = T0 + np.arange(0, 100, 1.0)
+    delay = np.where(np.arange(100) % 25 == 0, 200.0, 1.5)
+    r = liveness.check(_live(in_s, delay), None, None, Bounds(visibility_s=180))
+    assert r["counts"]["late-visibility"] == 4
+    assert {e["latency_s"] for e in r["anomalies"]["late-visibility"]} == {200.0}
+
+
+def test_a_liveness_anomaly_makes_the_verdict_invalid_and_its_stats_are_kept():
+    base = {"verdict": "valid", "valid": True, "counts": {}, "anomalies": {}, "stats": {}}
+    out = pd.DataFrame({"partition": [0], "offset": [0], "key": ["k"], "seq": [0]})
+    lv = liveness.check(None, _samples(20, 120), None, Bounds())
+    r = compose.combine(base, output=out, live_check=lv)
+    assert r["verdict"] == "invalid" and r["counts"]["hanging-transaction"] == 1
+    assert r["stats"]["liveness"]["bounds"]["hang_s"] == 60
+    quiet = compose.combine(base, output=out, live_check=liveness.check(None, _samples(20, 40), None, Bounds()))
+    assert quiet["verdict"] == "valid"
+
+
+def test_the_bounds_come_from_a_runs_config_and_a_user_job_gets_kafkas_default_timeout():
+    assert Bounds.of({"txn_timeout_ms": 20000, "hang_margin": 0}).hang_s == 20
+    assert Bounds.of({"pipeline_cmd": "python job.py", "txn_timeout_ms": 20000}).txn_timeout_ms == 60000
+    assert Bounds.of({}) == Bounds()
