@@ -64,8 +64,11 @@ def test_input_duplicate_is_definite_with_a_workload_history():
     out = out_rows([("k", 0, 0, "0:0"), ("k", 1, 1, "0:1"), ("k", 1, 2, "0:2"), ("k", 2, 3, "0:3")])
     r = check(sends(inp), inp, out)
     assert r["verdict"] == "invalid" and "input-duplicate" in r["definite"]
-    # the composed verdict keeps it definite even when a partition is stuck (which alone gives unknown)
+    # composed, it is a platform finding beside the pipeline's verdict (unknown here: a partition is
+    # stuck); --strict keeps it definite even then
     c = compose.combine(r, output=out, lso={0: 3}, hw={0: 4})
+    assert c["verdict"] == "unknown" and c["platform_findings"]["counts"] == {"input-duplicate": 1}
+    c = compose.combine(r, output=out, lso={0: 3}, hw={0: 4}, strict=True)
     assert c["verdict"] == "invalid"
 
 

@@ -128,3 +128,33 @@ def test_the_bounds_come_from_a_runs_config_and_a_user_job_gets_kafkas_default_t
     assert Bounds.of({"txn_timeout_ms": 20000, "hang_margin": 0}).hang_s == 20
     assert Bounds.of({"pipeline_cmd": "python job.py", "txn_timeout_ms": 20000}).txn_timeout_ms == 60000
     assert Bounds.of({}) == Bounds()
+
+
+def _base(**counts) -> dict:
+    c = {"duplicate": 0, "lost": 0, "input-duplicate": 0, "lost-write": 0, **counts}
+    return {"verdict": "invalid" if any(c.values()) else "valid", "counts": c, "anomalies": {}, "stats": {},
+            "definite": ["duplicate", "input-duplicate", "lost-write"]}
+
+
+def test_the_input_logs_anomalies_are_platform_findings_outside_the_verdict_unless_strict():
+    out = pd.DataFrame({"partition": [0], "offset": [0], "key": ["k"], "seq": [0]})
+    r = compose.combine(_base(**{"input-duplicate": 1200}), output=out)
+    assert r["verdict"] == "valid" and r["platform_findings"]["counts"] == {"input-duplicate": 1200}
+    assert "librdkafka#4953" in r["platform_findings"]["suspected"]["input-duplicate"]
+    assert "input-duplicate" not in r["definite"]
+    strict = compose.combine(_base(**{"input-duplicate": 1200}), output=out, strict=True)
+    assert strict["verdict"] == "invalid" and strict["platform_findings"]["strict"]
+    # the pipeline's own anomaly still decides, and a lost record too
+    both = compose.combine(_base(**{"lost-write": 2, "duplicate": 1}), output=out)
+    assert both["verdict"] == "invalid" and both["platform_findings"]["counts"] == {"lost-write": 2}
+    lost = compose.combine(_base(**{"input-duplicate": 3, "lost": 5}), output=out)
+    assert lost["verdict"] == "invalid"
+    clean = compose.combine(_base(), output=out)
+    assert clean["verdict"] == "valid" and "platform_findings" not in clean
+
+
+def test_a_platform_only_invalid_with_unfinished_recovery_is_unknown():
+    out = pd.DataFrame({"partition": [0], "offset": [0], "key": ["k"], "seq": [0]})
+    base = {**_base(**{"input-duplicate": 4}), "unknown_reasons": ["recovery did not finish"]}
+    r = compose.combine(base, output=out)
+    assert r["verdict"] == "unknown" and r["unknown_reasons"] == ["recovery did not finish"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from onceproof.checkers import exactly_once, liveness, transactions
+from onceproof.checkers import exactly_once, liveness, platform, transactions
 
 DEFINITE = exactly_once.DEFINITE + ("aborted-read", "live-duplicate", "live-aborted-read") + liveness.ANOMALIES
 ANOMALIES = exactly_once.ANOMALIES + ("aborted-read", "stuck", "live-duplicate", "live-aborted-read") \
@@ -23,7 +23,7 @@ ANOMALIES = exactly_once.ANOMALIES + ("aborted-read", "stuck", "live-duplicate",
 def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None = None,
             uncommitted: pd.DataFrame | None = None, live: pd.DataFrame | None = None,
             lso: dict[int, int] | None = None, hw: dict[int, int] | None = None,
-            aborted_hidden: int | None = None, live_check: dict | None = None) -> dict:
+            aborted_hidden: int | None = None, live_check: dict | None = None, strict: bool = False) -> dict:
     """Add ``aborted-read``, ``stuck``, ``live-*`` and the statistics ``aborted_attempts`` (sink attempts
     known aborted), ``commit_unknown_attempts`` / ``commit_unknown_unresolved`` (attempts whose
     ``commit_transaction()`` raised / of those, the ones no marker read proved aborted),
@@ -32,7 +32,8 @@ def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None =
     ``base`` (the result of ``exactly_once.check``) and recompute its verdict. ``aborted_hidden``, when
     given, is that statistic already counted (``transactions.hidden_aborted``; ``uncommitted`` unused).
     ``live_check``: the liveness checker's result (``checkers/liveness.check``): its anomalies join the
-    counts, its statistics go to ``stats["liveness"]``."""
+    counts, its statistics go to ``stats["liveness"]``. The input log's anomalies are platform findings
+    (``checkers/platform.py``, ``result["platform_findings"]``), left out of the verdict unless ``strict``."""
     r = dict(base)
     counts, anomalies, stats = dict(r["counts"]), dict(r["anomalies"]), dict(r.get("stats", {}))
     sink_log = sink_log if sink_log is not None else pd.DataFrame()
@@ -60,15 +61,21 @@ def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None =
     reasons = list(r.get("unknown_reasons", []))
     if st:
         reasons.append(f"stuck: open transaction on output partitions {[s['partition'] for s in st]}")
-    definite = tuple(dict.fromkeys(DEFINITE + tuple(r.get("definite", ()))))
+    findings, excluded = platform.split(counts, strict)
+    definite = tuple(a for a in dict.fromkeys(DEFINITE + tuple(r.get("definite", ()))) if a not in excluded)
+    base = r["verdict"]
+    if base == "invalid" and excluded and platform.only_platform(r["counts"], excluded):
+        base = "unknown" if r.get("unknown_reasons") else "valid"  # invalid only for the input log's sake
     if any(counts.get(a) for a in definite):
         verdict = "invalid"
-    elif r["verdict"] == "unknown" or st:
+    elif base == "unknown" or st:
         verdict = "unknown"
     else:
-        verdict = r["verdict"]
+        verdict = base
     r.update(verdict=verdict, valid={"valid": True, "invalid": False}.get(verdict, "unknown"),
              counts=counts, anomalies=anomalies, stats=stats, unknown_reasons=reasons if verdict == "unknown" else [],
              definite=list(definite))
+    if findings:
+        r["platform_findings"] = findings
     return r
 

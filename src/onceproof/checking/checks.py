@@ -277,18 +277,19 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                live: pd.DataFrame | None = None, lso: dict | None = None, hw: dict | None = None,
                nemesis: pd.DataFrame | None = None, workload: str = "keyed",
                aborted_hidden: int | None = None, lso_samples: pd.DataFrame | None = None,
-               bounds: liveness.Bounds = liveness.Bounds()) -> dict:
+               bounds: liveness.Bounds = liveness.Bounds(), strict: bool = False) -> dict:
     """Every checker on already-read frames; the one place the composition is decided: the workload's
     checker (``workloads/registry.py``), then the transaction checks (``checkers/compose.py``), then the
     faults near each anomaly. ``aborted_hidden``: ``transactions.hidden_aborted`` already counted (the
     uncommitted frame dropped), instead of ``uncommitted``. ``lso_samples`` and ``bounds``: the output's
-    LSO/HW samples and the bounds the liveness checker (``checkers/liveness.py``) judges them by."""
+    LSO/HW samples and the bounds the liveness checker (``checkers/liveness.py``) judges them by.
+    ``strict``: the input log's anomalies (platform findings, ``checkers/platform.py``) count in the verdict."""
     base = workloads.get(workload).check(hist, inp, out, rec)
     base["workload"] = workload
     release_freed_memory()  # the checker's per-record tables, before the next checks allocate theirs
     result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso,
                              hw=hw, aborted_hidden=aborted_hidden,
-                             live_check=liveness.check(live, lso_samples, nemesis, bounds))
+                             live_check=liveness.check(live, lso_samples, nemesis, bounds), strict=strict)
     return nearby.attach(result, out, inp, nemesis)
 
 
@@ -357,7 +358,7 @@ def saved_recovery(run_dir: Path) -> tuple[Recovery, dict | None, dict | None]:
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
                st: RecoveryStatus, live: pd.DataFrame | None = None, workload: str = "keyed",
                file_sink: Path | None = None, file_read: str = COMMITTED, reader: OutputReader | None = None,
-               lso_samples: pd.DataFrame | None = None) -> dict:
+               lso_samples: pd.DataFrame | None = None, strict: bool | None = None) -> dict:
     """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``.
 
     The output is read by ``reader`` (the run's sink entry's, ``sinks/base.py``) at ``output_topic`` or,
@@ -370,7 +371,8 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     still writing), an invalid verdict resting only on ``lost``/``unexpected`` becomes ``unknown``.
 
     ``lso_samples``: the output's LSO/HW through the run (``clients/lso_sampler.py``), saved and judged
-    with the liveness bounds of the run's ``test.json`` config.
+    with the liveness bounds of the run's ``test.json`` config. ``strict``: platform findings count in the
+    verdict (``None``: as that config says).
 
     Raises: ``CheckError`` when the output cannot be read (a damaged file sink log, ...).
     """
@@ -408,16 +410,22 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     nem = _read(readers.read_nemesis, run_dir, problems) if files and files.nemesis.exists() else None
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), aborted_hidden=hidden, live=live,
                         lso=lso, hw=hw, nemesis=nem, workload=workload, lso_samples=lso_samples,
-                        bounds=_bounds(run_dir))
+                        bounds=_bounds(run_dir),
+                        strict=bool(_config(run_dir).get("strict")) if strict is None else strict)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
     view.record(result)
     return _judge_inputs(result, run_dir, problems, hist, inp, invoked, moved)
 
 
-def _bounds(run_dir: Path | None) -> liveness.Bounds:
-    """The liveness bounds of the run in ``run_dir`` (its ``test.json`` config), defaults without one."""
+def _config(run_dir: Path | None) -> dict:
+    """The config of the run in ``run_dir`` (its ``test.json``), ``{}`` without one."""
     test = readers.read_or_none(readers.read_test, run_dir) if run_dir else None
-    return liveness.Bounds.of((test or {}).get("config") or {})
+    return (test or {}).get("config") or {}
+
+
+def _bounds(run_dir: Path | None) -> liveness.Bounds:
+    """The liveness bounds of the run in ``run_dir``, defaults without a config."""
+    return liveness.Bounds.of(_config(run_dir))
 
 
 def _judge_inputs(result: dict, run_dir: Path | None, problems: list[str], hist: pd.DataFrame, inp: pd.DataFrame,
@@ -499,7 +507,7 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
                         aborted_hidden=hidden, live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw,
                         nemesis=nem, workload=str(config.get("workload") or "keyed"),
                         lso_samples=_read(readers.read_lso, run_dir, advice=damaged),
-                        bounds=liveness.Bounds.of(config))
+                        bounds=liveness.Bounds.of(config), strict=bool(config.get("strict")))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     if view is not None:
         view.committed = view.uncommitted = None

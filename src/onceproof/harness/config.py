@@ -30,6 +30,7 @@ from onceproof.nemesis import catalog, schedule
 from onceproof.sinks import registry as sinks
 from onceproof.sinks.base import CAPABILITIES
 from onceproof.store.runs import DEFAULT_ROOT
+from onceproof.workloads import producers
 from onceproof.workloads import registry as workloads
 
 
@@ -182,6 +183,13 @@ class TestConfig:
     workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
                                   "order per key) or counter (a running count and sum per key in Spark state, "
                                   "update mode)", check=_check_workload, example="counter")
+    producer: str = _opt(producers.DEFAULT, "how the workload writes its input: transactional (each ~200 ms of "
+                                            "sends in one Kafka transaction, so a client resend is never "
+                                            "visible) or idempotent (librdkafka's idempotent producer, to test "
+                                            "the client: its resends become platform findings)",
+                         check=lambda v: None if v in producers.PRODUCERS else
+                         f"unknown producer {v!r}; choose one of {', '.join(producers.PRODUCERS)}",
+                         example="idempotent")
     file_read: str = _opt("committed", "--sink file: how the checker reads the output directory: committed (only "
                                        "the files its _spark_metadata log lists, the sink's read_committed) or "
                                        "listing (every data file, as a careless downstream job does: a mutant "
@@ -211,6 +219,8 @@ class TestConfig:
     recovery_timeout: float = _opt(180.0, "seconds to wait for the pipeline to catch up after the faults",
                                    lo=0, lo_open=True)
     startup_timeout: float = _opt(240.0, "seconds to wait for the Spark query to start", lo=0, lo_open=True)
+    strict: bool = _opt(False, "count platform findings (the input log's anomalies: input-duplicate, lost-write, "
+                               "failed-write-visible) in the verdict and the exit code, not only beside it")
     recovery_bound: float = _opt(120.0, "liveness: seconds after the last heal within which input appended "
                                         "after it must be visible in the output (else no-recovery)",
                                  lo=0, lo_open=True, example=60.0)

@@ -205,7 +205,7 @@ def _run_phase(r: _Run) -> None:
     td.push("LSO sampler stop", r.lso.stop)
     r.lso.start()
     r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate,
-                                                               keys=cfg.keys, seed=cfg.seed)
+                                                               keys=cfg.keys, seed=cfg.seed, producer=cfg.producer)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     ctx_caps = cfg.sink_capabilities
     r.ctx = ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
@@ -303,7 +303,7 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
         live_frame = r.live.stop()
         lso_frame = r.lso.stop() if r.lso else None
         result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
-                                     lso_samples=lso_frame,
+                                     lso_samples=lso_frame, strict=r.cfg.strict,
                                      workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read,
                                      reader=r.sink.read)
     done()
@@ -402,6 +402,10 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
                    "health_after_heal": r.health, "teardown": {"steps_s": td.steps, "errors": td.errors},
                    "client_errors": {"workload": r.workload.errors[:50] if r.workload else [],
                                      "live_reader": r.live.errors[:50] if r.live else []}})
+    if result.get("platform_findings"):  # what ran, for a bug report against the client or the brokers
+        vs = r.meta.get("versions") or {}
+        result["platform_findings"].update(
+            producer=cfg.producer, versions={k: vs[k] for k in ("kafka", "confluent-kafka", "librdkafka") if k in vs})
     if td.errors:
         console.print(f"[red]teardown errors: {td.errors}[/]")
     rd.write_json(RESULTS, result)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onceproof.checkers.compose import ANOMALIES
+from onceproof.checkers.platform import platform_lines
 from onceproof.sinks import registry as sinks
 
 
@@ -58,6 +59,8 @@ def summarize(result: dict, console: Console) -> None:
         for f, d in result["faults"].items():
             ft.add_row(f, str(d.get("effective", 0)), ", ".join(f"{k}={n}" for k, n in d.items() if k != "effective"))
         console.print(ft)
+    for line in platform_lines(result):
+        console.print(f"[yellow]{line}[/]", soft_wrap=True)
     for r in result.get("unknown_reasons", []):
         console.print(f"[yellow]unknown because: {r}[/]")
     if result.get("error"):

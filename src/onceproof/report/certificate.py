@@ -41,7 +41,7 @@ import zlib
 from pathlib import Path
 from urllib.parse import quote
 
-from onceproof.checkers import liveness
+from onceproof.checkers import liveness, platform
 from onceproof.checkers.examples import isna
 from onceproof.checkers.nearby import _ts_index
 from onceproof.report.html import VERDICT_COLORS, esc, page
@@ -61,7 +61,7 @@ JUNIT = runfiles.JUNIT  # the suite's junit.xml: the same name as a run's
 FAILED_EXIT = {"crashed": 255, "unknown": 2, "invalid": 1, "valid": 1}
 EMPTY_SUITE_EXIT = 2  # a suite without cells tested nothing: "unknown", never a PASS
 
-NOT_ANOMALIES = ("input-duplicate",)  # the input log's own duplicates (librdkafka), not the pipeline's
+NOT_ANOMALIES = platform.PLATFORM  # the input log's own anomalies: platform findings, shown apart
 # example fields holding an epoch-ms time (docs/results-schema.md: live-duplicate copies carry seen_ms)
 TIME_FIELDS = ("timestamp", "append_ms", "seen_ms", "time")
 # an example time is believed only this close to the test start (s): a "time" in ns since the start, or a
@@ -128,6 +128,7 @@ def cell_from_run(run_dir: Path | None, *, sink: str, workload: str, package: st
         "faults_exercised": _faults_exercised(r, ops),
         "anomalies": anomalies,
         "first_anomaly_s": _first_anomaly_s(run, r, list(anomalies), ops) if run is not None and anomalies else None,
+        "platform_findings": {a: int(n) for a, n in ((r.get("platform_findings") or {}).get("counts") or {}).items()},
         "caught": verdict == "invalid",
         "passed": verdict == expect,
         "unknown_reasons": [str(x) for x in (r.get("unknown_reasons") or [])],
@@ -351,6 +352,12 @@ def faults_text(faults: dict) -> str:
     return ", ".join(f"{f}×{n}" for f, n in (faults or {}).items()) or DASH
 
 
+PLATFORM_NOTE = ("Anomalies of the input log, written by the workload's Kafka client and the brokers before "
+                 "the pipeline read it (checkers/platform.py): findings about Kafka and its client, not part of "
+                 "the pipeline's verdict unless the run was --strict; each run's report names the versions and "
+                 "the suspected known issue")
+
+
 def anomalies_text(anomalies: dict) -> str:
     """``{"duplicate": 12, "lost": 3}`` → ``"duplicate 12, lost 3"`` (``—`` when empty); a liveness
     anomaly (``checkers/liveness.py``) is marked so: ``"hanging-transaction 1 (liveness)"``."""
@@ -430,6 +437,12 @@ def certificate_md(suite: dict) -> str:
                            [[_md(d["mutant"]), _md(d["package"]), f"{d['caught']}/{d['runs']}",
                              _md(anomalies_text(d["anomalies"])), _md(_seconds(d["first_anomaly_s_median"])),
                              _md(", ".join(f"{s}: {v}" for s, v in zip(d["seeds"], d["verdicts"])))] for d in det])
+    found = [c for c in cells if c.get("platform_findings")]
+    if found:
+        lines += ["", "## Platform findings", "", PLATFORM_NOTE, ""]
+        lines += _md_table(["cell", "findings", "report"],
+                           [[_md(_cell_name(c)), _md(anomalies_text(c["platform_findings"])),
+                             f"[report]({quote(c['report'])})" if c.get("report") else DASH] for c in found])
     dropped = suite.get("left_out") or []
     if dropped:
         lines += ["", "## Faults left out", "", "Faults of the packages that the system under test cannot take; "
@@ -512,6 +525,12 @@ def certificate_html(suite: dict) -> str:
             f"<td>{', '.join(f'{esc(s)}: {_verdict(v)}' for s, v in zip(d['seeds'], d['verdicts']))}</td></tr>"
             for d in det)
         body.append(f"<table class=data><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+    found = [c for c in cells if c.get("platform_findings")]
+    if found:
+        body.append(f"<h2>Platform findings</h2><p class=muted>{esc(PLATFORM_NOTE)}</p><table class=data><thead>"
+                    "<tr><th>cell</th><th>findings</th><th>report</th></tr></thead><tbody>" + "".join(
+                        f"<tr><td>{esc(_cell_name(c))}</td><td>{esc(anomalies_text(c['platform_findings']))}</td>"
+                        f"<td>{_href(c.get('report'), 'report')}</td></tr>" for c in found) + "</tbody></table>")
     dropped = suite.get("left_out") or []
     if dropped:
         body.append("<h2>Faults left out</h2><p class=muted>Faults of the packages that the system under test "

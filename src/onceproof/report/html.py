@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from onceproof.checkers.examples import isna
+from onceproof.checkers.platform import platform_lines
 from onceproof.report.analysis import anomaly_names, bad_keys, fault_windows, heal_times, key_sequences, timeline_panels
 from onceproof.report.figures import (
     MIN_BAND_S,
@@ -378,6 +379,7 @@ def _header_html(run: Run) -> str:
     if run.results is None:
         out.append(f"<div class=error><b>{RESULTS} is missing or unreadable</b>: the run is still going, or "
                    "it was killed before writing it; shown as CRASHED.</div>")
+    out += [f"<div class=notice><b>platform finding:</b> {esc(x.strip())}</div>" for x in platform_lines(r)]
     out += [f"<div class=notice><b>unknown because:</b> {esc(x)}</div>" for x in r.get("unknown_reasons") or []]
     if run.missing:
         out.append("<div class=notice><b>missing files:</b> " + ", ".join(esc(m) for m in run.missing) +

@@ -53,9 +53,11 @@ class Workload(Protocol):
     spark_conf: dict[str, str]
     input_refs: bool
 
-    def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int) -> Client:
+    def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int,
+               producer: str = "transactional") -> Client:
         """The generator and client writing ``rate`` records/s over ``keys`` keys into ``topic``, recording
-        ops in ``history`` (a ``onceproof.store.history.HistoryWriter``); not started."""
+        ops in ``history`` (a ``onceproof.store.history.HistoryWriter``), sending with ``producer``
+        (``workloads/producers.py``); not started."""
 
     def transform(self, src):
         """The pipeline's transform: Spark's Kafka source frame (``key``, ``value``, ``partition``,

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from onceproof.workloads import producers
 from onceproof.workloads.keyed import KeyedWorkload
 
 STATE_CONF = {
@@ -35,8 +36,9 @@ class Counter:
     spark_conf = STATE_CONF
     input_refs = False  # an aggregate comes from many input records
 
-    def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int) -> KeyedWorkload:
-        return KeyedWorkload(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
+    def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int,
+               producer: str = producers.DEFAULT) -> KeyedWorkload:
+        return producers.client_class(producer)(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
 
     def transform(self, src):
         """Kafka source rows → ``key: string, value: binary`` (``{"key", "count", "sum", "max_seq"}``)."""

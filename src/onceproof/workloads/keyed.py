@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, Producer
 
 from onceproof.store.history import HistoryWriter
+from onceproof.workloads import producers
 
 # Delivery errors after which the record is certainly absent from the log. Everything else is
 # indeterminate: e.g. _MSG_TIMED_OUT may come after the broker appended the record.
@@ -78,6 +79,7 @@ class KeyedWorkload:
     _fatal: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _reported: int = 0
+    _pending: dict = field(default_factory=dict)  # (key, seq) sent, no delivery report yet
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
@@ -126,9 +128,26 @@ class KeyedWorkload:
                          "partitioner": "murmur2_random", "error_cb": self._on_error,
                          "logger": logging.getLogger("onceproof.librdkafka.workload")})
 
+    # hooks of the send loop; the idempotent producer needs none of them (a transactional client's do
+    # its commits: workloads/transactional_client.py)
+    def _sent(self, key: str, seq: int) -> None:
+        """A record of ``(key, seq)`` went into ``produce()``."""
+
+    def _after_send(self, prod: Producer) -> Producer:
+        """After each send's poll; returns the producer to go on with."""
+        return prod
+
+    def _retire(self, prod: Producer) -> None:
+        """A producer with a fatal error is dropped: let it report what it still holds (≤ 5 s)."""
+        prod.flush(5)
+
+    def _close(self, prod: Producer, timeout_s: float) -> None:
+        """The send loop ended: deliver what is outstanding within ``timeout_s`` seconds."""
+        prod.flush(timeout_s)
+
     def _run(self) -> None:
         prod = self._producer()
-        pending: dict[tuple[str, int], bool] = {}
+        pending = self._pending
         gen = sequences(self.keys, self.seed)
         interval = 1.0 / self.rate if self.rate > 0 else 0.0
         next_t = time.monotonic()
@@ -149,16 +168,18 @@ class KeyedWorkload:
                     break
                 except BufferError:
                     prod.poll(0.05)
+            self._sent(key, seq)
             next_t += interval
             prod.poll(max(0.0, next_t - time.monotonic()))
             if time.monotonic() - next_t > 1.0:  # fell behind (e.g. broker down): do not burst later
                 next_t = time.monotonic()
+            prod = self._after_send(prod)
             if self._fatal.is_set():
                 # The old instance fails what it still holds (delivery reports → fail/info ops); then a
                 # new one carries on with the next sequence numbers.
-                prod.flush(5)
+                self._retire(prod)
                 prod = self._producer()
-        prod.flush(2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
+        self._close(prod, 2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
         for key, seq in list(pending):
             self.stats.info += 1
             self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,
@@ -198,9 +219,9 @@ class Keyed:
     spark_conf: dict[str, str] = {}
     input_refs = True
 
-    def client(self, bootstrap: str, topic: str, history: HistoryWriter, *, rate: float, keys: int,
-               seed: int) -> KeyedWorkload:
-        return KeyedWorkload(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
+    def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int,
+               producer: str = producers.DEFAULT) -> KeyedWorkload:
+        return producers.client_class(producer)(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
 
     def transform(self, src):
         return transform(src)
