@@ -1,7 +1,7 @@
-"""The workload's transactional producer (``workloads/transactional_client.py``) on a real 3-broker
-cluster, through a broker kill and restart: every send completed exactly once in the history, every
-``ok`` at its recorded place in the input at read_committed, no record visible twice, none visible
-that the history says failed."""
+"""The workload's at-most-once (the default) and transactional producers (``workloads/producers.py``) on
+a real 3-broker cluster, through a broker kill and restart: every send completed exactly once in the
+history, every ``ok`` at its recorded place in the input at read_committed, no record visible twice,
+none visible that the history says failed."""
 
 import json
 import time
@@ -19,11 +19,12 @@ def _ops(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_transactional_sends_are_ok_where_they_landed_and_never_twice(cluster, tmp_path):
-    bs = cluster.bootstrap
-    topics.create_topics(bs, {"tw-in": 3})
+@pytest.mark.parametrize("producer", ["at-most-once", "transactional"])
+def test_sends_are_ok_where_they_landed_and_never_visible_twice(cluster, tmp_path, producer):
+    bs, topic = cluster.bootstrap, f"in-{producer}"
+    topics.create_topics(bs, {topic: 3})
     hist = HistoryWriter(tmp_path / "history.jsonl")
-    wl = producers.client_class("transactional")(bs, "tw-in", hist, rate=400, keys=20, seed=3)
+    wl = producers.client_class(producer)(bs, topic, hist, rate=400, keys=20, seed=3)
     wl.start()
     try:
         time.sleep(4)
@@ -43,9 +44,9 @@ def test_transactional_sends_are_ok_where_they_landed_and_never_twice(cluster, t
             done[(o["key"], o["seq"])] = o
     assert sorted(done) == sorted(invokes), "every send completed once"
     oks = [o for o in done.values() if o["type"] == "ok"]
-    assert len(oks) > 0.8 * len(invokes), wl.stats
+    assert len(oks) > 0.6 * len(invokes), wl.stats
 
-    read = topics.read_topic(bs, "tw-in", committed=True, with_headers=False, decode=topics.decode_values)
+    read = topics.read_topic(bs, topic, committed=True, with_headers=False, decode=topics.decode_values)
     assert read.complete
     f = read.frame
     seen = list(zip(f["key"], f["seq"].astype(int)))

@@ -108,7 +108,8 @@ class PipelineArgs:
     the sink's ``transaction.timeout.ms``; ``pool_size``: transactional ids to clean up on start.
 
     ``workload``: the transform between source and sink (``workloads/registry.py``). ``file_sink``: the
-    output directory of ``--sink file``.
+    output directory of ``--sink file``. ``input_contiguous``: every input offset holds a record (no
+    transactional writes), so the eos sink's completeness guard can run (``pipeline/completeness.py``).
     ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
     template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``onceproof.job``, which
     alone takes the options above that the template has no placeholder for (sink, trigger, ...).
@@ -132,6 +133,7 @@ class PipelineArgs:
     cwd: Path | None = None
     workload: str = "keyed"
     file_sink: Path | None = None
+    input_contiguous: bool = True
 
     def argv(self) -> list[str]:
         """The options as ``onceproof.job`` arguments (a backend adds where the connector jars are)."""
@@ -142,7 +144,8 @@ class PipelineArgs:
                 "--trigger-ms", str(self.trigger_ms), "--max-offsets", str(self.max_offsets),
                 "--txn-timeout-ms", str(self.txn_timeout_ms), "--pool-size", str(self.pool_size),
                 "--master", self.master, "--workload", self.workload,
-                *(["--file-sink-path", str(self.file_sink)] if self.file_sink else [])]
+                *(["--file-sink-path", str(self.file_sink)] if self.file_sink else []),
+                *([] if self.input_contiguous else ["--no-input-contiguous"])]
 
 
 class Cluster(Protocol):

@@ -183,10 +183,12 @@ class TestConfig:
     workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
                                   "order per key) or counter (a running count and sum per key in Spark state, "
                                   "update mode)", check=_check_workload, example="counter")
-    producer: str = _opt(producers.DEFAULT, "how the workload writes its input: transactional (each ~200 ms of "
-                                            "sends in one Kafka transaction, so a client resend is never "
-                                            "visible) or idempotent (librdkafka's idempotent producer, to test "
-                                            "the client: its resends become platform findings)",
+    producer: str = _opt(producers.DEFAULT, "how the workload writes its input: at-most-once (each send tried "
+                                            "once: no client resend exists to become visible), transactional "
+                                            "(~200 ms of sends per Kafka transaction; the bundled pipeline then "
+                                            "runs without its completeness guard) or idempotent (librdkafka's "
+                                            "idempotent producer, to test the client: its resends become "
+                                            "platform findings)",
                          check=lambda v: None if v in producers.PRODUCERS else
                          f"unknown producer {v!r}; choose one of {', '.join(producers.PRODUCERS)}",
                          example="idempotent")

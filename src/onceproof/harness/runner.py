@@ -51,6 +51,7 @@ from onceproof.store.compact import compact
 from onceproof.store.history import HistoryWriter
 from onceproof.store.runfiles import RESULTS, TEST
 from onceproof.store.runs import RunDir
+from onceproof.workloads import producers
 from onceproof.workloads import registry as workloads
 from onceproof.workloads.base import Client
 
@@ -139,7 +140,8 @@ def _setup(r: _Run) -> None:
                             progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
                             max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
                             pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd(),
-                            workload=cfg.workload, file_sink=r.file_sink)
+                            workload=cfg.workload, file_sink=r.file_sink,
+                            input_contiguous=producers.client_class(cfg.producer).contiguous_input)
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
     td.push("driver stop", spark.stop)
     td.track(spark.kill_now)

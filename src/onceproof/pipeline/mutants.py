@@ -30,8 +30,22 @@ The flaws, and the protocol fact each one breaks:
   other partitions than the attempt that committed part of the batch: the marker skips rows never
   written and rewrites rows already written → ``lost`` and ``duplicate``. Targeted by a restart on a
   partly committed batch (``upgrade``, whose turns always land there).
-* ``short_txn_timeout`` (``eos-short-txn-timeout``): ``transaction.timeout.ms`` = 6,000 ms, below the
-  faults' holds (``kill-executor`` parks a task 15 s, ``commit-delay:txn-timeout`` past the timeout).
+* ``commit_error_ignored`` (``eos-commit-error-ignored``): an error from ``commit_transaction()`` is taken
+  for success, so the task returns and Spark writes ``commits/N`` for a batch whose transaction the
+  coordinator aborted at ``transaction.timeout.ms`` (the danger Flink's Kafka connector docs and
+  SPARK-28908 name: a transaction timed out after the engine counted the batch as written loses it)
+  → ``lost``. Targeted by ``commit-delay:txn-timeout``, which holds a task's open transaction past the
+  timeout.
+
+  It replaces ``eos-short-txn-timeout`` (``transaction.timeout.ms`` below the faults' holds), which no
+  checker can catch in this sink: each task begins, writes and commits its transaction itself, so a
+  timeout only aborts work whose task then fails and is retried. The mutant that would show the danger
+  directly is a two-phase sink (pre-commit on executors, commit when the driver's ``commit(batchId)``
+  runs), and librdkafka cannot build it: a transaction can only be committed by the producer instance
+  that began it (no resume by producer id and epoch, which Flink does through the Java client's
+  internals, and no KIP-939 two-phase commit), and nothing routes the driver's commit to the Python
+  worker that still holds that producer. The replacement breaks the same rule — never count a batch as
+  written unless its commit is known to have succeeded — where this sink can break it.
 * ``index_keyed`` (``eos-index-keyed``): the sink before issue 10's fix: marker and ``transactional.id``
   keyed by Spark's partition *index*. A restart that splits a replayed batch differently
   (``upgrade:min-partitions``) skips rows never committed and rewrites committed ones.
@@ -54,15 +68,12 @@ class Flaws:
     marker_equal: bool = False
     no_abort_on_start: bool = False
     nondeterministic: bool = False
-    short_txn_timeout: bool = False
+    commit_error_ignored: bool = False
     index_keyed: bool = False
 
     @property
     def any(self) -> bool:
         return any(getattr(self, f) for f in self.__dataclass_fields__)
-
-
-SHORT_TXN_TIMEOUT_MS = 6000  # eos-short-txn-timeout's transaction.timeout.ms (the sink's minimum)
 
 
 @dataclass(frozen=True)
@@ -94,9 +105,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "process", "none (liveness only)"),
     Mutant("eos-nondeterministic", "nondeterministic", "a batch is re-split across sink partitions at random",
            "upgrade", "lost"),
-    Mutant("eos-short-txn-timeout", "short_txn_timeout",
-           f"transaction.timeout.ms = {SHORT_TXN_TIMEOUT_MS} ms, below the faults' holds", "commit",
-           "none (a timed-out transaction is retried)"),
+    Mutant("eos-commit-error-ignored", "commit_error_ignored",
+           "a failed commit_transaction() taken for success: a transaction aborted at transaction.timeout.ms "
+           "counts as written", "commit", "lost"),
     Mutant("eos-index-keyed", "index_keyed", "marker and transactional.id keyed by Spark partition index "
            "(the sink before issue 10's fix)", "upgrade", "duplicate"),
 )}

@@ -27,7 +27,7 @@ def sink_config(job: JobContext) -> SinkConfig:
     flaws = mutants.flaws_of(job.sink.name)
     return SinkConfig(bootstrap=a.bootstrap, output_topic=a.output_topic, progress_topic=a.progress_topic,
                       sink_id=job.sink_id, flaws=flaws,
-                      txn_timeout_ms=mutants.SHORT_TXN_TIMEOUT_MS if flaws.short_txn_timeout else a.txn_timeout_ms,
+                      txn_timeout_ms=a.txn_timeout_ms,
                       log_path=a.sink_log, control_dir=a.control_dir, incarnation=job.incarnation)
 
 

@@ -5,7 +5,8 @@ generator and client, the pipeline's transform, the output decoder and ``oncepro
 Generator: a seeded stream of ``(key, seq)``; keys are ``k0``..``k<n-1>`` chosen uniformly, ``seq``
 counts per key from 0 with no gaps in what is *attempted*.
 
-Client: an idempotent producer, recreated when librdkafka reports a fatal error (an idempotent
+Client: an idempotent producer (``--producer idempotent``; the default client, :class:`AtMostOnceWorkload`,
+sends each record once without retries), recreated when librdkafka reports a fatal error (an idempotent
 producer's fatal error, e.g. an unrecoverable sequence gap, leaves it unable to send; librdkafka's
 INTRODUCTION.md, "Idempotent Producer"), so the workload never goes silent. The producer
 (``enable.idempotence=true``, ``acks=all``) writing Kafka key = the workload key, value = ``{"key", "seq",
@@ -25,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from confluent_kafka import KafkaError, Producer
 
@@ -120,10 +122,16 @@ class KeyedWorkload:
             self.history.append({"process": 0, "type": t, "f": "send", "key": key, "seq": seq,
                                  "error": err.str()})
 
+    contiguous_input: ClassVar[bool] = True
+    """Every input offset holds a record (no transaction markers): the pipeline's completeness guard
+    (``pipeline/completeness.py``) can count each batch's rows against its offset range."""
+    PRODUCER_CONFIG: ClassVar[dict] = {"enable.idempotence": True, "acks": "all"}
+    """librdkafka settings of this client's producer beyond the common ones."""
+
     def _producer(self) -> Producer:
         self.producers += 1
         self._fatal.clear()
-        return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+        return Producer({"bootstrap.servers": self.bootstrap, **self.PRODUCER_CONFIG,
                          "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
                          "partitioner": "murmur2_random", "error_cb": self._on_error,
                          "logger": logging.getLogger("onceproof.librdkafka.workload")})
@@ -184,6 +192,17 @@ class KeyedWorkload:
             self.stats.info += 1
             self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,
                                  "error": "no delivery report before close"})
+
+
+@dataclass
+class AtMostOnceWorkload(KeyedWorkload):
+    """The keyed workload's default client: each send tried once (``message.send.max.retries=0``, no
+    idempotence, ``acks=all``), so no client-side resend exists that could become visible twice
+    (librdkafka's idempotent producer can resend a possibly-persisted batch under a bumped epoch:
+    confluentinc/librdkafka#4953). A send that fails or times out is ``fail``/``info``; the input stays
+    contiguous (no transaction markers), so the pipeline's completeness guard keeps working."""
+
+    PRODUCER_CONFIG: ClassVar[dict] = {"enable.idempotence": False, "acks": "all", "message.send.max.retries": 0}
 
 
 def transform(src):

@@ -1,9 +1,12 @@
 """The workload clients by the producer they send with: what ``--producer`` chooses from.
 
-* ``transactional`` (the default): sends grouped into Kafka transactions, so a client-side resend is
-  never visible at read_committed (``workloads/transactional_client.py`` says why);
-* ``idempotent``: librdkafka's idempotent producer alone, to test the client itself: its resends show
-  up as platform findings (``input-duplicate``).
+* ``at-most-once`` (the default): each send tried once (``message.send.max.retries=0``), so no
+  client-side resend exists that could become visible twice, and the input stays contiguous;
+* ``transactional``: sends grouped into Kafka transactions, a resend under a bumped epoch aborted with
+  its transaction (``workloads/transactional_client.py``); the input then has transaction markers, so
+  the bundled pipeline runs without its completeness guard (``--no-input-contiguous``);
+* ``idempotent``: librdkafka's idempotent producer (retries under one producer id), to test the client
+  itself: its resends show up as platform findings (``input-duplicate``).
 
 Each entry names a :class:`~onceproof.workloads.keyed.KeyedWorkload` class as ``module:attribute``.
 """
@@ -13,10 +16,11 @@ from __future__ import annotations
 from onceproof.registry import Registry
 
 PRODUCERS: dict[str, str] = {
+    "at-most-once": "onceproof.workloads.keyed:AtMostOnceWorkload",
     "transactional": "onceproof.workloads.transactional_client:TransactionalWorkload",
     "idempotent": "onceproof.workloads.keyed:KeyedWorkload",
 }
-DEFAULT = "transactional"
+DEFAULT = "at-most-once"
 _REGISTRY = Registry("producer", PRODUCERS)
 names = _REGISTRY.names
 

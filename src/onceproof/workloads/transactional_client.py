@@ -28,6 +28,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -45,6 +46,8 @@ TXN_TIMEOUT_MS = 60000
 class TransactionalWorkload(KeyedWorkload):
     """:class:`~onceproof.workloads.keyed.KeyedWorkload` with every send inside a transaction (module
     docstring). ``txn_ms``: ms of sends per transaction."""
+
+    contiguous_input: ClassVar[bool] = False  # commit and abort markers take offsets of the input
 
     txn_ms: int = TXN_MS
     transactional_id: str = field(default_factory=lambda: f"onceproof-workload-{uuid.uuid4().hex[:12]}")
