@@ -158,3 +158,36 @@ def test_a_platform_only_invalid_with_unfinished_recovery_is_unknown():
     base = {**_base(**{"input-duplicate": 4}), "unknown_reasons": ["recovery did not finish"]}
     r = compose.combine(base, output=out)
     assert r["verdict"] == "unknown" and r["unknown_reasons"] == ["recovery did not finish"]
+
+
+def _kill_ops(*killed_at: float) -> pd.DataFrame:
+    rows = []
+    for i, k in enumerate(killed_at):
+        rows += [{"index": 2 * i, "type": "invoke", "f": "restart-mid-txn", "wall": k - 1},
+                 {"index": 2 * i + 1, "type": "info", "f": "restart-mid-txn", "wall": k + 60,
+                  "outcome": "effective", "target": "driver", "evidence": {"killed_at": k}}]
+    return pd.DataFrame(rows)
+
+
+def test_a_transaction_open_at_a_kill_that_outlives_the_next_query_start_is_a_leftover():
+    # partition 0 pinned at 100 from T0+20 to T0+120; the driver killed at T0+25, its successor started at T0+45
+    r = liveness.check(None, _samples(20, 120), _kill_ops(T0 + 25), Bounds(), driver_starts=[T0, T0 + 45])
+    assert r["counts"]["leftover-transaction"] == 1
+    (ex,) = r["anomalies"]["leftover-transaction"]
+    assert ex["partition"] == 0 and ex["pinned_after_start_s"] == 75 and ex["query_started_at"] == T0 + 45
+
+
+@pytest.mark.parametrize("pin,kill,starts,why", [
+    ((20, 47), T0 + 25, [T0, T0 + 45], "settled 2 s after the start: within the 5 s bound"),
+    ((30, 120), T0 + 25, [T0, T0 + 45], "the pin began after the kill: a new incarnation's transaction"),
+    ((20, 120), T0 + 25, [T0], "no query started after the kill"),
+])
+def test_a_leftover_settled_at_start_or_not_from_the_dead_driver_is_no_anomaly(pin, kill, starts, why):
+    r = liveness.check(None, _samples(*pin), _kill_ops(kill), Bounds(), driver_starts=starts)
+    assert r["counts"]["leftover-transaction"] == 0, why
+
+
+def test_a_pipeline_that_announces_no_starts_is_not_judged_for_leftovers():
+    r = liveness.check(None, _samples(20, 120), _kill_ops(T0 + 25), Bounds(), driver_starts=None)
+    assert r["counts"]["leftover-transaction"] == 0
+    assert any(w.startswith("leftover-transaction") for w in r["stats"]["not_judged"])

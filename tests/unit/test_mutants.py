@@ -138,8 +138,8 @@ def test_a_user_pipeline_is_certified_under_its_own_label_with_packages_narrowed
         TestConfig(pipeline_cmd=JOB, nemesis=suite.cell_specs(c), time_limit=c.time_limit).validate()
     dropped = suite.left_out(cells)
     assert {(d["package"], d["spec"]) for d in dropped} == {
-        ("process", "zombie-task:precommit"), ("process", "zombie-task:preinit"), ("commit", "commit-delay:precommit"),
-        ("commit", "commit-delay:notify"), ("commit", "commit-delay:txn-timeout")}
+        ("process", "zombie-task:precommit"), ("process", "zombie-task:preinit"), ("process", "restart-mid-txn"),
+        ("commit", "commit-delay:precommit"), ("commit", "commit-delay:notify"), ("commit", "commit-delay:txn-timeout")}
     assert all(d["sut"] == "user:orders_job" and d["why"].startswith("needs ") for d in dropped)
     assert suite.user_label("{python} -m my.job") == "user:job"
 
@@ -149,7 +149,8 @@ def test_bundled_sinks_narrowing_is_listed_too_and_the_full_sink_drops_nothing()
                              test_count=1, time_limit=30)
     dropped = suite.left_out(cells)
     assert {(d["sut"], d["spec"]) for d in dropped} == {("at-least-once", "zombie-task:precommit"),
-                                                         ("at-least-once", "zombie-task:preinit")}
+                                                         ("at-least-once", "zombie-task:preinit"),
+                                                         ("at-least-once", "restart-mid-txn")}
 
 
 def test_a_user_pipeline_with_no_fault_it_can_take_is_refused(monkeypatch):

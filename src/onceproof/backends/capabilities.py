@@ -27,6 +27,7 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "partition:*": (NetworkFaults,),
     "slow-network:*": (NetworkFaults,),
     "zombie-task:*": (ExecutorFaults, TaskKill),  # its executor killed, then the task that outlived it
+    "restart-mid-txn": (),  # SparkApp.kill_driver (core) and the pipeline's hooks
     "upgrade:*": (Runtimes,),  # upgrade:pyspark restarts the driver on another PySpark
 }
 

@@ -13,6 +13,13 @@ Anomalies (each makes the run ``invalid``):
   own timeout aborts an open transaction within ``transaction.timeout.ms`` plus
   ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default), so a correct
   pipeline's LSO never stays pinned that long.
+* ``leftover-transaction`` – a transaction open when the driver was killed still held an output
+  partition's LSO more than ``leftover_s`` seconds after the next driver's query had started: the
+  restarted pipeline did not settle what its dead predecessor left open (Flink's abort-on-restore), so
+  read_committed readers stall until a replayed task or ``transaction.timeout.ms`` ends it. Judged from
+  the LSO samples, the kills' times (``killed_at`` in the nemesis ops' evidence) and the query starts
+  the pipeline announces (``control/driver.apps.jsonl``, the bundled job's; a ``--pipeline-cmd`` job
+  announces none and is not judged).
 * ``late-visibility`` – an input record became visible at read_committed more than ``visibility_s``
   seconds after it was appended to the input (``seen_ms - in_ts`` of the during-faults reader).
 
@@ -35,7 +42,7 @@ import pandas as pd
 
 from onceproof.checkers import nearby, transactions
 
-ANOMALIES = ("no-recovery", "hanging-transaction", "late-visibility")
+ANOMALIES = ("no-recovery", "hanging-transaction", "leftover-transaction", "late-visibility")
 MAX_EXAMPLES = 10
 DEFAULT_USER_TXN_TIMEOUT_MS = 60000
 """A ``--pipeline-cmd`` job's ``transaction.timeout.ms`` when not told: the Kafka producer's default
@@ -50,6 +57,7 @@ class Bounds:
     visibility_s: float = 180.0
     hang_margin_s: float = 30.0
     txn_timeout_ms: int = 30000
+    leftover_s: float = 5.0
 
     @property
     def hang_s(self) -> float:
@@ -68,19 +76,20 @@ class Bounds:
                    visibility_s=float(config.get("visibility_bound") or d.visibility_s),
                    hang_margin_s=float(config.get("hang_margin") if config.get("hang_margin") is not None
                                        else d.hang_margin_s),
-                   txn_timeout_ms=timeout)
+                   txn_timeout_ms=timeout, leftover_s=float(config.get("leftover_bound") or d.leftover_s))
 
 
 def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataFrame | None,
-          bounds: Bounds = Bounds()) -> dict:
-    """Judge liveness. Returns ``{"counts": {anomaly: n}, "anomalies": {anomaly: [examples]}, "stats":
-    {"judged", "not_judged", "bounds", "recoveries", "last_heal_recovery_s", "lso_pin_max_s",
+          bounds: Bounds = Bounds(), driver_starts: list[float] | None = None) -> dict:
+    """Judge liveness. ``driver_starts``: epoch s at which each driver's query started (``None``: the
+    pipeline does not say). Returns ``{"counts": {anomaly: n}, "anomalies": {anomaly: [examples]},
+    "stats": {"judged", "not_judged", "bounds", "recoveries", "last_heal_recovery_s", "lso_pin_max_s",
     "lso_samples"}}`` (see the module docstring)."""
     counts = {a: 0 for a in ANOMALIES}
     anomalies: dict[str, list] = {a: [] for a in ANOMALIES}
     stats: dict = {"judged": False, "not_judged": [], "bounds": {
         "recovery_s": bounds.recovery_s, "visibility_s": bounds.visibility_s, "hang_s": bounds.hang_s,
-        "txn_timeout_ms": bounds.txn_timeout_ms}}
+        "txn_timeout_ms": bounds.txn_timeout_ms, "leftover_s": bounds.leftover_s}}
     windows = nearby.fault_windows(nemesis)
     seen = _first_sightings(live)
     if seen is None:
@@ -90,7 +99,41 @@ def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataF
         _recovery(seen, windows, _heals(nemesis), bounds, counts, anomalies, stats)
         _visibility(seen, bounds, counts, anomalies)
     _pins(lso, windows, bounds, counts, anomalies, stats)
+    _leftovers(lso, _kills(nemesis), driver_starts, bounds, counts, anomalies, stats)
     return {"counts": counts, "anomalies": anomalies, "stats": stats}
+
+
+def _kills(nemesis: pd.DataFrame | None) -> list[float]:
+    """Epoch s of every driver kill the nemesis ops record (``killed_at`` in an op's evidence)."""
+    if nemesis is None or nemesis.empty or "evidence" not in nemesis:
+        return []
+    return sorted(float(e["killed_at"]) for e in nemesis["evidence"]
+                  if isinstance(e, dict) and isinstance(e.get("killed_at"), (int, float)))
+
+
+def _leftovers(lso: pd.DataFrame | None, kills: list[float], starts: list[float] | None, bounds: Bounds,
+               counts: dict, anomalies: dict, stats: dict) -> None:
+    if not kills:
+        return
+    if not starts:
+        stats["not_judged"].append("leftover-transaction: the pipeline announces no query starts "
+                                   "(a --pipeline-cmd job)")
+        return
+    if lso is None or lso.empty:
+        return
+    starts = sorted(starts)
+    found = []
+    for p, g in lso.sort_values(["partition", "t_ms"], kind="stable").groupby("partition", sort=True):
+        for t0, t1, at, _hw in pin_runs(g["t_ms"].to_numpy(), g["lso"].to_numpy(), g["hw"].to_numpy()):
+            k = next((k for k in kills if t0 <= k * 1000 <= t1), None)
+            r = None if k is None else next((x for x in starts if x > k), None)
+            if r is not None and t1 - r * 1000 > bounds.leftover_s * 1000:
+                found.append({"partition": int(p), "lso": int(at), "pinned_from_ms": int(t0), "to_ms": int(t1),
+                              "killed_at": k, "query_started_at": r,
+                              "pinned_after_start_s": round((t1 - r * 1000) / 1000, 3),
+                              "bound_s": bounds.leftover_s})
+    counts["leftover-transaction"] = len(found)
+    anomalies["leftover-transaction"] = sorted(found, key=lambda x: -x["pinned_after_start_s"])[:MAX_EXAMPLES]
 
 
 def _first_sightings(live: pd.DataFrame | None) -> pd.DataFrame | None:

@@ -277,19 +277,22 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                live: pd.DataFrame | None = None, lso: dict | None = None, hw: dict | None = None,
                nemesis: pd.DataFrame | None = None, workload: str = "keyed",
                aborted_hidden: int | None = None, lso_samples: pd.DataFrame | None = None,
-               bounds: liveness.Bounds = liveness.Bounds(), strict: bool = False) -> dict:
+               bounds: liveness.Bounds = liveness.Bounds(), strict: bool = False,
+               driver_starts: list[float] | None = None) -> dict:
     """Every checker on already-read frames; the one place the composition is decided: the workload's
     checker (``workloads/registry.py``), then the transaction checks (``checkers/compose.py``), then the
     faults near each anomaly. ``aborted_hidden``: ``transactions.hidden_aborted`` already counted (the
     uncommitted frame dropped), instead of ``uncommitted``. ``lso_samples`` and ``bounds``: the output's
     LSO/HW samples and the bounds the liveness checker (``checkers/liveness.py``) judges them by.
-    ``strict``: the input log's anomalies (platform findings, ``checkers/platform.py``) count in the verdict."""
+    ``strict``: the input log's anomalies (platform findings, ``checkers/platform.py``) count in the verdict.
+    ``driver_starts``: epoch s of each driver's query start, for the leftover-transaction check."""
     base = workloads.get(workload).check(hist, inp, out, rec)
     base["workload"] = workload
     release_freed_memory()  # the checker's per-record tables, before the next checks allocate theirs
     result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso,
                              hw=hw, aborted_hidden=aborted_hidden,
-                             live_check=liveness.check(live, lso_samples, nemesis, bounds), strict=strict)
+                             live_check=liveness.check(live, lso_samples, nemesis, bounds, driver_starts),
+                             strict=strict)
     return nearby.attach(result, out, inp, nemesis)
 
 
@@ -411,7 +414,8 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), aborted_hidden=hidden, live=live,
                         lso=lso, hw=hw, nemesis=nem, workload=workload, lso_samples=lso_samples,
                         bounds=_bounds(run_dir),
-                        strict=bool(_config(run_dir).get("strict")) if strict is None else strict)
+                        strict=bool(_config(run_dir).get("strict")) if strict is None else strict,
+                        driver_starts=readers.read_driver_starts(run_dir) if run_dir else None)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
     view.record(result)
     return _judge_inputs(result, run_dir, problems, hist, inp, invoked, moved)
@@ -507,7 +511,8 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
                         aborted_hidden=hidden, live=_read(readers.read_live, run_dir, advice=damaged), lso=lso, hw=hw,
                         nemesis=nem, workload=str(config.get("workload") or "keyed"),
                         lso_samples=_read(readers.read_lso, run_dir, advice=damaged),
-                        bounds=liveness.Bounds.of(config), strict=bool(config.get("strict")))
+                        bounds=liveness.Bounds.of(config), strict=bool(config.get("strict")),
+                        driver_starts=readers.read_driver_starts(run_dir))
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     if view is not None:
         view.committed = view.uncommitted = None

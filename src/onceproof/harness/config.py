@@ -229,6 +229,9 @@ class TestConfig:
     visibility_bound: float = _opt(180.0, "liveness: seconds from an input record's append to its output "
                                           "being visible at read_committed (else late-visibility)",
                                    lo=0, lo_open=True, example=90.0)
+    leftover_bound: float = _opt(5.0, "liveness: seconds a transaction open at a driver kill may still hold an "
+                                      "output partition's LSO after the next driver's query started (else "
+                                      "leftover-transaction)", lo=0, example=10.0)
     hang_margin: float = _opt(30.0, "liveness: an output partition's LSO held below its high watermark, "
                                     "outside fault windows, longer than transaction.timeout.ms plus this "
                                     "many seconds is a hanging-transaction", lo=0, example=10.0)

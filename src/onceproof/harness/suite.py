@@ -38,6 +38,7 @@ from rich.table import Table
 from onceproof.backends import registry
 from onceproof.backends.user_pipeline import PipelineCommand
 from onceproof.nemesis import catalog, packages, schedule
+from onceproof.pipeline import mutants
 from onceproof.report import certificate
 from onceproof.sinks import registry as sinks
 from onceproof.sinks.base import CAPABILITIES
@@ -221,7 +222,7 @@ def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
     """The ``onceproof run`` argv of ``cell`` (as this Python runs it), results under ``runs_dir``;
     ``extra``: the user's further ``run`` options, passed as they are."""
     sut = ["--pipeline-cmd", cell.pipeline_cmd] if cell.pipeline_cmd else \
-        ["--sink", cell.sink, "--workload", cell.workload]
+        ["--sink", cell.sink, "--workload", cell.workload, *mutants.run_args(cell.sink)]
     return run_argv([*sut, "--nemesis", ",".join(cell_specs(cell)), "--seed", str(cell.seed),
                      "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
                      "--results", str(runs_dir), *extra])

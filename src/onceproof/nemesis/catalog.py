@@ -12,6 +12,7 @@ from onceproof.nemesis.fault import Fault
 from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.kill_executor import KillExecutor
 from onceproof.nemesis.network import Partition, SlowNetwork
+from onceproof.nemesis.restart_mid_txn import RestartMidTxn
 from onceproof.nemesis.upgrade import Upgrade
 from onceproof.nemesis.zombie import ZombieTask
 
@@ -26,6 +27,7 @@ FAULTS = {
     SlowNetwork.name: SlowNetwork,
     ZombieTask.name: ZombieTask,
     Upgrade.name: Upgrade,
+    RestartMidTxn.name: RestartMidTxn,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiproxy
@@ -33,7 +35,7 @@ NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiprox
 # costs a parked task plus an executor or driver restart per turn. They run when named, or in their
 # test-all package (nemesis/packages.py); ``all`` stays the general faults, so that its runs keep their
 # length (and make test its budget).
-TARGETED = {ZombieTask.name, Upgrade.name}
+TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:

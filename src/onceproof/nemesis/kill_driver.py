@@ -1,6 +1,7 @@
 """``kill-driver``: SIGKILL the driver's whole process group at a random moment (the supervisor restarts
-it from the checkpoint). Evidence: pid, the batch Spark had logged in ``offsets/`` but not yet in
-``commits/`` at the kill (an in-flight batch that must be replayed), and that the pid is gone."""
+it from the checkpoint). Evidence: pid, ``killed_at`` (epoch s), the batch Spark had logged in
+``offsets/`` but not yet in ``commits/`` at the kill (an in-flight batch that must be replayed), and that
+the pid is gone."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ class KillDriver:
         if pid is None:
             return Outcome(SKIPPED, "driver", {"reason": "no driver running"})
         off, com = checkpoint.latest_offset_batch(ctx.checkpoint), checkpoint.latest_commit(ctx.checkpoint)
+        killed_at = time.time()
         gone = ctx.spark.kill_driver(pid)
-        ev = {"pid": pid, "latest_offsets": off, "latest_commit": com,
+        ev = {"pid": pid, "killed_at": killed_at, "latest_offsets": off, "latest_commit": com,
               "in_flight_batch": off if off is not None and off != com else None,
               "driver_gone": gone}
         return Outcome(EFFECTIVE if ev["driver_gone"] else NOT_EFFECTIVE, "driver", ev)

@@ -1,7 +1,8 @@
 """Named fault packages (Jepsen's ``--nemesis`` packages for ``test-all``): each names the faults aimed
 at one class of failure, so a suite reads "eos × network" rather than a list of specs.
 
-* ``process`` – executor, driver and broker kills, and zombie tasks (a task that outlives its executor);
+* ``process`` – executor, driver and broker kills, zombie tasks (a task that outlives its executor) and a
+  driver killed mid-transaction whose restart is slow to reach that partition (``restart-mid-txn``);
 * ``pause`` – brokers paused (SIGSTOP) and resumed;
 * ``network`` – partitions and slow links (toxiproxy);
 * ``commit`` – the commit window and every commit-delay target;
@@ -15,7 +16,8 @@ Pure data over ``nemesis/catalog.py``'s names.
 from __future__ import annotations
 
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "process": ("kill-executor", "kill-driver", "kill-broker", "zombie-task:precommit", "zombie-task:preinit"),
+    "process": ("kill-executor", "kill-driver", "kill-broker", "zombie-task:precommit", "zombie-task:preinit",
+                "restart-mid-txn"),
     "pause": ("pause-broker",),
     "network": ("partition", "slow-network"),
     "commit": ("kill-driver-in-commit-window", "commit-delay:precommit", "commit-delay:notify",

@@ -215,7 +215,8 @@ def zombie_point(control_dir: str, stage: str, where: dict, rows, log, max_wait_
     (PySpark's daemon SIGHUPs its workers when their executor dies), records its pid in
     ``zombie.pids``, logs (``log(stage=, **where)``: a ``zombie`` event) and waits until
     ``zombie.release`` exists (≤ ``max_wait_s`` s, so it never outlives the run for long; the fault's
-    heal also SIGKILLs it). Then it goes on with the rest of the task's protocol: a real task attempt
+    heal also SIGKILLs it). Then, its signal dispositions restored, it goes on with the rest of the task's
+    protocol: a real task attempt
     that Spark has given up on, still talking to Kafka — what a task on an executor cut off from the
     driver (a GC pause, a partition) does. Returns ``rows`` (a list when the task turned zombie).
     """
@@ -236,8 +237,7 @@ def zombie_point(control_dir: str, stage: str, where: dict, rows, log, max_wait_
         return rows  # another task claimed it
     if rows is not None:
         rows = list(rows)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGHUP, signal.SIGTERM)}
     with open(d / ZOMBIE_PIDS, "a") as f:
         f.write(f"{os.getpid()}\n")
     log(stage=stage, zombie_pid=os.getpid(), **where)
@@ -245,6 +245,8 @@ def zombie_point(control_dir: str, stage: str, where: dict, rows, log, max_wait_
     while not (d / ZOMBIE_RELEASE).exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     log(stage=f"{stage}-released", zombie_pid=os.getpid(), **where)
+    for sig, handler in before.items():  # an ordinary worker again: its executor's end ends it
+        signal.signal(sig, handler)
     return rows
 
 

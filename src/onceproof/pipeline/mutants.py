@@ -23,8 +23,12 @@ The flaws, and the protocol fact each one breaks:
   again → ``duplicate``. Targeted by ``zombie-task:preinit``.
 * ``no_abort_on_start`` (``eos-no-abort-on-start``): the query does not settle the id pool at start
   (Flink's abort-on-restore). Every task's own ``init_transactions()`` still aborts its id's leftover
-  at the first batch, so the flaw only delays the output's LSO (a liveness cost): see the closing note
-  of issue 10 for why no end-state checker can catch it and the fault that would.
+  when it runs, so no record is duplicated or lost: the flaw is a liveness one. A transaction open at a
+  driver kill pins the output's LSO until the replay's task of that partition runs, which
+  ``restart-mid-txn`` holds back → ``leftover-transaction`` (``checkers/liveness.py``). Its cells run
+  with ``transaction.timeout.ms`` = 120 s (:attr:`Mutant.run_args`; Flink's Kafka sink docs recommend
+  far more): with the default 30 s the coordinator itself may abort the leftover about when the
+  restarted query starts (a restart takes ~20 s on 2 cores), hiding the flaw.
 * ``nondeterministic`` (``eos-nondeterministic``): the batch is re-split across sink partitions at
   random (``repartition`` by ``rand()``) before writing, so a replay or a retried stage puts rows in
   other partitions than the attempt that committed part of the batch: the marker skips rows never
@@ -86,6 +90,8 @@ class Mutant:
     summary: str
     package: str
     anomaly: str
+    run_args: tuple[str, ...] = ()
+    """Further ``onceproof run`` options of this mutant's test-all cells (the conditions its flaw shows in)."""
 
     @property
     def flaws(self) -> Flaws:
@@ -102,7 +108,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("eos-marker-equal", "marker_equal", "skips a batch only when marker == batchId, not ≥",
            "process", "duplicate"),
     Mutant("eos-no-abort-on-start", "no_abort_on_start", "a dead run's open transactions are not aborted at start",
-           "process", "none (liveness only)"),
+           "process", "leftover-transaction", ("--txn-timeout-ms", "120000")),
     Mutant("eos-nondeterministic", "nondeterministic", "a batch is re-split across sink partitions at random",
            "upgrade", "lost"),
     Mutant("eos-commit-error-ignored", "commit_error_ignored",
@@ -111,6 +117,12 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("eos-index-keyed", "index_keyed", "marker and transactional.id keyed by Spark partition index "
            "(the sink before issue 10's fix)", "upgrade", "duplicate"),
 )}
+
+
+def run_args(sink: str) -> tuple[str, ...]:
+    """The further ``onceproof run`` options of sink ``sink``'s test-all cells (a mutant's; ``()`` else)."""
+    m = MUTANTS.get(sink)
+    return m.run_args if m else ()
 
 
 def flaws_of(sink: str) -> Flaws:

@@ -341,6 +341,18 @@ def read_live(run_dir: Path) -> pd.DataFrame | None:
     return _parquet(RunFiles(run_dir).live)
 
 
+DRIVER_APPS = "driver.apps.jsonl"  # in control/: one line per driver query start (pipeline/hooks.py APPS)
+
+
+def read_driver_starts(run_dir: Path) -> list[float] | None:
+    """Epoch s at which each driver incarnation's query started (``control/driver.apps.jsonl``, written by
+    the bundled job's ``ControlDir.mark_ready``), ``None`` when the pipeline wrote none (a ``--pipeline-cmd``
+    job). Torn lines are skipped; never raises for bad lines."""
+    rows = _json_lines(RunFiles(run_dir).control / DRIVER_APPS, [], torn_anywhere=True)
+    starts = [float(r["time"]) for r in rows if isinstance(r.get("time"), (int, float))]
+    return starts or None
+
+
 def read_lso(run_dir: Path) -> pd.DataFrame | None:
     """``lso.parquet``: the output's LSO and high watermark sampled through the run (``t_ms`` epoch ms,
     ``partition``, ``lso``, ``hw``; ``clients/lso_sampler.py``); ``None`` for a run stored without it.
