@@ -4,8 +4,9 @@ with the anomaly the flaw produces, and the fault's evidence must show why; and 
 the sink keyed by Spark partition index (``eos-index-keyed``, the sink before the fix) is ``invalid``
 after a restart that splits a partly committed batch differently.
 
-``make test`` catches three mutants: ``eos-no-marker`` in ``tests/test_pytest_plugin.py``, Spark's
-``at-least-once`` sink in ``tests/test_docker_backend.py``, ``eos-index-keyed`` here; the other mutants
+``make test`` catches four mutants: ``eos-no-marker`` in ``tests/test_pytest_plugin.py``, Spark's
+``at-least-once`` sink in ``tests/test_docker_backend.py``, ``eos-index-keyed`` and (a liveness anomaly)
+``eos-no-abort-on-start`` here; the other mutants
 (``eos-no-fencing`` under ``zombie-task:precommit``, ``eos-marker-first`` under ``kill-executor``, ...) are
 caught by ``make certify``'s ``test-all --mutants``, to keep ``make test`` under its 35 minutes. About
 3 minutes on 2 cores.
@@ -22,9 +23,10 @@ from tests.conftest import load_run, our_processes, run_cli
 pytestmark = pytest.mark.cluster
 
 
-def _run(results_root, sink: str, fault: str, time_limit: int = 15, expect: int = 1) -> tuple[dict, dict]:
+def _run(results_root, sink: str, fault: str, time_limit: int = 15, expect: int = 1,
+         extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
     p = run_cli(["run", "--sink", sink, "--nemesis", fault, "--time-limit", str(time_limit), "--seed", "1",
-                 "--results", str(results_root)], timeout=600)
+                 "--results", str(results_root), *extra], timeout=600)
     assert p.returncode != 254, p.stderr  # a usage error: nothing ran
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == expect, (result.get("verdict"), p.stdout[-3000:], p.stderr[-3000:])
@@ -69,3 +71,23 @@ def test_upgrade_fix_the_eos_sink_stays_valid_under_the_same_restart(results_roo
     assert ev["committed_before_kill"] and ev["restarted_with"]["min_partitions"] == 12, ev
     assert {int(p) for p, what in ev["replay"].items() if what == "skip"} >= set(ev["committed_before_kill"]), ev
     assert result["verdict"] == "valid" and all(n == 0 for n in result["counts"].values()), result["counts"]
+
+
+@pytest.mark.timeout(700)
+@pytest.mark.parametrize("sink,expect", [("eos-no-abort-on-start", 1), ("eos", 0)])
+def test_liveness_a_leftover_transaction_is_caught_only_without_abort_on_start(results_root, sink, expect):
+    """``restart-mid-txn``: the driver killed while a task holds an open transaction, the restarted query's
+    task of that partition held 30 s. The sink that settles leftovers at start (``eos``) frees the output
+    at once and is valid; the mutant that leaves it to the replayed task keeps the LSO pinned for the hold:
+    invalid with ``leftover-transaction`` and nothing else (no record is lost or duplicated)."""
+    result, ev = _run(results_root, sink, "restart-mid-txn", time_limit=20, expect=expect,
+                      extra=("--txn-timeout-ms", "120000"))
+    assert ev["held_s"] >= 27 and ev["outcome"], ev
+    bad = {a: n for a, n in result["counts"].items() if n}
+    if sink == "eos":
+        assert ev["settled_at_start"] and not bad and result["verdict"] == "valid", (ev, bad)
+        return
+    assert not ev["settled_at_start"], ev
+    assert set(bad) == {"leftover-transaction"}, bad
+    ex = result["anomalies"]["leftover-transaction"][0]
+    assert ex["pinned_after_start_s"] > 5 and ex["killed_at"] == pytest.approx(ev["killed_at"]), ex
