@@ -89,6 +89,16 @@ def sink_events(run_dir: Path, since: float) -> list[dict]:
     return [e for e in read_sink(run_dir, problems=[]) if e.get("time", 0) >= since]
 
 
+def wait_sink_event(ctx: NemesisContext, since: float, match, wait_s: float) -> dict | None:
+    """The first ``sink.jsonl`` event since ``since`` (epoch s) for which ``match(event)`` is true, polled
+    every 0.2 s for up to ``wait_s`` seconds; ``None`` when none came or the run is stopping."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        e = next((e for e in sink_events(ctx.control.parent, since) if match(e)), None)
+        if e is not None or time.monotonic() >= deadline or ctx.stop.wait(0.2):
+            return e
+
+
 def park_task(ctx: NemesisContext, partition: int, ms: int, wait_s: float) -> dict | None:
     """Park the next sink task of sink partition ``partition`` in the pre-commit hook for up to ``ms``
     ms (``<control>/precommit-hold-ms`` = ``{"ms", "partition"}``, ``onceproof.pipeline.hooks.precommit_delay``)

@@ -38,6 +38,7 @@ from onceproof.nemesis.fault import (
     hold,
     park_task,
     sink_events,
+    wait_sink_event,
 )
 from onceproof.pipeline import hooks
 from onceproof.sinks.base import PRECOMMIT_HOOK, TRANSACTIONS
@@ -86,7 +87,7 @@ class RestartMidTxn:
             self.heal(ctx)
             return Outcome(NOT_EFFECTIVE, target, {**ev, "reason": "the driver could not be killed"})
         inc = held.get("incarnation")
-        claim = self._wait(ctx, ev["killed_at"], lambda e: e["event"] == "zombie" and e.get("stage") == "preinit"
+        claim = wait_sink_event(ctx, ev["killed_at"], lambda e: e["event"] == "zombie" and e.get("stage") == "preinit"
                            and e.get("partition") == part and e.get("incarnation") != inc, RESTART_WAIT_S)
         if claim is None:
             self.heal(ctx)
@@ -99,19 +100,11 @@ class RestartMidTxn:
         ev["settled_at_start"] = any(e["event"] == "fence-on-start" and e.get("partition") == part for e in fences)
         released = time.time()
         self._release(ctx, claim.get("zombie_pid"))
-        out = self._wait(ctx, released, lambda e: e.get("partition") == part and e["event"] in ("commit", "skip")
+        out = wait_sink_event(ctx, released, lambda e: e.get("partition") == part and e["event"] in ("commit", "skip")
                          and e.get("incarnation") == claim.get("incarnation"), 60.0)
         ev["outcome"] = out and {k: out.get(k) for k in ("event", "batch", "marker", "records")}
         exercised = ev["held_s"] >= 0.9 * self.hold_s
         return Outcome(EFFECTIVE, target, ev, exercised=exercised)
-
-    @staticmethod
-    def _wait(ctx: NemesisContext, since: float, match, wait_s: float) -> dict | None:
-        deadline = time.monotonic() + wait_s
-        while True:
-            e = next((e for e in sink_events(ctx.control.parent, since) if match(e)), None)
-            if e is not None or time.monotonic() >= deadline or ctx.stop.wait(0.2):
-                return e
 
     @staticmethod
     def _release(ctx: NemesisContext, pid=None) -> None:

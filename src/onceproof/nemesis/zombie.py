@@ -32,7 +32,7 @@ import json
 import random
 import time
 
-from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, sink_events
+from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, wait_sink_event
 from onceproof.pipeline import hooks
 from onceproof.sinks.base import PRECOMMIT_HOOK, TRANSACTIONS
 
@@ -58,13 +58,6 @@ class ZombieTask:
             raise ValueError(f"unknown zombie-task target {target!r}; choose from {', '.join(hooks.ZOMBIE_STAGES)}")
         self.target, self.wait_for_task_s, self.retry_wait_s = target, wait_for_task_s, retry_wait_s
 
-    def _wait_event(self, ctx: NemesisContext, since: float, match, wait_s: float) -> dict | None:
-        deadline = time.monotonic() + wait_s
-        while True:
-            e = next((e for e in sink_events(ctx.control.parent, since) if match(e)), None)
-            if e is not None or time.monotonic() >= deadline or ctx.stop.wait(0.2):
-                return e
-
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         stage = self.target or rng.choice(list(hooks.ZOMBIE_STAGES))
         part = rng.randrange(max(1, len(ctx.sink_ids)))
@@ -74,7 +67,7 @@ class ZombieTask:
         tmp = spec.with_name(spec.name + ".tmp")
         tmp.write_text(json.dumps({"partition": part}))
         tmp.replace(spec)
-        z = self._wait_event(ctx, t0, lambda e: e["event"] == "zombie" and e.get("stage") == stage
+        z = wait_sink_event(ctx, t0, lambda e: e["event"] == "zombie" and e.get("stage") == stage
                              and e.get("partition") == part, self.wait_for_task_s)
         if z is None:
             spec.unlink(missing_ok=True)
@@ -93,18 +86,18 @@ class ZombieTask:
         if why:
             self._release(ctx)
             return Outcome(NOT_EFFECTIVE, f"executor {victim.id}", {**ev, "reason": why})
-        retry = self._wait_event(ctx, z["time"], lambda e: e["event"] in ("commit", "skip")
+        retry = wait_sink_event(ctx, z["time"], lambda e: e["event"] in ("commit", "skip")
                                  and (e.get("batch"), e.get("partition")) == key and e.get("pid") != z["zombie_pid"],
                                  self.retry_wait_s)
         ev["retried_by"] = retry and {k: retry.get(k) for k in ("event", "attempt", "incarnation", "pid", "txn_id")}
         if stage == "preinit" and retry is not None:
-            later = self._wait_event(ctx, retry["time"], lambda e: e["event"] in ("commit", "skip")
+            later = wait_sink_event(ctx, retry["time"], lambda e: e["event"] in ("commit", "skip")
                                      and e.get("partition") == part and e.get("batch", -1) > z["batch"],
                                      self.retry_wait_s)
             ev["later_batch"] = later and later.get("batch")
         released_at = time.time()
         self._release(ctx)
-        out = self._wait_event(ctx, released_at, lambda e: e.get("pid") == z["zombie_pid"] and e["event"] in _OUTCOMES
+        out = wait_sink_event(ctx, released_at, lambda e: e.get("pid") == z["zombie_pid"] and e["event"] in _OUTCOMES
                                and e.get("batch") == z["batch"], 60.0)
         ev["zombie_outcome"] = out and {k: out.get(k) for k in ("event", "error_code", "kind", "stage", "marker",
                                                                   "records")}
