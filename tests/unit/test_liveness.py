@@ -76,31 +76,42 @@ def test_a_pin_under_the_bound_or_inside_a_fault_is_no_anomaly(pin, windows, why
     assert r["stats"]["lso_pin_max_s"][0] == pin[1] - pin[0]
 
 
-def test_recovery_after_each_fault_is_measured_and_a_quick_one_is_no_anomaly():
+def test_recovery_after_each_fault_is_the_catch_up_and_a_quick_one_is_no_anomaly():
     in_s = T0 + np.arange(0, 200, 0.5)
-    delay = np.where((in_s > T0 + 50) & (in_s < T0 + 68), T0 + 68 - in_s, 2.0)  # nothing seen until T0+68
-    r = liveness.check(_live(in_s, delay), None, _nemesis(("kill-driver", T0 + 50, T0 + 60)), Bounds())
+    # input appended between T0+50 and T0+68 is seen only at T0+68 (the fault healed at T0+60)
+    delay = np.where((in_s > T0 + 50) & (in_s < T0 + 68), T0 + 68 - in_s, 2.0)
+    r = liveness.check(_live(in_s, delay), None, _nemesis(("kill-driver", T0 + 50, T0 + 60)), Bounds(),
+                       input_ms=in_s * 1000)
     assert r["counts"]["no-recovery"] == 0 and r["stats"]["judged"]
     (rec,) = r["stats"]["recoveries"]
     assert rec["f"] == "kill-driver" and rec["recovery_s"] == pytest.approx(8.0, abs=0.01)
     assert r["stats"]["last_heal_recovery_s"] == pytest.approx(8.0, abs=0.01)
 
 
-def test_no_output_of_later_input_within_the_bound_is_no_recovery():
+def test_input_from_before_the_last_heal_still_unseen_past_the_bound_is_no_recovery():
     in_s = T0 + np.arange(0, 300, 1.0)
     live = _live(in_s, 1.0)
-    live = live[live["in_ts"] < (T0 + 100) * 1000]  # nothing appended after T0+100 is ever seen ...
-    late = _live(np.array([T0 + 99.0]), 200.0).assign(partition=1)
-    live = pd.concat([live, late])  # ... and the reader ran until T0+299
-    r = liveness.check(live, None, _nemesis(("partition", T0 + 90, T0 + 100)), Bounds(recovery_s=120))
+    live = live[(live["in_ts"] < (T0 + 90) * 1000) | (live["in_ts"] >= (T0 + 100) * 1000)]  # T0+90..99 never seen
+    r = liveness.check(live, None, _nemesis(("partition", T0 + 90, T0 + 100)), Bounds(recovery_s=120),
+                       input_ms=in_s * 1000)
     assert r["counts"]["no-recovery"] == 1
     (ex,) = r["anomalies"]["no-recovery"]
-    assert ex["recovery_s"] is None and ex["healed_s"] == T0 + 100
+    assert ex["recovery_s"] is None and ex["unseen_records"] == 10 and ex["healed_s"] == T0 + 100
+
+
+def test_a_slow_catch_up_past_the_bound_is_no_recovery():
+    in_s = T0 + np.arange(0, 300, 1.0)
+    delay = np.where(in_s < T0 + 100, T0 + 250 - in_s, 1.0)  # everything before the heal seen at T0+250
+    r = liveness.check(_live(in_s, delay), None, _nemesis(("partition", T0 + 90, T0 + 100)), Bounds(recovery_s=120),
+                       input_ms=in_s * 1000)
+    assert r["counts"]["no-recovery"] == 1 and r["anomalies"]["no-recovery"][0]["recovery_s"] == 150
 
 
 def test_a_reader_that_stopped_before_the_bound_leaves_recovery_unjudged():
-    live = _live(T0 + np.arange(0, 100, 1.0), 1.0)  # the reader's last sighting: T0+100
-    r = liveness.check(live, None, _nemesis(("partition", T0 + 90, T0 + 99.5)), Bounds(recovery_s=120))
+    in_s = T0 + np.arange(0, 100, 1.0)
+    live = _live(in_s[in_s < T0 + 95], 1.0)  # the last 5 s of input never seen; the reader's end: T0+95
+    r = liveness.check(live, None, _nemesis(("partition", T0 + 90, T0 + 99.5)), Bounds(recovery_s=120),
+                       input_ms=in_s * 1000)
     assert r["counts"]["no-recovery"] == 0
     assert any("before the 120 s bound" in w for w in r["stats"]["not_judged"]), r["stats"]
 

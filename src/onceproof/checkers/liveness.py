@@ -3,9 +3,9 @@ bounds stated and overridable (:class:`Bounds`), beside the safety checkers.
 
 Anomalies (each makes the run ``invalid``):
 
-* ``no-recovery`` – after the last heal, new input (appended after the heal) did not become visible in
-  the output at read_committed within ``recovery_s`` seconds. Judged only when input was appended after
-  the heal and the during-faults reader ran at least ``recovery_s`` past it (else the stats say why not).
+* ``no-recovery`` – after the last heal, the output did not catch up within ``recovery_s`` seconds: some
+  input record appended before the heal was still not visible at read_committed ``recovery_s`` after it
+  (judged once the during-faults reader ran that long past the heal; else the stats say why not).
 * ``hanging-transaction`` – an output partition's last stable offset stayed at one offset, below its
   high watermark, outside every fault window, for longer than ``transaction.timeout.ms`` plus
   ``hang_margin_s``: a transaction nobody finishes or aborts (Kafka's KIP-664 "hanging transactions";
@@ -24,8 +24,9 @@ Anomalies (each makes the run ``invalid``):
   seconds after it was appended to the input (``seen_ms - in_ts`` of the during-faults reader).
 
 Statistics, whether or not anything is anomalous: recovery time after each effective fault (s, from its
-window's end to the first output record of later input), the visibility latency p50/p99/max (ms, from
-``checkers/transactions.live_view``) and the longest LSO pin per partition (s).
+window's end until every input record appended before it that the reader saw was visible: the
+catch-up), the visibility latency p50/p99/max (ms, from ``checkers/transactions.live_view``) and the
+longest LSO pin per partition (s).
 
 Inputs are the during-faults reader's frame (``clients/live_reader.py``: partition, offset, in_ts,
 seen_ms), the LSO samples (``clients/lso_sampler.py``: t_ms, partition, lso, hw) and the nemesis ops'
@@ -80,9 +81,12 @@ class Bounds:
 
 
 def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataFrame | None,
-          bounds: Bounds = Bounds(), driver_starts: list[float] | None = None) -> dict:
+          bounds: Bounds = Bounds(), driver_starts: list[float] | None = None,
+          input_ms: np.ndarray | None = None) -> dict:
     """Judge liveness. ``driver_starts``: epoch s at which each driver's query started (``None``: the
-    pipeline does not say). Returns ``{"counts": {anomaly: n}, "anomalies": {anomaly: [examples]},
+    pipeline does not say). ``input_ms``: every input record's append time (epoch ms; the input topic's
+    Kafka timestamps), so that records never seen count against the recovery (``None``: only what the
+    reader saw is known). Returns ``{"counts": {anomaly: n}, "anomalies": {anomaly: [examples]},
     "stats": {"judged", "not_judged", "bounds", "recoveries", "last_heal_recovery_s", "lso_pin_max_s",
     "lso_samples"}}`` (see the module docstring)."""
     counts = {a: 0 for a in ANOMALIES}
@@ -96,7 +100,7 @@ def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataF
         stats["not_judged"].append("no during-faults reader (a sink that is not a Kafka topic)")
     else:
         stats["judged"] = True
-        _recovery(seen, windows, _heals(nemesis), bounds, counts, anomalies, stats)
+        _recovery(seen, windows, _heals(nemesis), input_ms, bounds, counts, anomalies, stats)
         _visibility(seen, bounds, counts, anomalies)
     _pins(lso, windows, bounds, counts, anomalies, stats)
     _leftovers(lso, _kills(nemesis), driver_starts, bounds, counts, anomalies, stats)
@@ -154,37 +158,42 @@ def _heals(nemesis: pd.DataFrame | None) -> list[float]:
     return [float(w) for w in pd.to_numeric(h["wall"], errors="coerce").dropna()]
 
 
-def _resumed_s(seen: pd.DataFrame, heal_s: float) -> float | None:
-    """Seconds from ``heal_s`` (epoch s) to the first sighting of an output record of input appended at
-    or after it; ``None`` when none was seen."""
-    after = seen[seen["in_ts"] >= heal_s * 1000]
-    if after.empty:
-        return None
-    return round(float(after["seen_ms"].min()) / 1000 - heal_s, 3)
+def _caught_up_s(seen: pd.DataFrame, heal_s: float, input_ms: np.ndarray | None) -> tuple[float | None, int]:
+    """After a heal at ``heal_s`` (epoch s): seconds until every record appended before it that the reader
+    saw was visible (0 when all were before the heal), and how many records appended before it the reader
+    never saw (from ``input_ms``; 0 without it). The seconds are ``None`` when records are unseen."""
+    h = heal_s * 1000
+    before = seen["seen_ms"].to_numpy()[seen["in_ts"].to_numpy() < h]
+    unseen = 0 if input_ms is None else max(0, int(np.count_nonzero(input_ms < h)) - len(before))
+    if unseen:
+        return None, unseen
+    return (round(max(0.0, float(before.max()) - h) / 1000, 3) if len(before) else 0.0), 0
 
 
-def _recovery(seen: pd.DataFrame, windows: pd.DataFrame, heals: list[float], bounds: Bounds, counts: dict,
-              anomalies: dict, stats: dict) -> None:
+def _recovery(seen: pd.DataFrame, windows: pd.DataFrame, heals: list[float], input_ms: np.ndarray | None,
+              bounds: Bounds, counts: dict, anomalies: dict, stats: dict) -> None:
     stats["recoveries"] = [{"f": w.f, "target": w.target, "healed_s": float(w.end_s),
-                            "recovery_s": _resumed_s(seen, float(w.end_s))} for w in windows.itertuples()]
+                            "recovery_s": _caught_up_s(seen, float(w.end_s), input_ms)[0]}
+                           for w in windows.itertuples()]
     ends = [float(e) for e in windows["end_s"]] + heals
     if not ends:
         stats["last_heal_recovery_s"] = None
         stats["not_judged"].append("no-recovery: no fault was healed")
         return
     last = max(ends)
-    rec = _resumed_s(seen, last)
+    rec, unseen = _caught_up_s(seen, last, input_ms)
     stats["last_heal_recovery_s"] = rec
     reader_until_s = float(np.nanmax(seen["seen_ms"])) / 1000 if len(seen) else last
     if rec is not None and rec <= bounds.recovery_s:
         return
     if rec is None and reader_until_s - last < bounds.recovery_s:
-        stats["not_judged"].append(f"no-recovery: the reader stopped {reader_until_s - last:.0f} s after the "
-                                   f"last heal, before the {bounds.recovery_s:g} s bound, with no later input seen")
+        stats["not_judged"].append(f"no-recovery: {unseen} records appended before the last heal were not "
+                                   f"seen, and the reader stopped {reader_until_s - last:.0f} s after it, "
+                                   f"before the {bounds.recovery_s:g} s bound")
         return
     counts["no-recovery"] = 1
-    anomalies["no-recovery"].append({"healed_s": last, "recovery_s": rec, "bound_s": bounds.recovery_s,
-                                     "reader_until_s": round(reader_until_s, 3)})
+    anomalies["no-recovery"].append({"healed_s": last, "recovery_s": rec, "unseen_records": unseen,
+                                     "bound_s": bounds.recovery_s, "reader_until_s": round(reader_until_s, 3)})
 
 
 def _visibility(seen: pd.DataFrame, bounds: Bounds, counts: dict, anomalies: dict) -> None:

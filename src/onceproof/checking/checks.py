@@ -291,9 +291,17 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
     release_freed_memory()  # the checker's per-record tables, before the next checks allocate theirs
     result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso,
                              hw=hw, aborted_hidden=aborted_hidden,
-                             live_check=liveness.check(live, lso_samples, nemesis, bounds, driver_starts),
+                             live_check=liveness.check(live, lso_samples, nemesis, bounds, driver_starts,
+                                                       _append_ms(inp)),
                              strict=strict)
     return nearby.attach(result, out, inp, nemesis)
+
+
+def _append_ms(inp: pd.DataFrame) -> np.ndarray | None:
+    """The input records' Kafka timestamps (epoch ms), ``None`` when the frame has none."""
+    if "timestamp" not in inp.columns:
+        return None
+    return pd.to_numeric(inp["timestamp"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
 def probe(bootstrap: str, *topic_names: str, timeout_s: float = 10.0) -> None:
