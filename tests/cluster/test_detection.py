@@ -80,7 +80,7 @@ def test_liveness_a_leftover_transaction_is_caught_only_without_abort_on_start(r
     task of that partition held 30 s. The sink that settles leftovers at start (``eos``) frees the output
     at once and is valid; the mutant that leaves it to the replayed task keeps the LSO pinned for the hold:
     invalid with ``leftover-transaction`` and nothing else (no record is lost or duplicated)."""
-    result, ev = _run(results_root, sink, "restart-mid-txn", time_limit=20, expect=expect,
+    result, ev = _run(results_root, sink, "restart-mid-txn", time_limit=25, expect=expect,
                       extra=("--txn-timeout-ms", "120000"))
     assert ev["held_s"] >= 27 and ev["outcome"], ev
     bad = {a: n for a, n in result["counts"].items() if n}

@@ -34,8 +34,9 @@ The flaws, and the protocol fact each one breaks:
   other partitions than the attempt that committed part of the batch: the marker skips rows never
   written and rewrites rows already written → ``lost`` and ``duplicate``. Targeted by a restart on a
   partly committed batch (``upgrade``, whose turns always land there).
-* ``commit_error_ignored`` (``eos-commit-error-ignored``): an error from ``commit_transaction()`` is taken
-  for success, so the task returns and Spark writes ``commits/N`` for a batch whose transaction the
+* ``commit_error_ignored`` (``eos-commit-error-ignored``): once the rows are flushed, an error of the
+  last steps (``send_offsets_to_transaction()``, ``commit_transaction()``) is taken for success, so the
+  task returns and Spark writes ``commits/N`` for a batch whose transaction the
   coordinator aborted at ``transaction.timeout.ms`` (the danger Flink's Kafka connector docs and
   SPARK-28908 name: a transaction timed out after the engine counted the batch as written loses it)
   → ``lost``. Targeted by ``commit-delay:txn-timeout``, which holds a task's open transaction past the
@@ -112,7 +113,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("eos-nondeterministic", "nondeterministic", "a batch is re-split across sink partitions at random",
            "upgrade", "lost"),
     Mutant("eos-commit-error-ignored", "commit_error_ignored",
-           "a failed commit_transaction() taken for success: a transaction aborted at transaction.timeout.ms "
+           "a failed marker or commit step taken for success: a transaction aborted at transaction.timeout.ms "
            "counts as written", "commit", "lost"),
     Mutant("eos-index-keyed", "index_keyed", "marker and transactional.id keyed by Spark partition index "
            "(the sink before issue 10's fix)", "upgrade", "duplicate"),
