@@ -250,7 +250,8 @@ def _liveness_html(run: Run) -> str:
              "recovery (s)": x["recovery_s"] if x["recovery_s"] is not None else "no later output"}
             for x in lv.get("recoveries") or []]
     if recs:
-        parts.append("<h3>recovery time per fault (from its heal until every record appended before it was visible)</h3>" + _table(recs))
+        parts.append("<h3>recovery time per fault (from its heal until every record appended before it was "
+                     "visible)</h3>" + _table(recs))
     if lv.get("not_judged"):
         parts.append("<p><b>not judged:</b></p><ul>" + "".join(f"<li>{esc(x)}</li>" for x in lv["not_judged"])
                      + "</ul>")
