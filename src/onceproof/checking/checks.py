@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 from confluent_kafka import KafkaException
 
 from onceproof.checkers import compose, exactly_once, liveness, nearby, transactions
@@ -295,6 +296,30 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                                                        _append_ms(inp)),
                              strict=strict)
     return nearby.attach(result, out, inp, nemesis)
+
+
+def stored_liveness(run_dir: Path, nemesis: pd.DataFrame | None) -> dict:
+    """The liveness checker's result for a stored run, from its files alone: the reader's view
+    (``live.parquet``: partition, offset, in_ts, seen_ms), ``lso.parquet``, the input's append times
+    (``input.parquet``'s ``timestamp`` column), the driver starts and the config's bounds. For the Spark
+    engine, whose frames are not pandas: only these four narrow columns are read (8 bytes a record each).
+
+    Raises: ``CheckError`` naming a damaged file."""
+    files = RunFiles(run_dir)
+
+    def cols(path: Path, want: list[str]) -> pd.DataFrame | None:
+        if not path.exists():
+            return None
+        try:
+            have = set(pq.read_schema(path).names)
+            return pd.read_parquet(path, columns=[c for c in want if c in have])
+        except (OSError, ValueError) as e:
+            raise CheckError(f"{path} cannot be read ({e}); the run directory is damaged") from e
+
+    live = cols(files.live, ["partition", "offset", "in_ts", "seen_ms"])
+    inp = cols(files.input, ["timestamp"])
+    return liveness.check(live, _read(readers.read_lso, run_dir), nemesis, _bounds(run_dir),
+                          readers.read_driver_starts(run_dir), None if inp is None else _append_ms(inp))
 
 
 def _append_ms(inp: pd.DataFrame) -> np.ndarray | None:

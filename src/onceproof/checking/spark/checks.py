@@ -262,7 +262,9 @@ def _compose(spark, run_dir: Path, rec: Recovery, lso, hw, damaged: str) -> tupl
     base = spark_engine.check(hist, inp, out, rec)
     base["workload"] = KEYED
     result = spark_transactions.combine(base, output=out, sink_log=checking._sink_log(run_dir), uncommitted=unc,
-                                        live=live, lso=lso, hw=hw)
+                                        live=live, lso=lso, hw=hw,
+                                        live_check=checking.stored_liveness(run_dir, nem),
+                                        strict=bool(checking._config(run_dir).get("strict")))
     result = attach_nearby(result, out, inp, nem)
     if problems:
         result.setdefault("warnings", []).extend(problems)

@@ -43,13 +43,16 @@ def _col(name: str):
 
 
 def combine(base: dict, *, output, sink_log: pd.DataFrame | None = None, uncommitted=None, live=None,
-            lso: dict[int, int] | None = None, hw: dict[int, int] | None = None) -> dict:
+            lso: dict[int, int] | None = None, hw: dict[int, int] | None = None, live_check: dict | None = None,
+            strict: bool = False) -> dict:
     """``compose.combine`` for Spark frames (``output``, ``uncommitted``, ``live``: DataFrames with
-    :data:`onceproof.store.spark_readers.ORD`, or ``None``): the same result, stats included."""
+    :data:`onceproof.store.spark_readers.ORD`, or ``None``): the same result, stats included.
+    ``live_check`` and ``strict``: as ``compose.combine`` takes them."""
     sink_log = sink_log if sink_log is not None else pd.DataFrame()
     out_rows = aborted_candidates(output, sink_log)
     live_rows, live_stats = (None, None) if live is None else live_reduce(live, sink_log)
-    r = compose.combine(base, output=out_rows, sink_log=sink_log, uncommitted=None, live=live_rows, lso=lso, hw=hw)
+    r = compose.combine(base, output=out_rows, sink_log=sink_log, uncommitted=None, live=live_rows, lso=lso, hw=hw,
+                        live_check=live_check, strict=strict)
     stats = r["stats"]
     stats["aborted_hidden"] = hidden_aborted(uncommitted, output)
     if live_stats is not None:
