@@ -311,7 +311,7 @@ def stored_liveness(run_dir: Path, nemesis: pd.DataFrame | None) -> dict:
         if not path.exists():
             return None
         try:
-            have = set(pq.read_schema(path).names)
+            have = set(pq.ParquetDataset(path).schema.names)  # a file, or a directory of part files
             return pd.read_parquet(path, columns=[c for c in want if c in have])
         except (OSError, ValueError) as e:
             raise CheckError(f"{path} cannot be read ({e}); the run directory is damaged") from e
