@@ -188,9 +188,16 @@ def test_a_transaction_open_at_a_kill_that_outlives_the_next_query_start_is_a_le
     assert ex["partition"] == 0 and ex["pinned_after_start_s"] == 75 and ex["query_started_at"] == T0 + 45
 
 
+def test_a_pin_first_seen_just_after_the_kill_but_before_the_restart_is_a_leftover():
+    """The sampler sees a pin up to a second late: a transaction flushed just before the kill shows first
+    in the sample after it, still well before the restarted query starts."""
+    r = liveness.check(None, _samples(26, 120), _kill_ops(T0 + 25.5), Bounds(), driver_starts=[T0, T0 + 45])
+    assert r["counts"]["leftover-transaction"] == 1
+
+
 @pytest.mark.parametrize("pin,kill,starts,why", [
     ((20, 47), T0 + 25, [T0, T0 + 45], "settled 2 s after the start: within the 5 s bound"),
-    ((30, 120), T0 + 25, [T0, T0 + 45], "the pin began after the kill: a new incarnation's transaction"),
+    ((46, 120), T0 + 25, [T0, T0 + 45], "the pin began after the query start: the new driver's transaction"),
     ((20, 120), T0 + 25, [T0], "no query started after the kill"),
 ])
 def test_a_leftover_settled_at_start_or_not_from_the_dead_driver_is_no_anomaly(pin, kill, starts, why):

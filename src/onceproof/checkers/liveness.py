@@ -13,8 +13,9 @@ Anomalies (each makes the run ``invalid``):
   own timeout aborts an open transaction within ``transaction.timeout.ms`` plus
   ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default), so a correct
   pipeline's LSO never stays pinned that long.
-* ``leftover-transaction`` – a transaction open when the driver was killed still held an output
-  partition's LSO more than ``leftover_s`` seconds after the next driver's query had started: the
+* ``leftover-transaction`` – a transaction open before the driver's restart (a pin already there a
+  sample before the restarted query's start, which follows a kill) still held an output partition's
+  LSO more than ``leftover_s`` seconds after that start: the
   restarted pipeline did not settle what its dead predecessor left open (Flink's abort-on-restore), so
   read_committed readers stall until a replayed task or ``transaction.timeout.ms`` ends it. Judged from
   the LSO samples, the kills' times (``killed_at`` in the nemesis ops' evidence) and the query starts
@@ -45,6 +46,7 @@ from onceproof.checkers import nearby, transactions
 
 ANOMALIES = ("no-recovery", "hanging-transaction", "leftover-transaction", "late-visibility")
 MAX_EXAMPLES = 10
+SAMPLE_MS = 1000  # the LSO sampler's interval (clients/lso_sampler.py INTERVAL_S): a pin's start is known to it
 DEFAULT_USER_TXN_TIMEOUT_MS = 60000
 """A ``--pipeline-cmd`` job's ``transaction.timeout.ms`` when not told: the Kafka producer's default
 (https://kafka.apache.org/documentation/#producerconfigs_transaction.timeout.ms; librdkafka's too)."""
@@ -117,6 +119,9 @@ def _kills(nemesis: pd.DataFrame | None) -> list[float]:
 
 def _leftovers(lso: pd.DataFrame | None, kills: list[float], starts: list[float] | None, bounds: Bounds,
                counts: dict, anomalies: dict, stats: dict) -> None:
+    """A query start that follows a kill: any LSO pin already there a sample before that start (so a
+    transaction of the dead driver: the new one's first batch begins after its start is announced) and
+    still there ``leftover_s`` after it."""
     if not kills:
         return
     if not starts:
@@ -126,19 +131,21 @@ def _leftovers(lso: pd.DataFrame | None, kills: list[float], starts: list[float]
     if lso is None or lso.empty:
         return
     starts = sorted(starts)
+    restarts = [(max(k for k in kills if prev < k < r), r) for prev, r in zip([float("-inf"), *starts], starts)
+                if any(prev < k < r for k in kills)]
     found = []
     for p, g in lso.sort_values(["partition", "t_ms"], kind="stable").groupby("partition", sort=True):
         for t0, t1, at, _hw in pin_runs(g["t_ms"].to_numpy(), g["lso"].to_numpy(), g["hw"].to_numpy()):
-            k = next((k for k in kills if t0 <= k * 1000 <= t1), None)
-            r = None if k is None else next((x for x in starts if x > k), None)
-            if r is not None and t1 - r * 1000 > bounds.leftover_s * 1000:
+            hit = next(((k, r) for k, r in restarts
+                        if t0 <= r * 1000 - SAMPLE_MS and t1 - r * 1000 > bounds.leftover_s * 1000), None)
+            if hit is not None:
+                k, r = hit
                 found.append({"partition": int(p), "lso": int(at), "pinned_from_ms": int(t0), "to_ms": int(t1),
                               "killed_at": k, "query_started_at": r,
                               "pinned_after_start_s": round((t1 - r * 1000) / 1000, 3),
                               "bound_s": bounds.leftover_s})
     counts["leftover-transaction"] = len(found)
     anomalies["leftover-transaction"] = sorted(found, key=lambda x: -x["pinned_after_start_s"])[:MAX_EXAMPLES]
-
 
 def _first_sightings(live: pd.DataFrame | None) -> pd.DataFrame | None:
     """One row per output position (its first sighting): partition, offset, in_ts, seen_ms (float ms)."""
