@@ -45,6 +45,33 @@ def _moment_reached(moment: str, run: Path | None, lines: list[str]) -> bool:
     }[moment]()
 
 
+def _start(results_root: Path, extra: list[str]):
+    """The harness as a CI step starts it (SIGINT inherited ignored), its output collected in ``lines``."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
+    proc = subprocess.Popen([*ONCEPROOF, "run", "--results", str(results_root), *extra],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=_started_with_sigint_ignored)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    return proc, lines, reader
+
+
+def _wait_for(moment: str, proc: subprocess.Popen, lines: list[str], results_root: Path) -> Path:
+    """Wait (≤ 400 s) until the run reaches ``moment``; returns its run directory."""
+    run = None
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
+        if run is None and (results_root / "latest").exists():
+            run = (results_root / "latest").resolve()
+        if _moment_reached(moment, run, lines):
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before the moment: " + "".join(lines)[-3000:]
+    assert _moment_reached(moment, run, lines), f"never reached {moment}: " + "".join(lines)[-3000:]
+    return run
+
+
 MOMENTS = {  # moment -> (extra run options, signal)
     "proxy-start": (["--proxy"], signal.SIGINT),
     "kafka-start": ([], signal.SIGINT),
@@ -63,24 +90,10 @@ def test_interrupt_leaves_nothing_and_keeps_the_history(results_root, moment):
     from onceproof.harness.teardown import TEARDOWN_BOUND_S
 
     extra, sig = MOMENTS[moment]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
-    proc = subprocess.Popen([*ONCEPROOF, "run", "--results", str(results_root), *extra],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            preexec_fn=_started_with_sigint_ignored)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
+    proc, lines, reader = _start(results_root, extra)
     run = None
     try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and proc.poll() is None:
-            if run is None and (results_root / "latest").exists():
-                run = (results_root / "latest").resolve()
-            if _moment_reached(moment, run, lines):
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the run ended before the moment: " + "".join(lines)[-3000:]
-        assert _moment_reached(moment, run, lines), f"never reached {moment}: " + "".join(lines)[-3000:]
+        run = _wait_for(moment, proc, lines, results_root)
         t_sig = time.monotonic()
         proc.send_signal(sig)
         proc.wait(timeout=TEARDOWN_BOUND_S + 30)
@@ -101,6 +114,28 @@ def test_interrupt_leaves_nothing_and_keeps_the_history(results_root, moment):
         assert sum(1 for _ in (run / "history.jsonl").open()) > 10
     deadline = time.monotonic() + 15
     while our_processes(str(run)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = our_processes(str(run))
+    assert not left, [(p.pid, p.cmdline()[:4]) for p in left]
+
+
+def test_a_sigkilled_harness_leaves_nothing_within_seconds(results_root):
+    """SIGKILL of the harness mid-run (no teardown can run): PR_SET_PDEATHSIG takes the brokers, toxiproxy
+    and the Python driver, and the run's reaper (backends/common/reaper.py) the driver's JVM, its
+    executors and their Python workers, which would otherwise write on into whatever runs next."""
+    proc, lines, reader = _start(results_root, ["--nemesis", "kill-executor", "--time-limit", "600"])
+    try:
+        run = _wait_for("mid-run", proc, lines, results_root)
+        assert our_jvms(str(run)), "no JVM of the run to leave behind"
+        proc.kill()
+        proc.wait(timeout=10)
+        t_kill = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=5)
+    while our_processes(str(run)) and time.monotonic() < t_kill + 20:
         time.sleep(0.5)
     left = our_processes(str(run))
     assert not left, [(p.pid, p.cmdline()[:4]) for p in left]

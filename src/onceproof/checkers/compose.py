@@ -23,7 +23,8 @@ ANOMALIES = exactly_once.ANOMALIES + ("aborted-read", "stuck", "live-duplicate",
 def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None = None,
             uncommitted: pd.DataFrame | None = None, live: pd.DataFrame | None = None,
             lso: dict[int, int] | None = None, hw: dict[int, int] | None = None,
-            aborted_hidden: int | None = None, live_check: dict | None = None, strict: bool = False) -> dict:
+            aborted_hidden: int | None = None, live_check: dict | None = None, strict: bool = False,
+            live_distinct: pd.DataFrame | None = None) -> dict:
     """Add ``aborted-read``, ``stuck``, ``live-*`` and the statistics ``aborted_attempts`` (sink attempts
     known aborted), ``commit_unknown_attempts`` / ``commit_unknown_unresolved`` (attempts whose
     ``commit_transaction()`` raised / of those, the ones no marker read proved aborted),
@@ -33,7 +34,8 @@ def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None =
     given, is that statistic already counted (``transactions.hidden_aborted``; ``uncommitted`` unused).
     ``live_check``: the liveness checker's result (``checkers/liveness.check``): its anomalies join the
     counts, its statistics go to ``stats["liveness"]``. The input log's anomalies are platform findings
-    (``checkers/platform.py``, ``result["platform_findings"]``), left out of the verdict unless ``strict``."""
+    (``checkers/platform.py``, ``result["platform_findings"]``), left out of the verdict unless ``strict``.
+    ``live_distinct``: ``transactions.distinct_positions(live)`` when the caller already has it."""
     r = dict(base)
     counts, anomalies, stats = dict(r["counts"]), dict(r["anomalies"]), dict(r.get("stats", {}))
     sink_log = sink_log if sink_log is not None else pd.DataFrame()
@@ -41,7 +43,7 @@ def combine(base: dict, *, output: pd.DataFrame, sink_log: pd.DataFrame | None =
     counts["aborted-read"], anomalies["aborted-read"] = n, ex
     st = transactions.stuck(lso or {}, hw or {}) if hw else []
     counts["stuck"], anomalies["stuck"] = len(st), st
-    lv = transactions.live_view(live, sink_log)
+    lv = transactions.live_view(live, sink_log, live_distinct)
     counts.update(lv["counts"])
     anomalies.update(lv["anomalies"])
     outcomes = transactions.attempt_outcomes(sink_log)

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from onceproof.checkers import nearby, transactions
+from onceproof.checkers import nearby
 
 ANOMALIES = ("no-recovery", "hanging-transaction", "leftover-transaction", "late-visibility")
 MAX_EXAMPLES = 10
@@ -85,7 +85,9 @@ class Bounds:
 def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataFrame | None,
           bounds: Bounds = Bounds(), driver_starts: list[float] | None = None,
           input_ms: np.ndarray | None = None) -> dict:
-    """Judge liveness. ``driver_starts``: epoch s at which each driver's query started (``None``: the
+    """Judge liveness. ``live``: the during-faults reader's distinct output positions, first sightings
+    (``transactions.distinct_positions`` of its rows; columns partition, offset, in_ts, seen_ms).
+    ``driver_starts``: epoch s at which each driver's query started (``None``: the
     pipeline does not say). ``input_ms``: every input record's append time (epoch ms; the input topic's
     Kafka timestamps), so that records never seen count against the recovery (``None``: only what the
     reader saw is known). Returns ``{"counts": {anomaly: n}, "anomalies": {anomaly: [examples]},
@@ -104,8 +106,9 @@ def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataF
         stats["judged"] = True
         _recovery(seen, windows, _heals(nemesis), input_ms, bounds, counts, anomalies, stats)
         _visibility(seen, bounds, counts, anomalies)
-    _pins(lso, windows, bounds, counts, anomalies, stats)
-    _leftovers(lso, _kills(nemesis), driver_starts, bounds, counts, anomalies, stats)
+    pins = _pins_by_partition(lso)
+    _hangs(pins, lso, windows, bounds, counts, anomalies, stats)
+    _leftovers(pins, _kills(nemesis), driver_starts, bounds, counts, anomalies, stats)
     return {"counts": counts, "anomalies": anomalies, "stats": stats}
 
 
@@ -117,7 +120,15 @@ def _kills(nemesis: pd.DataFrame | None) -> list[float]:
                   if isinstance(e, dict) and isinstance(e.get("killed_at"), (int, float)))
 
 
-def _leftovers(lso: pd.DataFrame | None, kills: list[float], starts: list[float] | None, bounds: Bounds,
+def _pins_by_partition(lso: pd.DataFrame | None) -> dict[int, list[tuple[float, float, int, int]]]:
+    """Every output partition's pins (:func:`pin_runs`) in the LSO samples; empty without samples."""
+    if lso is None or lso.empty:
+        return {}
+    return {int(p): pin_runs(g["t_ms"].to_numpy(), g["lso"].to_numpy(), g["hw"].to_numpy())
+            for p, g in lso.sort_values(["partition", "t_ms"], kind="stable").groupby("partition", sort=True)}
+
+
+def _leftovers(pins: dict[int, list], kills: list[float], starts: list[float] | None, bounds: Bounds,
                counts: dict, anomalies: dict, stats: dict) -> None:
     """A query start that follows a kill: any LSO pin already there a sample before that start (so a
     transaction of the dead driver: the new one's first batch begins after its start is announced) and
@@ -128,19 +139,19 @@ def _leftovers(lso: pd.DataFrame | None, kills: list[float], starts: list[float]
         stats["not_judged"].append("leftover-transaction: the pipeline announces no query starts "
                                    "(a --pipeline-cmd job)")
         return
-    if lso is None or lso.empty:
+    if not pins:
         return
     starts = sorted(starts)
     restarts = [(max(k for k in kills if prev < k < r), r) for prev, r in zip([float("-inf"), *starts], starts)
                 if any(prev < k < r for k in kills)]
     found = []
-    for p, g in lso.sort_values(["partition", "t_ms"], kind="stable").groupby("partition", sort=True):
-        for t0, t1, at, _hw in pin_runs(g["t_ms"].to_numpy(), g["lso"].to_numpy(), g["hw"].to_numpy()):
+    for p, runs in pins.items():
+        for t0, t1, at, _hw in runs:
             hit = next(((k, r) for k, r in restarts
                         if t0 <= r * 1000 - SAMPLE_MS and t1 - r * 1000 > bounds.leftover_s * 1000), None)
             if hit is not None:
                 k, r = hit
-                found.append({"partition": int(p), "lso": int(at), "pinned_from_ms": int(t0), "to_ms": int(t1),
+                found.append({"partition": p, "lso": int(at), "pinned_from_ms": int(t0), "to_ms": int(t1),
                               "killed_at": k, "query_started_at": r,
                               "pinned_after_start_s": round((t1 - r * 1000) / 1000, 3),
                               "bound_s": bounds.leftover_s})
@@ -148,13 +159,12 @@ def _leftovers(lso: pd.DataFrame | None, kills: list[float], starts: list[float]
     anomalies["leftover-transaction"] = sorted(found, key=lambda x: -x["pinned_after_start_s"])[:MAX_EXAMPLES]
 
 def _first_sightings(live: pd.DataFrame | None) -> pd.DataFrame | None:
-    """One row per output position (its first sighting): partition, offset, in_ts, seen_ms (float ms)."""
+    """The reader's distinct positions as float columns: partition, offset, in_ts, seen_ms (ms)."""
     if live is None or not {"partition", "offset", "in_ts", "seen_ms"} <= set(live.columns):
         return None
-    u = transactions.distinct_positions(live)
-    return pd.DataFrame({"partition": u["partition"].to_numpy(), "offset": u["offset"].to_numpy(),
-                         "in_ts": pd.to_numeric(u["in_ts"], errors="coerce").to_numpy(dtype=float),
-                         "seen_ms": pd.to_numeric(u["seen_ms"], errors="coerce").to_numpy(dtype=float)})
+    return pd.DataFrame({"partition": live["partition"].to_numpy(), "offset": live["offset"].to_numpy(),
+                         "in_ts": pd.to_numeric(live["in_ts"], errors="coerce").to_numpy(dtype=float),
+                         "seen_ms": pd.to_numeric(live["seen_ms"], errors="coerce").to_numpy(dtype=float)})
 
 
 def _heals(nemesis: pd.DataFrame | None) -> list[float]:
@@ -215,8 +225,9 @@ def _visibility(seen: pd.DataFrame, bounds: Bounds, counts: dict, anomalies: dic
         for r in worst.itertuples()]
 
 
-def _pins(lso: pd.DataFrame | None, windows: pd.DataFrame, bounds: Bounds, counts: dict, anomalies: dict,
-          stats: dict) -> None:
+def _hangs(pins: dict[int, list], lso: pd.DataFrame | None, windows: pd.DataFrame, bounds: Bounds, counts: dict,
+           anomalies: dict, stats: dict) -> None:
+    """Pins longer than the hang bound outside every fault window (``hanging-transaction``)."""
     if lso is None or lso.empty:
         stats["lso_samples"] = 0
         stats["lso_pin_max_s"] = {}
@@ -225,13 +236,12 @@ def _pins(lso: pd.DataFrame | None, windows: pd.DataFrame, bounds: Bounds, count
     stats["lso_samples"] = int(lso["t_ms"].nunique())
     spans = [(float(s) * 1000, float(e) * 1000) for s, e in zip(windows["start_s"], windows["end_s"])]
     found, pin_max = [], {}
-    for p, g in lso.sort_values(["partition", "t_ms"], kind="stable").groupby("partition", sort=True):
-        for run in pin_runs(g["t_ms"].to_numpy(), g["lso"].to_numpy(), g["hw"].to_numpy()):
-            t0, t1, at, hw = run
+    for p, runs in pins.items():
+        for t0, t1, at, hw in runs:
             outside = (t1 - t0 - _overlap_ms(t0, t1, spans)) / 1000
-            pin_max[int(p)] = max(pin_max.get(int(p), 0.0), round((t1 - t0) / 1000, 3))
+            pin_max[p] = max(pin_max.get(p, 0.0), round((t1 - t0) / 1000, 3))
             if outside > bounds.hang_s:
-                found.append({"partition": int(p), "lso": int(at), "hw": int(hw), "from_ms": int(t0),
+                found.append({"partition": p, "lso": int(at), "hw": int(hw), "from_ms": int(t0),
                               "to_ms": int(t1), "pinned_s": round((t1 - t0) / 1000, 3),
                               "outside_faults_s": round(outside, 3), "bound_s": bounds.hang_s})
     stats["lso_pin_max_s"] = pin_max

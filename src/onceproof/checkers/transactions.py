@@ -304,7 +304,7 @@ def distinct_positions(live: pd.DataFrame) -> pd.DataFrame:
     return order[~order.duplicated(["partition", "offset"], keep="first")].sort_index(kind="stable")
 
 
-def live_view(live: pd.DataFrame | None, sink_log: pd.DataFrame) -> dict:
+def live_view(live: pd.DataFrame | None, sink_log: pd.DataFrame, uniq: pd.DataFrame | None = None) -> dict:
     """Duplicates and aborted reads in the during-faults reader's view, and its visibility latency.
 
     ``live`` columns: partition, offset, key, seq, in_ts (epoch ms), seen_ms (epoch ms), provenance
@@ -320,7 +320,7 @@ def live_view(live: pd.DataFrame | None, sink_log: pd.DataFrame) -> dict:
            "rereads": 0}
     if live is None or live.empty:
         return out
-    uniq = distinct_positions(live)
+    uniq = distinct_positions(live) if uniq is None else uniq
     out["records"], out["rereads"] = int(len(uniq)), int(len(live) - len(uniq))
     ok = uniq.dropna(subset=["seq"])
     # one input record seen at two output positions: copies carrying op.input are told apart by it (an

@@ -290,11 +290,12 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
     base = workloads.get(workload).check(hist, inp, out, rec)
     base["workload"] = workload
     release_freed_memory()  # the checker's per-record tables, before the next checks allocate theirs
+    seen = None if live is None else transactions.distinct_positions(live)
     result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso,
                              hw=hw, aborted_hidden=aborted_hidden,
-                             live_check=liveness.check(live, lso_samples, nemesis, bounds, driver_starts,
+                             live_check=liveness.check(seen, lso_samples, nemesis, bounds, driver_starts,
                                                        _append_ms(inp)),
-                             strict=strict)
+                             strict=strict, live_distinct=seen)
     return nearby.attach(result, out, inp, nemesis)
 
 
@@ -318,7 +319,8 @@ def stored_liveness(run_dir: Path, nemesis: pd.DataFrame | None) -> dict:
 
     live = cols(files.live, ["partition", "offset", "in_ts", "seen_ms"])
     inp = cols(files.input, ["timestamp"])
-    return liveness.check(live, _read(readers.read_lso, run_dir), nemesis, _bounds(run_dir),
+    seen = None if live is None else transactions.distinct_positions(live)
+    return liveness.check(seen, _read(readers.read_lso, run_dir), nemesis, _bounds(run_dir),
                           readers.read_driver_starts(run_dir), None if inp is None else _append_ms(inp))
 
 
@@ -444,10 +446,11 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
         _drop_snapshot_only(inp, out)
         release_freed_memory()  # the parquet writer's buffers, the dropped columns
     nem = _read(readers.read_nemesis, run_dir, problems) if files and files.nemesis.exists() else None
+    config = _config(run_dir)
     result = run_checks(hist, inp, out, rec, sink_log=_sink_log(run_dir), aborted_hidden=hidden, live=live,
                         lso=lso, hw=hw, nemesis=nem, workload=workload, lso_samples=lso_samples,
-                        bounds=_bounds(run_dir),
-                        strict=bool(_config(run_dir).get("strict")) if strict is None else strict,
+                        bounds=liveness.Bounds.of(config),
+                        strict=bool(config.get("strict")) if strict is None else strict,
                         driver_starts=readers.read_driver_starts(run_dir) if run_dir else None)
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons, "seconds": st.seconds}
     view.record(result)

@@ -28,6 +28,7 @@ from rich.console import Console
 
 from onceproof.backends import registry
 from onceproof.backends.base import Backend, Cluster, ClusterShape, FaultNetwork, PipelineArgs, SparkApp
+from onceproof.backends.common import reaper
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
 from onceproof.clients import topics
@@ -322,6 +323,9 @@ def _phases(r: _Run) -> dict:
     t_td = time.monotonic()
     try:
         with td.stack:
+            # pushed first, so popped last: it outlives a SIGKILLed harness and stops what the run started
+            watcher = reaper.start(str(r.rd.path))
+            td.push("process reaper stop", lambda: reaper.stop_watcher(watcher))
             td.push("close histories", lambda: (r.history.close(), r.nem_hist.close()))
             if not cfg.keep_data:
                 td.push("remove broker data", r.cluster.clean)

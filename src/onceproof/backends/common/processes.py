@@ -189,3 +189,29 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def same_process_alive(pid: int, started: float) -> bool:
+    """True when ``pid`` still runs and is the process that started at ``started`` (epoch s, psutil's
+    ``create_time``), not a later one given the same pid; False for a zombie."""
+    try:
+        p = psutil.Process(pid)
+        return abs(p.create_time() - started) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def run_processes(run_dir: str, since: float, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Live processes of run ``run_dir``: those whose environment's ``ONCEPROOF_RUN`` (set by the runner and
+    inherited by every process it starts, :func:`spawn`) equals ``run_dir`` and that started at or after
+    ``since`` (epoch s), except the pids in ``exclude``. Processes of another user are not seen."""
+    out = []
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            if p.pid in exclude or (p.info["create_time"] or 0) < since - 1.0:
+                continue
+            if p.environ().get("ONCEPROOF_RUN") == run_dir and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out

@@ -16,20 +16,11 @@ import signal
 import sys
 import time
 
-import psutil
-
 import docker
+from onceproof.backends.common import processes
 from onceproof.backends.docker.engine import docker_host
 from onceproof.backends.docker.layout import DockerLayout
 from onceproof.backends.docker.site import API_TIMEOUT_S, DockerSite
-
-
-def _alive(pid: int, started: float) -> bool:
-    try:
-        p = psutil.Process(pid)
-        return abs(p.create_time() - started) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=float, required=True, help="its start time (epoch s, psutil create_time)")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while _alive(a.pid, a.start):
+    while processes.same_process_alive(a.pid, a.start):
         time.sleep(1.0)
     client = docker.DockerClient(base_url=docker_host(), version="auto", timeout=API_TIMEOUT_S)
     left = DockerSite(client, DockerLayout(a.run, 0, 0)).sweep()

@@ -20,24 +20,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 from docker.types import EndpointConfig, IPAMConfig, IPAMPool
 from testcontainers.core.config import testcontainers_config as tc
 from testcontainers.core.container import DockerContainer
 
 import docker
 from onceproof.backends.base import BackendError
+from onceproof.backends.common import reaper
 from onceproof.backends.docker.engine import DockerEngine, EngineError
 from onceproof.backends.docker.layout import DockerLayout, subnet_candidates
-from onceproof.checkout import IMPORT_ROOT
 
 log = logging.getLogger("onceproof.docker")
 
@@ -77,26 +74,12 @@ def _ryuk_off_without_image(client: docker.DockerClient) -> None:
 def start_reaper(run_id: str) -> subprocess.Popen:
     """Start the reaper of run ``run_id`` (:mod:`onceproof.backends.docker.reaper`), watching this
     process. Returns its ``Popen``."""
-    me = psutil.Process()
-    argv = [sys.executable, "-m", "onceproof.backends.docker.reaper", "--run", run_id, "--pid", str(me.pid),
-            "--start", repr(me.create_time())]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, close_fds=True, env=env)
+    return reaper.start_watcher("onceproof.backends.docker.reaper", ["--run", run_id])
 
 
 def stop_reaper(proc: subprocess.Popen | None) -> None:
-    """Stop a reaper started by :func:`start_reaper` (its job is done) and reap it; ≤ 5 s."""
-    if proc is None or proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+    """Stop a reaper started by :func:`start_reaper` (its job is done) and reap it; ≤ 10 s."""
+    reaper.stop_watcher(proc)
 
 
 class DockerSite:

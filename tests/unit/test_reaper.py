@@ -1,0 +1,80 @@
+"""The process reaper (backends/common/reaper.py) with real processes: a stand-in harness starts a
+process in a session of its own, untied (as a driver's JVM or an executor is to the harness), and the
+reaper; once the harness is SIGKILLed the reaper kills that process and exits. A run that ends normally
+stops the reaper and nothing of the run is touched."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+
+from onceproof.backends.common import processes
+
+HARNESS = textwrap.dedent("""
+    import os, subprocess, sys, time
+    from onceproof.backends.common import reaper
+    os.environ["ONCEPROOF_RUN"] = sys.argv[1]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    w = reaper.start(sys.argv[1])
+    print(child.pid, w.pid, flush=True)
+    if sys.argv[2] == "stop":
+        reaper.stop_watcher(w)
+        print("stopped", w.returncode, flush=True)
+    time.sleep(120)
+""")
+
+
+def _start(tmp_path, how):
+    run = str(tmp_path / "run")
+    h = subprocess.Popen([sys.executable, "-c", HARNESS, run, how], stdout=subprocess.PIPE, text=True)
+    child, watcher = (int(x) for x in h.stdout.readline().split())
+    return run, h, child, watcher
+
+
+def _gone(pid, within_s):
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not processes.alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_sigkilled_harness_takes_its_run_processes_with_it(tmp_path):
+    run, h, child, watcher = _start(tmp_path, "wait")
+    try:
+        assert [p.pid for p in processes.run_processes(run, psutil.Process(h.pid).create_time())] \
+            and processes.alive(child)
+        time.sleep(0.5)
+        assert processes.alive(child), "the reaper must leave a live harness's processes alone"
+        os.kill(h.pid, signal.SIGKILL)
+        h.wait(timeout=5)
+        assert _gone(child, 5.0), "the run's process outlived the harness by 5 s"
+        assert _gone(watcher, 5.0), "the reaper did not exit after its sweep"
+    finally:
+        for pid in (child, watcher, h.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_stopped_reaper_exits_and_kills_nothing(tmp_path):
+    run, h, child, watcher = _start(tmp_path, "stop")
+    try:
+        assert h.stdout.readline().split()[0] == "stopped"
+        assert _gone(watcher, 5.0)
+        os.kill(h.pid, signal.SIGKILL)
+        h.wait(timeout=5)
+        time.sleep(1.5)
+        assert processes.alive(child), "a stopped reaper swept the run anyway"
+    finally:
+        for pid in (child, watcher, h.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
