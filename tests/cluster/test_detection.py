@@ -62,7 +62,7 @@ def _example_id(e: dict) -> tuple:
     return (e.get("key"), e.get("seq"), e.get("input_partition"), e.get("input_offset"), copies)
 
 
-@pytest.mark.control
+@pytest.mark.extended
 @pytest.mark.timeout(700)
 def test_upgrade_fix_the_eos_sink_stays_valid_under_the_same_restart(results_root):
     """The fixed sink (marker and transactional.id keyed by input topic-partition), same fault, same
@@ -76,7 +76,7 @@ def test_upgrade_fix_the_eos_sink_stays_valid_under_the_same_restart(results_roo
 
 @pytest.mark.timeout(700)
 @pytest.mark.parametrize("sink,expect", [("eos-no-abort-on-start", 1),
-                                         pytest.param("eos", 0, marks=pytest.mark.control)])
+                                         pytest.param("eos", 0, marks=pytest.mark.extended)])
 def test_liveness_a_leftover_transaction_is_caught_only_without_abort_on_start(results_root, sink, expect):
     """``restart-mid-txn``: the driver killed while a task holds an open transaction, the restarted query's
     task of that partition held 30 s. The sink that settles leftovers at start (``eos``) frees the output

@@ -1,10 +1,12 @@
 """On the real cluster: `--nemesis all` injects every fault family *and every target* with evidence
 that it took effect and was exercised (issue 7 items 5, 6, 11), heals, leaves the cluster healthy, and
 the eos sink stays valid with the batch replayed after a commit-window driver kill skipped by its
-marker; a seed replays the same concrete targets (item 9)."""
+marker; a schedule file replays the same faults on the same concrete targets at the same offsets
+(issue 9 item 9, issue 25 item 7)."""
 
 import pytest
 
+from onceproof.harness.shrink import schedule_of, write_schedule
 from onceproof.store.readers import read_sink
 from tests.conftest import load_run, our_processes, run_cli
 
@@ -102,22 +104,36 @@ def _targets(ops):
     return out
 
 
-def test_a_seed_replays_concrete_targets_and_the_counter_workload_is_valid(tmp_path):
-    """Two runs, same seed: the same faults hit the same brokers and sink partitions. (The old test
-    compared plan() with itself, which cannot fail.)
+REPLAY_TOLERANCE_S = 15.0
+"""A replayed fault is invoked within this many seconds of the offset (from the first committed batch) at
+which the original run invoked it: both start at their planned offset, later by the previous fault's
+length and the wait for the pipeline to recover (docs/faults.md, "Replaying a schedule")."""
 
-    The runs are issue 9's stateful one, folded in to save a cluster run in ``make test``: the counter
+
+def _invokes(ops):
+    return [o for o in ops if o["type"] == "invoke" and o.get("f") != "heal"]
+
+
+def test_a_schedule_file_replays_the_same_faults_on_the_same_targets_at_the_same_offsets(tmp_path):
+    """A run, then ``--schedule`` with that run's schedule (``shrink.schedule_of``: each fault's planned
+    offset, name and target RNG key): the same faults hit the same brokers and sink partitions, each
+    invoked within ``REPLAY_TOLERANCE_S`` of the first run's offset. (The old test compared plan() with
+    itself, which cannot fail.)
+
+    The first run is issue 9's stateful one, folded in to save a cluster run in ``make test``: the counter
     workload (a running count and sum per key in Spark state, RocksDB, update mode) through the eos sink
-    under ``kill-executor,kill-driver-in-commit-window,kill-broker``. The first must be ``valid``: every
+    under ``kill-executor,kill-driver-in-commit-window,kill-broker``. It must be ``valid``: every
     aggregate is that of an input prefix, none goes back or is emitted twice, and each key's last one
-    is its whole input (``checkers/counter.py``). The second only has its targets compared, so it does
+    is its whole input (``checkers/counter.py``). The replay only has its faults compared, so it does
     not wait long for the pipeline to catch up."""
-    runs = []
+    runs, offsets = [], []
+    schedule = tmp_path / "schedule.json"
     for i in range(2):
         root = tmp_path / f"r{i}"
-        p = run_cli(["run", "--workload", "counter", "--sink", "eos", "--nemesis",
-                     "kill-executor,kill-driver-in-commit-window,kill-broker", "--seed", "1", "--time-limit", "30",
-                     *(["--recovery-timeout", "10"] if i else []), "--results", str(root)], timeout=900)
+        how = ["--schedule", str(schedule), "--recovery-timeout", "10"] if i else \
+            ["--nemesis", "kill-executor,kill-driver-in-commit-window,kill-broker"]
+        p = run_cli(["run", "--workload", "counter", "--sink", "eos", *how, "--seed", "1", "--time-limit", "30",
+                     "--results", str(root)], timeout=900)
         run_dir, result, ops = load_run(root)
         if i == 0:
             assert p.returncode == 0, p.stdout[-4000:]
@@ -126,8 +142,15 @@ def test_a_seed_replays_concrete_targets_and_the_counter_workload_is_valid(tmp_p
             assert result["stats"]["input_records"] > 1000 and result["stats"]["output_records"] > 0
             assert {o["f"].partition(":")[0] for o in _completions(ops) if o["outcome"] == "effective"} == {
                 "kill-executor", "kill-driver-in-commit-window", "kill-broker"}, ops
+            write_schedule(schedule_of(run_dir), schedule)
         else:
             assert p.returncode in (0, 2), p.stdout[-3000:]
+        inv = _invokes(ops)
+        assert all(o["elapsed_s"] >= o["planned_s"] - 0.5 for o in inv), inv
         runs.append(_targets(ops))
+        offsets.append([(o["f"], o["planned_s"], o["elapsed_s"]) for o in inv])
         assert not our_processes(str(run_dir))
     assert len(runs[0]) >= 3 and runs[0] == runs[1], runs
+    assert [(f, at) for f, at, _ in offsets[0]] == [(f, at) for f, at, _ in offsets[1]], offsets
+    drift = [round(b[2] - a[2], 1) for a, b in zip(*offsets)]
+    assert all(abs(d) <= REPLAY_TOLERANCE_S for d in drift), (drift, offsets)

@@ -48,7 +48,7 @@ def test_a_driver_side_transactional_job_is_valid_and_its_executor_kills_hit_a_b
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("naive", [True, pytest.param(False, marks=pytest.mark.control)], ids=["naive", "correct"])
+@pytest.mark.parametrize("naive", [True, pytest.param(False, marks=pytest.mark.extended)], ids=["naive", "correct"])
 def test_test_all_certifies_a_user_job_and_catches_the_naive_one(tmp_path, naive):
     cmd = JOB + (" --naive" if naive else "")
     p = run_cli(["test-all", "--pipeline-cmd", cmd, "--nemesis-package", "process,commit", "--test-count", "1",

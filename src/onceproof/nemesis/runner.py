@@ -105,6 +105,8 @@ class NemesisRunner:
                 if waited is None:
                     return
                 invoke["recovered_after_s" if waited[1] else "stalled_s"] = waited[0]
+            # its offset from the plan's 0 s: at_s, later by the previous fault's length and the wait above
+            invoke["elapsed_s"] = round(time.monotonic() - t0, 3)
             fault = self.faults[name]
             self.in_flight = name
             self.history.append(invoke)
