@@ -47,20 +47,22 @@ test-extended: setup
 	$(BIN)/python -m pytest -v -rA --durations=0 -m extended tests/cluster
 
 # The oldest PySpark that pyproject.toml accepts (its "pyspark>=X" floor), everything else from the lock:
-# the unit tests, the tests that run PySpark itself (the driver's warm-up micro-batch, the Spark checking
-# engine) and the default run on a local cluster, in a virtualenv of its own (.venv-oldest).
+# the unit tests of the code that runs on the job's PySpark, the tests that run PySpark itself (the
+# driver's warm-up micro-batch, the Spark checking engine) and the default run on a local cluster, in a
+# virtualenv of its own (.venv-oldest).
 OLDEST_PYSPARK := $(shell sed -n 's/^ *"pyspark>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 OLDEST := .venv-oldest
-# asserts that the installed pyspark is the lock's: true of .venv, by design not of .venv-oldest
-LOCK_PINS_TEST := tests/unit/test_docker_images.py::test_python_requirements_are_the_drivers_installed_versions_and_the_lock_pins_them
+# the unit tests whose code runs on the job's PySpark (a local Spark session, the runtimes, the sink's log
+# and hooks, the mutants, the upgrade faults, the completeness check); the others do not import pyspark
+OLDEST_UNIT := $(addprefix tests/unit/,test_spark_engine.py test_runtimes.py test_sink_log.py \
+  test_sink_capabilities.py test_mutants.py test_upgrade.py test_completeness.py)
 test-oldest: setup
 	@test -n "$(OLDEST_PYSPARK)" || { echo "no pyspark>= floor in pyproject.toml"; exit 1; }
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
 	sed 's/^pyspark==.*/pyspark==$(OLDEST_PYSPARK)/' constraints.txt > $(OLDEST)/constraints.txt
 	$(OLDEST)/bin/pip install -q --disable-pip-version-check -c $(OLDEST)/constraints.txt -e '.[test]'
 	$(OLDEST)/bin/python -c "import pyspark; assert pyspark.__version__ == '$(OLDEST_PYSPARK)', pyspark.__version__"
-	$(OLDEST)/bin/python -m pytest -q -rA tests/unit tests/cluster/test_warm_up.py tests/cluster/test_spark_engine.py \
-	  --deselect $(LOCK_PINS_TEST)
+	$(OLDEST)/bin/python -m pytest -q -rA $(OLDEST_UNIT) tests/cluster/test_warm_up.py tests/cluster/test_spark_engine.py
 	$(OLDEST)/bin/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 60 \
 	  --seed 1 --results $(OLDEST)/results
 
