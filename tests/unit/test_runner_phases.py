@@ -15,7 +15,8 @@ from onceproof.harness import runner
 from onceproof.harness.config import TestConfig
 from tests.stand_in_backend import StandInCluster, StandInSpark
 
-TEARDOWN_ORDER = ["driver stop", "cluster down", "proxy network stop", "remove broker data", "close histories"]
+TEARDOWN_ORDER = ["driver stop", "cluster down", "proxy network stop", "remove broker data", "close histories",
+                  "process reaper stop"]
 
 
 @pytest.fixture
