@@ -296,31 +296,10 @@ def test_kill_driver_kills_through_the_app_and_names_the_in_flight_batch(tmp_pat
     spark = StandInSpark(tmp_path, driver=4242)
     out = KillDriver().invoke(_ctx(tmp_path, spark=spark), random.Random(0))
     assert out.outcome == EFFECTIVE
-    assert out.evidence.pop("killed_at") > 0 and out.evidence.pop("aim_waited_s") < 1.0
+    assert out.evidence.pop("killed_at") > 0
     assert out.evidence == {"pid": 4242, "latest_offsets": 3, "latest_commit": 2, "in_flight_batch": 3,
-                            "aim": "a micro-batch in flight (offsets/N logged, commits/N not)",
                             "driver_gone": True}
     assert spark.calls == [("kill_driver", 4242)]
-
-
-def test_kill_driver_between_batches_waits_for_the_next_batch_in_flight(tmp_path, monkeypatch):
-    """Every logged batch committed: the kill waits until offsets/N+1 appears (a stand-in Spark logging
-    it 0.6 s later); with none coming it kills between batches once the aim runs out."""
-    import threading
-
-    from onceproof.nemesis import kill_driver
-
-    for d in ("offsets", "commits"):
-        (tmp_path / d).mkdir()
-        (tmp_path / d / "2").write_text("v1\n")
-    threading.Timer(0.6, lambda: (tmp_path / "offsets" / "3").write_text("v1\n")).start()
-    out = KillDriver().invoke(_ctx(tmp_path, spark=StandInSpark(tmp_path, driver=4242)), random.Random(0))
-    assert out.evidence["in_flight_batch"] == 3 and 0.5 < out.evidence["aim_waited_s"] < 5, out.evidence
-    (tmp_path / "commits" / "3").write_text("v1\n")
-    monkeypatch.setattr(kill_driver, "AIM_S", 0.3)
-    out = KillDriver().invoke(_ctx(tmp_path, spark=StandInSpark(tmp_path, driver=4242)), random.Random(0))
-    assert out.outcome == EFFECTIVE and out.evidence["in_flight_batch"] is None, out.evidence
-    assert 0.3 <= out.evidence["aim_waited_s"] < 2, out.evidence
 
 
 def test_the_stand_in_refuses_what_is_not_protocol(tmp_path):

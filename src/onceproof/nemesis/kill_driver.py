@@ -1,9 +1,7 @@
-"""``kill-driver``: SIGKILL the driver's whole process group (the supervisor restarts it from the
-checkpoint), aimed at a micro-batch in flight: the kill waits (at most :data:`AIM_S`) until Spark has
-logged ``offsets/N`` but not yet ``commits/N``, so the restarted query must replay batch N rather than
-only resume between batches. A pipeline that has logged no batch yet is killed at once. The aim needs no
-hook, so it holds for a user's ``--pipeline-cmd`` job too. Evidence: pid, ``killed_at`` (epoch s), the
-in-flight batch at the kill (``None`` when the aim ran out), the wait, and that the pid is gone."""
+"""``kill-driver``: SIGKILL the driver's whole process group at a random moment (the supervisor restarts
+it from the checkpoint). Evidence: pid, ``killed_at`` (epoch s), the batch Spark had logged in
+``offsets/`` but not yet in ``commits/`` at the kill (an in-flight batch that must be replayed), and that
+the pid is gone."""
 
 from __future__ import annotations
 
@@ -12,20 +10,6 @@ import time
 
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 from onceproof.store import checkpoint
-
-AIM_S = 20.0
-"""Seconds a kill waits for a micro-batch in flight before it kills between batches anyway."""
-AIM_POLL_S = 0.05
-
-
-def _batch_in_flight(ctx: NemesisContext, deadline: float) -> tuple[int | None, int | None]:
-    """``(latest offsets/N, latest commits/N)`` once they differ (a batch in flight), or as they are at
-    ``deadline`` (monotonic s), at a stop, or at once when no batch was logged yet."""
-    while True:
-        off, com = checkpoint.latest_offset_batch(ctx.checkpoint), checkpoint.latest_commit(ctx.checkpoint)
-        if off is None or off != com or time.monotonic() >= deadline or ctx.stop.is_set():
-            return off, com
-        time.sleep(AIM_POLL_S)
 
 
 class KillDriver:
@@ -47,13 +31,10 @@ class KillDriver:
             pid = ctx.spark.driver_pid
         if pid is None:
             return Outcome(SKIPPED, "driver", {"reason": "no driver running"})
-        t_aim = time.monotonic()
-        off, com = _batch_in_flight(ctx, t_aim + AIM_S)
+        off, com = checkpoint.latest_offset_batch(ctx.checkpoint), checkpoint.latest_commit(ctx.checkpoint)
         killed_at = time.time()
         gone = ctx.spark.kill_driver(pid)
         ev = {"pid": pid, "killed_at": killed_at, "latest_offsets": off, "latest_commit": com,
-              "aim": "a micro-batch in flight (offsets/N logged, commits/N not)",
-              "aim_waited_s": round(time.monotonic() - t_aim, 3),
               "in_flight_batch": off if off is not None and off != com else None,
               "driver_gone": gone}
         return Outcome(EFFECTIVE if ev["driver_gone"] else NOT_EFFECTIVE, "driver", ev)
