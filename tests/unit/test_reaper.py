@@ -3,6 +3,7 @@ process in a session of its own, untied (as a driver's JVM or an executor is to 
 reaper; once the harness is SIGKILLed the reaper kills that process and exits. A run that ends normally
 stops the reaper and nothing of the run is touched."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,11 +29,20 @@ HARNESS = textwrap.dedent("""
 """)
 
 
-def _start(tmp_path, how):
+@contextlib.contextmanager
+def _started(tmp_path, how):
+    """``(run dir, harness Popen, child pid, watcher pid)`` of a stand-in harness; all three SIGKILLed after."""
     run = str(tmp_path / "run")
     h = subprocess.Popen([sys.executable, "-c", HARNESS, run, how], stdout=subprocess.PIPE, text=True)
     child, watcher = (int(x) for x in h.stdout.readline().split())
-    return run, h, child, watcher
+    try:
+        yield run, h, child, watcher
+    finally:
+        for pid in (child, watcher, h.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        h.wait(timeout=5)
+        h.stdout.close()
 
 
 def _gone(pid, within_s):
@@ -45,8 +55,7 @@ def _gone(pid, within_s):
 
 
 def test_a_sigkilled_harness_takes_its_run_processes_with_it(tmp_path):
-    run, h, child, watcher = _start(tmp_path, "wait")
-    try:
+    with _started(tmp_path, "wait") as (run, h, child, watcher):
         assert [p.pid for p in processes.run_processes(run, psutil.Process(h.pid).create_time())] \
             and processes.alive(child)
         time.sleep(0.5)
@@ -55,26 +64,13 @@ def test_a_sigkilled_harness_takes_its_run_processes_with_it(tmp_path):
         h.wait(timeout=5)
         assert _gone(child, 5.0), "the run's process outlived the harness by 5 s"
         assert _gone(watcher, 5.0), "the reaper did not exit after its sweep"
-    finally:
-        for pid in (child, watcher, h.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def test_a_stopped_reaper_exits_and_kills_nothing(tmp_path):
-    run, h, child, watcher = _start(tmp_path, "stop")
-    try:
+    with _started(tmp_path, "stop") as (run, h, child, watcher):
         assert h.stdout.readline().split()[0] == "stopped"
         assert _gone(watcher, 5.0)
         os.kill(h.pid, signal.SIGKILL)
         h.wait(timeout=5)
         time.sleep(1.5)
         assert processes.alive(child), "a stopped reaper swept the run anyway"
-    finally:
-        for pid in (child, watcher, h.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
