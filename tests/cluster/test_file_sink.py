@@ -36,15 +36,15 @@ def test_the_file_sink_is_exactly_once_through_its_log_and_a_listing_reader_sees
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     assert result["verdict"] == "valid", result
     assert all(n == 0 for n in result["counts"].values()), result["counts"]
-    fs = result["file_sink"]
-    assert fs["read"] == "committed" and fs["orphan_files"] >= 1 and fs["missing_files"] == 0, fs
-    assert fs["committed_records"] == result["stats"]["input_records"], (fs, result["stats"])
-    assert "orphan-files=" in p.stdout
-
     done = {o["f"]: o for o in ops if o.get("type") == "info" and o.get("f") != "heal"}
     ke, cw = done["kill-executor"], done["kill-driver-in-commit-window"]
+    # the kill's evidence first: an orphan exists only when the killed executor held a sink task
     assert ke["outcome"] == "effective" and ke["exercised"], ke
     assert ke["evidence"]["aim"] == "executor holding a sink task", ke["evidence"]
+    fs = result["file_sink"]
+    assert fs["read"] == "committed" and fs["orphan_files"] >= 1 and fs["missing_files"] == 0, (fs, ke)
+    assert fs["committed_records"] == result["stats"]["input_records"], (fs, result["stats"])
+    assert "orphan-files=" in p.stdout
     ev = cw["evidence"]
     assert cw["outcome"] == "effective" and ev["mode"] == "watch" and ev["frozen"], cw
     assert ev["offsets_logged"] and not ev["commit_logged_after_kill"], ev

@@ -21,6 +21,8 @@ from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.nemesis import catalog
 from onceproof.nemesis.fault import NemesisContext
 from onceproof.nemesis.kill_executor import KillExecutor
+from onceproof.pipeline import hooks
+from onceproof.pipeline.transactional_sink import append_event
 from onceproof.report import junit
 from onceproof.sinks import base as sink_base
 from onceproof.sinks import registry as sinks
@@ -170,6 +172,34 @@ def test_kill_executor_without_the_hook_skips_a_committed_batch_and_gives_up_in_
     assert out.evidence["attempts"] and all(a["missed"] == "commits/N logged before the kill"
                                             for a in out.evidence["attempts"]), out.evidence
     assert not [c for c in ctx.spark.calls if c[0] == "kill_executor"], ctx.spark.calls
+
+
+def test_kill_executor_waits_past_a_slow_batch_for_a_sink_with_the_hook(tmp_path):
+    """A sink known to have the write hold (the file sink) is waited for past ``wait_for_task_s``, up to
+    ``retry_wait_s``: a task that claims the hold late (a slow batch on a loaded machine) is the one killed,
+    never an executor picked by the weaker batch-window aim."""
+    run = tmp_path / "run"
+    (run / "control").mkdir(parents=True)
+    ctx = NemesisContext(spark=LoggingSpark(run), control=run / "control", checkpoint=run,
+                         sink_ids=["a", "b"], sink_capabilities=sinks.get("file").capabilities)
+    stop = threading.Event()
+
+    def late_task():  # claims the hold 1.5 s in, as pipeline/hooks.py's precommit_delay does
+        if not stop.wait(1.5):
+            spec = run / "control" / hooks.PRECOMMIT_HOLD
+            want = json.loads(spec.read_text()).get("partition")
+            append_event(str(run / "sink.jsonl"), "1", "hold", batch=3, partition=want, attempt=0, pid=4242)
+
+    th = threading.Thread(target=late_task, daemon=True)
+    th.start()
+    try:
+        out = KillExecutor(wait_for_task_s=0.5, retry_wait_s=4).invoke(ctx, random.Random(1))
+    finally:
+        stop.set()
+        th.join()
+    assert out.outcome == "effective" and out.was_exercised, out
+    assert out.evidence["aim"] == "executor holding a sink task", out.evidence
+    assert out.evidence["held"]["pid"] == 4242 and out.evidence["held"]["batch"] == 3, out.evidence
 
 
 def test_junit_counts_only_the_faults_the_run_injects(tmp_path):

@@ -9,6 +9,9 @@ task, and SIGKILLs it. The task's open Kafka
 transaction must then be fenced by the retry's ``init_transactions()`` and the (batch, partition)
 committed once by another attempt.
 
+A sink known to have the hook is waited for up to ``retry_wait_s`` (a slow batch may leave the partition
+short of its hold in the first ones); one of unknown capabilities for ``wait_for_task_s``.
+
 Evidence: the held task (batch, sink partition, attempt, worker pid), the executor id and pid, that the
 pid is gone, and the retry that later committed or skipped the same (batch, partition).
 ``exercised`` is true when the killed executor provably held a running sink task.
@@ -145,7 +148,12 @@ class KillExecutor:
         part = rng.randrange(partitions)
         if ctx.sink_capabilities is not None and not ctx.sink_capabilities & {PRECOMMIT_HOOK, WRITE_HOLD}:
             return self._in_batch(ctx, rng)  # no task will announce itself: aim at the batch window
-        held = park_task(ctx, part, self.hold_ms, self.wait_for_task_s)
+        # a sink known to have the hook holds a task in some later batch, even when slow batches (a loaded
+        # machine) leave the partition short of the hold's row in the first ones: wait the longer retry
+        # time before the weaker aim; an unknown sink (None) may never announce a task
+        wait_s = self.wait_for_task_s if ctx.sink_capabilities is None else max(self.wait_for_task_s,
+                                                                               self.retry_wait_s)
+        held = park_task(ctx, part, self.hold_ms, wait_s)
         if held is None:
             self.heal(ctx)
             if ctx.stop.is_set():
