@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sink-log", default="", help="append sink transaction events here (JSON lines)")
     ap.add_argument("--file-sink-path", default="", help="--sink file: the output directory (JSON lines and "
                                                           "its _spark_metadata log)")
+    ap.add_argument("--database-dsn", default="", help="a sink that writes a database: its libpq connection "
+                                                       "string (the table is named like --output-topic)")
     ap.add_argument("--workload", choices=registry.names(), default=registry.DEFAULT,
                     help="the transform between source and sink: the workload's (workloads/registry.py)")
     ap.add_argument("--input-contiguous", action=argparse.BooleanOptionalAction, default=True,

@@ -108,7 +108,9 @@ class PipelineArgs:
     the sink's ``transaction.timeout.ms``; ``pool_size``: transactional ids to clean up on start.
 
     ``workload``: the transform between source and sink (``workloads/registry.py``). ``file_sink``: the
-    output directory of ``--sink file``. ``input_contiguous``: every input offset holds a record (no
+    output directory of ``--sink file``. ``database_dsn``: the libpq
+    connection string of the run's database, for a sink that writes one (``Sink.database``), else "".
+    ``input_contiguous``: every input offset holds a record (no
     transactional writes), so the eos sink's completeness guard can run (``pipeline/completeness.py``).
     ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
     template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``onceproof.job``, which
@@ -134,6 +136,7 @@ class PipelineArgs:
     workload: str = "keyed"
     file_sink: Path | None = None
     input_contiguous: bool = True
+    database_dsn: str = ""
 
     def argv(self) -> list[str]:
         """The options as ``onceproof.job`` arguments (a backend adds where the connector jars are)."""
@@ -145,6 +148,7 @@ class PipelineArgs:
                 "--txn-timeout-ms", str(self.txn_timeout_ms), "--pool-size", str(self.pool_size),
                 "--master", self.master, "--workload", self.workload,
                 *(["--file-sink-path", str(self.file_sink)] if self.file_sink else []),
+                *(["--database-dsn", self.database_dsn] if self.database_dsn else []),
                 *([] if self.input_contiguous else ["--no-input-contiguous"])]
 
 
@@ -410,6 +414,33 @@ class NetworkFaults(Protocol):
     def network(self, cluster: Cluster, log_dir: Path) -> FaultNetwork:
         """The fault network of ``cluster`` (built by this backend, with ``shape.proxied``), not started;
         its logs go to ``log_dir``."""
+
+
+class Database(Protocol):
+    """A database server a run starts for a sink that writes a table (``Sink.database``)."""
+
+    @property
+    def dsn(self) -> str:
+        """The libpq connection string of its database (valid once started)."""
+
+    def start(self) -> None:
+        """Initialise and start it; returns when it accepts connections. Raises ``RuntimeError`` naming
+        the fix or the log."""
+
+    def stop(self) -> None:
+        """Stop it and everything it started, bounded in time; safe twice or before a start."""
+
+
+@runtime_checkable
+class Databases(Protocol):
+    """Optional to a :class:`Backend`: database servers for sinks that write a table."""
+
+    databases: frozenset[str]
+    """The kinds it starts (``"postgres"``)."""
+
+    def database(self, kind: str, data_dir: Path, log_dir: Path) -> Database:
+        """A server of ``kind`` (one of :attr:`databases`), not started, with its data in ``data_dir``
+        and its log in ``log_dir``. Raises ``ValueError`` for another kind."""
 
 
 @runtime_checkable

@@ -410,6 +410,11 @@ class TestConfig:
         if sink.output_dir and not backend.file_sinks:
             raise ConfigError("--sink", f"the {backend.name} backend cannot run {sink.label}; use --backend "
                               + ", ".join(n for n in registry.names() if registry.get(n).file_sinks))
+        if sink.database and sink.database not in getattr(backend, "databases", ()):
+            raise ConfigError("--sink", f"the {backend.name} backend starts no {sink.database} server for "
+                                        f"{sink.label}; use --backend "
+                              + ", ".join(n for n in registry.names()
+                                          if sink.database in getattr(registry.get(n), "databases", ())))
         mode = workloads.get(self.workload).output_mode if self.workload in workloads.names() else None
         if mode is not None and mode not in sink.output_modes:
             others = " or ".join(s.name for s in sinks.entries() if mode in s.output_modes and not s.mutant)

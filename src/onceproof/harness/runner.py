@@ -27,7 +27,7 @@ import confluent_kafka
 from rich.console import Console
 
 from onceproof.backends import registry
-from onceproof.backends.base import Backend, Cluster, ClusterShape, FaultNetwork, PipelineArgs, SparkApp
+from onceproof.backends.base import Backend, Cluster, ClusterShape, Database, FaultNetwork, PipelineArgs, SparkApp
 from onceproof.backends.common import reaper
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
@@ -92,6 +92,7 @@ class _Run:
     lso: LsoSampler | None = None
     workload: Client | None = None
     nem: NemesisRunner | None = None
+    db: Database | None = None
     ctx: NemesisContext | None = None
     plan: list = field(default_factory=list)
     health: dict = field(default_factory=dict)
@@ -136,13 +137,16 @@ def _setup(r: _Run) -> None:
         console.print(f"fault network up in {r.timings['proxy_start_s']}s: {net.describe()}")
     td.push("cluster down", cluster.down)
     td.track(cluster.down)
+    if r.sink.database:
+        _start_database(r)
     pipeline = PipelineArgs(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
                             sink_log=r.rd.sink, input_topic=INPUT, output_topic=OUTPUT,
                             progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
                             max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
                             pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd(),
                             workload=cfg.workload, file_sink=r.file_sink,
-                            input_contiguous=producers.client_class(cfg.producer).contiguous_input)
+                            input_contiguous=producers.client_class(cfg.producer).contiguous_input,
+                            database_dsn=r.db.dsn if r.db else "")
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
     td.push("driver stop", spark.stop)
     td.track(spark.kill_now)
@@ -179,6 +183,20 @@ def _setup(r: _Run) -> None:
     warm = f", its warm-up job {ready['warm_up_s']:.1f}s" if isinstance(ready.get("warm_up_s"), (int, float)) else ""
     console.print(f"spark query up in {r.timings['spark_start_s']}s{' (started with Kafka)' if early else ''}{warm}; "
                   f"setup {r.timings['setup_s']}s")
+
+
+def _start_database(r: _Run) -> None:
+    """The database server the sink writes (``Sink.database``), through the backend's ``Databases``; its
+    stop is registered before it starts. Raises what its start raises (naming the log)."""
+    kind = r.sink.database
+    r.db = db = r.backend.database(kind, r.rd.path / kind, r.rd.logs)
+    r.td.push(f"{kind} stop", db.stop)
+    r.td.track(db.stop)
+    with r.console.status(f"starting {kind}"):
+        done = _timed(r, "database_start_s")
+        db.start()
+        done()
+    r.console.print(f"{kind} up in {r.timings['database_start_s']}s: {db.dsn}")
 
 
 EARLY_EXITS = 3
@@ -308,7 +326,7 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
         result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
                                      lso_samples=lso_frame, strict=r.cfg.strict,
                                      workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read,
-                                     reader=r.sink.read)
+                                     reader=r.sink.read, dsn=r.db.dsn if r.db else "")
     done()
     return result
 

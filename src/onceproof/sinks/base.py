@@ -4,6 +4,8 @@ An entry owns everything about its sink, so that no other module branches on a s
 
 * how the bundled job (``onceproof.job``) writes it: :attr:`Sink.writer`, a :class:`Writer`
   given the job's frame and :class:`JobContext`; ``None`` when the user's job writes it;
+* which server it writes, when it writes a database (:attr:`Sink.database`: the run starts one through
+  the backend's ``Databases``, ``backends/base.py``, and hands its DSN to the job and the reader);
 * how the checker reads its committed state: :attr:`Sink.reader`, an :class:`OutputReader` named as
   ``module:attribute`` and imported only when a check needs it (readers use pandas, which the job's
   driver and executors do not have);
@@ -101,7 +103,8 @@ class OutputLocation:
     output directory, :attr:`Sink.output_dir` under the run directory; ``None`` for a topic).
     ``workload`` decodes the records; ``read`` is the view the checker judges (one of the sink's
     :attr:`Sink.reads`); ``timeout_s`` bounds a topic read, s; ``chunk`` is a topic read's messages per
-    chunk (``onceproof.clients.topics.READ_CHUNK`` when ``None``)."""
+    chunk (``onceproof.clients.topics.READ_CHUNK`` when ``None``). ``dsn``: the libpq connection string of
+    the database a sink with a :attr:`Sink.database` writes; its table is named like ``topic``."""
 
     bootstrap: str = ""
     topic: str = ""
@@ -110,6 +113,7 @@ class OutputLocation:
     read: str = COMMITTED
     timeout_s: float = 300.0
     chunk: int | None = None
+    dsn: str = ""
 
 
 @dataclass
@@ -162,7 +166,8 @@ class Sink:
     first. ``output_modes``: the Spark output modes it takes. ``spark_conf``: Spark settings its writer
     needs, applied when the session is built. ``result_key`` and ``report_line``: the key of the reader's
     summary in ``result.json`` and the one line the console and the report print about it. ``mutant``:
-    a deliberately broken sink (``pipeline/mutants.py``), never a default.
+    a deliberately broken sink (``pipeline/mutants.py``), never a default. ``database``: the kind of server
+    it writes (``"postgres"``), started for the run by the backend; ``None`` for a topic or a directory.
     """
 
     name: str
@@ -180,6 +185,7 @@ class Sink:
     result_key: str | None = None
     report_line: Callable[[dict], str] | None = None
     mutant: bool = False
+    database: str | None = None
 
     def read(self, location: OutputLocation) -> OutputView:
         """The output at ``location`` through :attr:`reader` (imported now). Raises as the reader does."""

@@ -16,6 +16,8 @@ SINKS: dict[str, str] = {
     "at-least-once": "onceproof.sinks.kafka_at_least_once:AT_LEAST_ONCE",
     **dict.fromkeys(MUTANTS, "onceproof.sinks.kafka_eos:MUTANTS"),
     "file": "onceproof.sinks.files:FILE",
+    "postgres": "onceproof.sinks.postgres:POSTGRES",
+    "postgres-autocommit": "onceproof.sinks.postgres:AUTOCOMMIT",
 }
 DEFAULT = "eos"
 """The default sink, and the control that ``test-all --mutants`` runs against every package it uses."""

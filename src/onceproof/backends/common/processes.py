@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pwd
 import queue
 import signal
 import subprocess
@@ -87,6 +88,7 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     tie_to_parent: bool = True,
+    user: str | None = None,
 ) -> subprocess.Popen:
     """Start ``argv`` in its own process group with stdout+stderr appended to ``log_path``.
 
@@ -97,6 +99,8 @@ def spawn(
             directory, set by the runner) is passed on so that leftover processes can be traced to a run.
         cwd: working directory.
         tie_to_parent: SIGKILL the child when the spawning thread's process dies (``prctl``).
+        user: run the child as this user and its primary group, no supplementary groups (a server that
+            refuses root, e.g. PostgreSQL); ``None`` = as we run. The ``prctl`` is set after the switch.
 
     Returns: the ``Popen``; its ``pid`` is also the process-group id.
 
@@ -116,9 +120,14 @@ def spawn(
             cwd=str(cwd) if cwd else None,
             start_new_session=True,
             preexec_fn=_die_with_parent if tie_to_parent else None,
+            **({"user": user, "group": _primary_group(user), "extra_groups": []} if user else {}),
         ))
     finally:
         log.close()
+
+
+def _primary_group(user: str) -> int:
+    return pwd.getpwnam(user).pw_gid
 
 
 def group_members(pgid: int) -> list[psutil.Process]:

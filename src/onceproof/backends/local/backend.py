@@ -15,6 +15,7 @@ from onceproof.backends.capabilities import DERIVED
 from onceproof.backends.common import jars
 from onceproof.backends.common.layout import ClusterSpec
 from onceproof.backends.common.ports import free_base_port
+from onceproof.backends.common.postgres import PostgresServer
 from onceproof.backends.local.faultproxy import ProxyNetwork
 from onceproof.backends.local.kafka import KafkaCluster
 from onceproof.backends.local.spark import LocalSpark
@@ -36,14 +37,15 @@ def java_version() -> str:
 
 class LocalBackend:
     """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`).
-    Implements ``Backend``, ``NetworkFaults`` and ``Prepare``; with :class:`LocalSpark`'s protocols it
-    performs every fault of ``nemesis/catalog.py``, every target (processes are signalled one by one and
-    every path runs through its own toxiproxy proxy)."""
+    Implements ``Backend``, ``NetworkFaults``, ``Databases`` (PostgreSQL) and ``Prepare``; with
+    :class:`LocalSpark`'s protocols it performs every fault of ``nemesis/catalog.py``, every target
+    (processes are signalled one by one and every path runs through its own toxiproxy proxy)."""
 
     name = "local"
     user_pipelines = True
     file_sinks = True
     capabilities = DERIVED
+    databases = frozenset({"postgres"})
 
     def cluster(self, shape: ClusterShape) -> KafkaCluster:
         """A cluster on the first free, leased port range (``backends/common/ports.py``).
@@ -66,6 +68,13 @@ class LocalBackend:
     def spark(self, pipeline: PipelineArgs, log_dir: Path) -> LocalSpark:
         """Resolves the Spark Kafka connector's jars (Maven, once). Raises ``jars.ResolveError``."""
         return LocalSpark(pipeline, log_dir)
+
+    def database(self, kind: str, data_dir: Path, log_dir: Path) -> PostgresServer:
+        """A PostgreSQL server process on 127.0.0.1 (``backends/common/postgres.py``), its log in
+        ``log_dir/postgres.log``. Raises ``ValueError`` for a kind other than ``postgres``."""
+        if kind not in self.databases:
+            raise ValueError(f"the local backend starts {', '.join(sorted(self.databases))} servers, not {kind}")
+        return PostgresServer(data_dir, log_dir / f"{kind}.log")
 
     def versions(self) -> dict[str, str]:
         """Pinned Kafka and connector versions (``deps/``), this interpreter's PySpark, the ``java`` used."""

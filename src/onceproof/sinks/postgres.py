@@ -1,0 +1,64 @@
+"""``--sink postgres`` (one database transaction per micro-batch with a progress row, expected valid) and
+``--sink postgres-autocommit`` (a mutant: autocommit inserts per executor partition, expected invalid).
+
+The job writes them with ``onceproof.pipeline.postgres_sink`` into the table named like the output topic
+in the run's PostgreSQL database (:attr:`~onceproof.sinks.base.Sink.database`: the backend starts the
+server, ``backends/common/postgres.py``); the checker reads that table in one ``REPEATABLE READ``
+snapshot (``onceproof.sinks.postgres_table``).
+"""
+
+from __future__ import annotations
+
+from onceproof.pipeline import postgres_sink
+from onceproof.pipeline.transactional_sink import append_event
+from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
+
+READER = "onceproof.sinks.postgres_table:read_output"
+
+
+def _log(job: JobContext):
+    """``log(event, **fields)``: one ``sink.jsonl`` event of this sink and driver incarnation."""
+    path, incarnation, name = job.args.sink_log, job.incarnation, job.sink.name
+    return lambda event, **fields: append_event(path, incarnation, event, sink=name, **fields)
+
+
+def _start(df, job: JobContext, body):
+    a = job.args
+    if not a.database_dsn:
+        raise SystemExit(f"--sink {job.sink.name} needs --database-dsn (the run's PostgreSQL database)")
+    postgres_sink.create_tables(a.database_dsn, a.output_topic)
+    return job.foreach_batch(df, body)
+
+
+def write_transactional(df, job: JobContext):
+    """The ``postgres`` :class:`~onceproof.sinks.base.Writer`. Raises ``SystemExit`` without
+    ``--database-dsn``, psycopg's errors when the database cannot be reached."""
+    a = job.args
+    return _start(df, job, postgres_sink.transactional_batch(a.database_dsn, a.output_topic, job.sink_id,
+                                                             job.control, _log(job)))
+
+
+def write_autocommit(df, job: JobContext):
+    """The ``postgres-autocommit`` mutant's :class:`~onceproof.sinks.base.Writer` (raises as
+    :func:`write_transactional`)."""
+    a = job.args
+    return _start(df, job, postgres_sink.autocommit_partitions(a.database_dsn, a.output_topic, job.control,
+                                                               _log(job)))
+
+
+def report_line(summary: dict) -> str:
+    """One line on the output (``result["postgres"]``): the table, its rows and the snapshot read."""
+    return (f"postgres table {summary.get('table')}: {summary.get('rows')} rows read at REPEATABLE READ "
+            f"(snapshot {summary.get('snapshot')}), {summary.get('progress_rows')} progress rows")
+
+
+_COMMON = dict(reader=READER, output_modes=frozenset({"append"}), database="postgres", result_key="postgres",
+               report_line=report_line)
+
+POSTGRES = Sink("postgres", "a PostgreSQL table: one transaction per micro-batch with a progress row "
+                            "(pipeline/postgres_sink.py)", frozenset({DRIVER_HOOKS}), "valid",
+                writer=write_transactional, label="the PostgreSQL sink", **_COMMON)
+
+AUTOCOMMIT = Sink("postgres-autocommit", "a mutant: autocommit inserts per executor partition, no progress row",
+                  frozenset({DRIVER_HOOKS}), "invalid", writer=write_autocommit,
+                  label="the postgres-autocommit mutant", targeted_by="commit", mutant=True, **_COMMON)
