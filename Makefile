@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint postgres-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -36,7 +36,15 @@ $(CHROMIUM):
 # missing, and ONCEPROOF_TEST_DOCKER=require turns a missing engine into a failure rather than a skip. The
 # session starts dockerd when no engine answers (stopping it at the end) and builds the images when their
 # tags are missing (tests/conftest.py).
-test: setup lint $(CHROMIUM) docker-prereqs
+# --sink postgres starts a PostgreSQL server per run (backends/common/postgres.py): Debian's postgresql-15
+# is installed when no server binaries are found, without the package's own "main" cluster (nothing starts)
+postgres-prereqs:
+	@command -v postgres >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null || { echo "need PostgreSQL's server (initdb, postgres): install your distribution's postgresql, or set ONCEPROOF_PG_BIN"; exit 1; }; \
+	  $(SUDO) mkdir -p /etc/postgresql-common && echo "create_main_cluster = false" | $(SUDO) tee /etc/postgresql-common/createcluster.conf >/dev/null; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15; }
+
+test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs
 	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rA --durations=0 -m "not extended" tests
 	$(MAKE) test-oldest
 

@@ -16,7 +16,7 @@
 Both call the driver's after-commit hook (``onceproof.pipeline.hooks.ControlDir.after_sink_commit``) once
 the batch is in the table, before Spark writes ``commits/N``: ``kill-driver-in-commit-window`` kills
 there. Table: ``id bigserial`` (the insertion order, read back as the output's offset), ``key``, ``seq``,
-``in_partition``, ``in_offset``, ``in_ts``, ``batch_id``.
+``in_partition``, ``in_offset``, ``in_ts``, ``batch_id`` and the driver ``incarnation`` (provenance).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def create_tables(dsn: str, table: str) -> None:
     """Create the output table and the progress table when missing (each driver start: idempotent)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, key text, seq bigint, "
-                             "in_partition bigint, in_offset bigint, in_ts bigint, batch_id bigint)")
+                             "in_partition bigint, in_offset bigint, in_ts bigint, batch_id bigint, incarnation text)")
                      .format(sql.Identifier(table)))
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (app_id text PRIMARY KEY, batch_id bigint NOT NULL)")
                      .format(sql.Identifier(PROGRESS_TABLE)))
@@ -53,18 +53,18 @@ def rows_of(df):
     return df.select(v.alias("v")).select(*(f"v.{c}" for c in COLUMNS))
 
 
-def _copy(conn: psycopg.Connection, table: str, rows, batch_id: int) -> int:
+def _copy(conn: psycopg.Connection, table: str, rows, batch_id: int, incarnation: str) -> int:
     n = 0
-    copy = sql.SQL("COPY {} (key, seq, in_partition, in_offset, in_ts, batch_id) FROM STDIN").format(
+    copy = sql.SQL("COPY {} (key, seq, in_partition, in_offset, in_ts, batch_id, incarnation) FROM STDIN").format(
         sql.Identifier(table))
     with conn.cursor().copy(copy) as cp:
         for r in rows:
-            cp.write_row((*r, batch_id))
+            cp.write_row((*r, batch_id, incarnation))
             n += 1
     return n
 
 
-def transactional_batch(dsn: str, table: str, app_id: str, control: hooks.ControlDir, log):
+def transactional_batch(dsn: str, table: str, app_id: str, incarnation: str, control: hooks.ControlDir, log):
     """The ``foreachBatch`` body of the ``postgres`` sink (module docstring). ``log(event, **fields)``
     records ``commit``/``skip`` in ``sink.jsonl``. Raises psycopg's errors (Spark then fails the batch
     and the supervisor restarts the driver)."""
@@ -77,7 +77,7 @@ def transactional_batch(dsn: str, table: str, app_id: str, control: hooks.Contro
             if done is not None and done[0] >= batch_id:
                 log("skip", batch=batch_id, committed_batch=done[0])
             else:
-                n = _copy(conn, table, rows, batch_id)
+                n = _copy(conn, table, rows, batch_id, incarnation)
                 conn.execute(sql.SQL("INSERT INTO {} (app_id, batch_id) VALUES (%s, %s) ON CONFLICT (app_id) "
                                      "DO UPDATE SET batch_id = EXCLUDED.batch_id")
                              .format(sql.Identifier(PROGRESS_TABLE)), (app_id, batch_id))
@@ -87,17 +87,17 @@ def transactional_batch(dsn: str, table: str, app_id: str, control: hooks.Contro
     return write
 
 
-def _insert_partition(dsn: str, table: str, batch_id: int, rows) -> None:
+def _insert_partition(dsn: str, table: str, batch_id: int, incarnation: str, rows) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        _copy(conn, table, rows, batch_id)
+        _copy(conn, table, rows, batch_id, incarnation)
 
 
-def autocommit_partitions(dsn: str, table: str, control: hooks.ControlDir, log):
+def autocommit_partitions(dsn: str, table: str, incarnation: str, control: hooks.ControlDir, log):
     """The ``foreachBatch`` body of the ``postgres-autocommit`` mutant (module docstring): each executor
     partition's rows in one autocommit ``COPY``, no progress row."""
 
     def write(batch_df, batch_id: int) -> None:
-        rows_of(batch_df).foreachPartition(functools.partial(_insert_partition, dsn, table, batch_id))
+        rows_of(batch_df).foreachPartition(functools.partial(_insert_partition, dsn, table, batch_id, incarnation))
         log("commit", batch=batch_id)
         control.after_sink_commit(batch_id)
 

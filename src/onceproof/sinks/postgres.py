@@ -34,16 +34,18 @@ def write_transactional(df, job: JobContext):
     """The ``postgres`` :class:`~onceproof.sinks.base.Writer`. Raises ``SystemExit`` without
     ``--database-dsn``, psycopg's errors when the database cannot be reached."""
     a = job.args
-    return _start(df, job, postgres_sink.transactional_batch(a.database_dsn, a.output_topic, job.sink_id,
-                                                             job.control, _log(job)))
+    body = postgres_sink.transactional_batch(a.database_dsn, a.output_topic, job.sink_id, job.incarnation,
+                                             job.control, _log(job))
+    return _start(df, job, body)
 
 
 def write_autocommit(df, job: JobContext):
     """The ``postgres-autocommit`` mutant's :class:`~onceproof.sinks.base.Writer` (raises as
     :func:`write_transactional`)."""
     a = job.args
-    return _start(df, job, postgres_sink.autocommit_partitions(a.database_dsn, a.output_topic, job.control,
-                                                               _log(job)))
+    body = postgres_sink.autocommit_partitions(a.database_dsn, a.output_topic, job.incarnation, job.control,
+                                               _log(job))
+    return _start(df, job, body)
 
 
 def report_line(summary: dict) -> str:

@@ -18,15 +18,19 @@ import psycopg
 from psycopg import sql
 
 from onceproof.clients.topics import decode_values
+from onceproof.pipeline import provenance
 from onceproof.pipeline.postgres_sink import COLUMNS, PROGRESS_TABLE
 from onceproof.sinks.base import OutputError, OutputLocation, OutputView
 
+SELECT = "SELECT id, key, seq, in_partition, in_offset, in_ts, batch_id, incarnation FROM {} ORDER BY id"
+
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
-    """Rows ``(id, key, seq, in_partition, in_offset, in_ts)`` as the checker's output frame: ``partition``
-    0 and ``offset`` = ``id``, the value fields decoded as a Kafka record's JSON value is."""
+    """Rows ``(id, key, seq, in_partition, in_offset, in_ts, batch_id, incarnation)`` as the checker's
+    output frame: ``partition`` 0 and ``offset`` = ``id``, the value fields decoded as a Kafka record's JSON
+    value is, ``batch_id`` and ``incarnation`` as the provenance columns a Kafka record's headers give."""
     n = len(rows)
-    values = np.array([json.dumps(dict(zip(COLUMNS, r[1:], strict=True))).encode() for r in rows], dtype=object)
+    values = np.array([json.dumps(dict(zip(COLUMNS, r[1:6], strict=True))).encode() for r in rows], dtype=object)
     base = pd.DataFrame({"partition": np.zeros(n, dtype=np.int32),
                          "offset": np.array([r[0] for r in rows], dtype=np.int64),
                          "key": pd.array([r[1] for r in rows], dtype="string"),
@@ -36,7 +40,9 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
         ip = pd.to_numeric(out["in_partition"], errors="coerce").astype("Int64")
         io = pd.to_numeric(out["in_offset"], errors="coerce").astype("Int64")
         ref = ip.astype("string") + ":" + io.astype("string")
-        out["op.input"] = ref.astype(object).where(ref.notna(), None)  # checkers/exactly_once.py INPUT_REF
+        out[provenance.INPUT] = ref.astype(object).where(ref.notna(), None)
+    out[provenance.BATCH] = pd.array([None if r[6] is None else str(r[6]) for r in rows], dtype=object)
+    out[provenance.INCARNATION] = pd.array([r[7] for r in rows], dtype=object)
     return out
 
 
@@ -57,8 +63,7 @@ def read_output(location: OutputLocation) -> OutputView:
             conn.read_only = True
             with conn.transaction():
                 snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]
-                rows = conn.execute(sql.SQL("SELECT id, key, seq, in_partition, in_offset, in_ts FROM {} ORDER BY id")
-                                    .format(sql.Identifier(location.topic))).fetchall()
+                rows = conn.execute(sql.SQL(SELECT).format(sql.Identifier(location.topic))).fetchall()
                 exists = conn.execute("SELECT to_regclass(%s)", (PROGRESS_TABLE,)).fetchone()[0]
                 progress = (conn.execute(sql.SQL("SELECT app_id, batch_id FROM {}").format(
                     sql.Identifier(PROGRESS_TABLE))).fetchall() if exists else [])
