@@ -122,11 +122,17 @@ def test_interrupt_leaves_nothing_and_keeps_the_history(results_root, moment):
 def test_a_sigkilled_harness_leaves_nothing_within_seconds(results_root):
     """SIGKILL of the harness mid-run (no teardown can run): PR_SET_PDEATHSIG takes the brokers, toxiproxy
     and the Python driver, and the run's reaper (backends/common/reaper.py) the driver's JVM, its
-    executors and their Python workers, which would otherwise write on into whatever runs next."""
-    proc, lines, reader = _start(results_root, ["--nemesis", "kill-executor", "--time-limit", "600"])
+    executors and their Python workers, which would otherwise write on into whatever runs next. With
+    ``--sink postgres``, also the PostgreSQL server (its backends fork from it) and its data directory."""
+    proc, lines, reader = _start(results_root, ["--sink", "postgres", "--nemesis", "kill-executor",
+                                                "--time-limit", "600"])
     try:
         run = _wait_for("mid-run", proc, lines, results_root)
         assert our_jvms(str(run)), "no JVM of the run to leave behind"
+        servers = [p for p in our_processes(str(run)) if "postgres" in (p.info.get("cmdline") or [""])[0]]
+        assert servers, "no postgres server of the run to leave behind"
+        scratch = (run / "scratch-dirs.txt").read_text().split()
+        assert scratch and all(Path(d).is_dir() for d in scratch), scratch
         proc.kill()
         proc.wait(timeout=10)
         t_kill = time.monotonic()
@@ -139,6 +145,7 @@ def test_a_sigkilled_harness_leaves_nothing_within_seconds(results_root):
         time.sleep(0.5)
     left = our_processes(str(run))
     assert not left, [(p.pid, p.cmdline()[:4]) for p in left]
+    assert not any(Path(d).exists() for d in scratch), f"the server's data directory outlived the harness: {scratch}"
 
 
 def test_cluster_up_status_down(tmp_path):

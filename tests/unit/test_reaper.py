@@ -16,9 +16,13 @@ import psutil
 from onceproof.backends.common import processes
 
 HARNESS = textwrap.dedent("""
-    import os, subprocess, sys, time
+    import os, pathlib, subprocess, sys, time
     from onceproof.backends.common import reaper
     os.environ["ONCEPROOF_RUN"] = sys.argv[1]
+    os.makedirs(sys.argv[1], exist_ok=True)
+    for d in sys.argv[3:]:  # made outside the run directory, noted for the reaper
+        os.makedirs(d)
+        reaper.note_scratch(pathlib.Path(d))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     w = reaper.start(sys.argv[1])
     print(child.pid, w.pid, flush=True)
@@ -30,10 +34,12 @@ HARNESS = textwrap.dedent("""
 
 
 @contextlib.contextmanager
-def _started(tmp_path, how):
-    """``(run dir, harness Popen, child pid, watcher pid)`` of a stand-in harness; all three SIGKILLed after."""
+def _started(tmp_path, how, *scratch):
+    """``(run dir, harness Popen, child pid, watcher pid)`` of a stand-in harness that noted the ``scratch``
+    directories; all three SIGKILLed after."""
     run = str(tmp_path / "run")
-    h = subprocess.Popen([sys.executable, "-c", HARNESS, run, how], stdout=subprocess.PIPE, text=True)
+    h = subprocess.Popen([sys.executable, "-c", HARNESS, run, how, *map(str, scratch)], stdout=subprocess.PIPE,
+                         text=True)
     child, watcher = (int(x) for x in h.stdout.readline().split())
     try:
         yield run, h, child, watcher
@@ -55,7 +61,8 @@ def _gone(pid, within_s):
 
 
 def test_a_sigkilled_harness_takes_its_run_processes_with_it(tmp_path):
-    with _started(tmp_path, "wait") as (run, h, child, watcher):
+    ours, foreign = tmp_path / "onceproof-pg-x", tmp_path / "not-ours"
+    with _started(tmp_path, "wait", ours, foreign) as (run, h, child, watcher):
         assert [p.pid for p in processes.run_processes(run, psutil.Process(h.pid).create_time())] \
             and processes.alive(child)
         time.sleep(0.5)
@@ -64,6 +71,8 @@ def test_a_sigkilled_harness_takes_its_run_processes_with_it(tmp_path):
         h.wait(timeout=5)
         assert _gone(child, 5.0), "the run's process outlived the harness by 5 s"
         assert _gone(watcher, 5.0), "the reaper did not exit after its sweep"
+    assert not ours.exists(), "the noted scratch directory outlived the harness"
+    assert foreign.is_dir(), "the reaper removed a directory not named onceproof-*"
 
 
 def test_a_stopped_reaper_exits_and_kills_nothing(tmp_path):

@@ -7,7 +7,8 @@ from the parent-death signal), so the teardown, the parent-death signal and the 
 (``backends/common/reaper.py``: ``ONCEPROOF_RUN`` is inherited) all reach it. PostgreSQL refuses to run
 as root; as root it runs as the ``postgres`` user the Debian package creates, with its data in a
 directory of its own under the system's temporary directory (a run directory under a 0700 parent, such
-as pytest's, is out of that user's reach), removed at :meth:`PostgresServer.stop`.
+as pytest's, is out of that user's reach), removed at :meth:`PostgresServer.stop` (or by the run's
+reaper when the harness dies first).
 
 Settings (postgresql.org/docs/15/non-durability.html): ``fsync=off`` and ``full_page_writes=off`` are
 safe against a crash of a server process, which is all a run does to it; ``synchronous_commit`` stays on,
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import psycopg
 
-from onceproof.backends.common import processes
+from onceproof.backends.common import processes, reaper
 
 USER = "onceproof"
 DATABASE = "onceproof"
@@ -106,6 +107,7 @@ class PostgresServer:
         user = self._user
         if user:
             self._pgdata = Path(tempfile.mkdtemp(prefix="onceproof-pg-"))
+            reaper.note_scratch(self._pgdata)  # removed by the reaper if the harness dies before stop()
             shutil.chown(self._pgdata, user, user)
             (self.data_dir / "where").write_text(f"{self._pgdata}\n")
         else:

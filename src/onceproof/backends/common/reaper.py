@@ -8,7 +8,9 @@ the output topic (seen for over a minute, into the next run's brokers on the sam
 ``python -m onceproof.backends.common.reaper --run-dir <dir> --pid <harness> --start <its start time>``
 first. It polls the harness every ``POLL_S`` s; once the harness is gone it SIGKILLs every process whose
 ``ONCEPROOF_RUN`` is that run directory (:func:`processes.run_processes`) until none is left or
-``SWEEP_S`` s have passed, and exits. A run that tears down normally stops it (:func:`stop_watcher`).
+``SWEEP_S`` s have passed, removes the scratch directories the run noted outside its directory
+(:func:`note_scratch`, e.g. a PostgreSQL data directory), and exits. A run that tears down normally stops
+it (:func:`stop_watcher`).
 
 The Docker backend's reaper (:mod:`onceproof.backends.docker.reaper`) is the same kind of watcher for
 containers, started with :func:`start_watcher` too.
@@ -19,10 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -31,6 +35,36 @@ from onceproof.checkout import IMPORT_ROOT
 
 POLL_S = 0.5
 SWEEP_S = 10.0
+SCRATCH = "scratch-dirs.txt"
+"""In the run directory: the directories outside it that the run made (one path a line)."""
+SCRATCH_PREFIX = "onceproof-"
+"""Only directories named so are ever removed from the scratch list."""
+
+
+def note_scratch(path: Path) -> None:
+    """Note ``path`` (a directory named :data:`SCRATCH_PREFIX`…, made outside the run directory) in the
+    current run's :data:`SCRATCH` list (the run of ``$ONCEPROOF_RUN``; nothing outside a run), so that the
+    reaper removes it when the harness dies before its own teardown does."""
+    run = os.environ.get("ONCEPROOF_RUN")
+    if run and Path(run).is_dir():
+        with open(Path(run) / SCRATCH, "a") as f:
+            f.write(f"{path}\n")
+
+
+def remove_scratch(run_dir: str) -> list[str]:
+    """Remove the directories of ``run_dir``'s :data:`SCRATCH` list whose names start with
+    :data:`SCRATCH_PREFIX`; returns those removed. Never raises."""
+    try:
+        lines = (Path(run_dir) / SCRATCH).read_text().splitlines()
+    except OSError:
+        return []
+    gone = []
+    for line in lines:
+        p = Path(line.strip())
+        if p.name.startswith(SCRATCH_PREFIX) and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(str(p))
+    return gone
 
 
 def start_watcher(module: str, args: list[str]) -> subprocess.Popen:
@@ -89,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     while processes.same_process_alive(a.pid, a.start):
         time.sleep(POLL_S)
     left = sweep(a.run_dir, a.start)
+    remove_scratch(a.run_dir)
     for p in left:
         print(f"reaper: left behind: pid {p.pid}", file=sys.stderr)
     return 1 if left else 0
