@@ -222,13 +222,14 @@ def test_a_window_that_closed_before_the_freeze_is_thawed_and_the_next_batch_is_
 
 
 def test_a_file_sinks_committed_end_is_its_metadata_log(tmp_path):
-    from onceproof.nemesis.commit_window import _FileSinkEnds
+    from onceproof.sinks.base import OutputLocation
+    from onceproof.sinks.file_log import MetadataLogEnds
 
-    assert _FileSinkEnds(tmp_path).read() == {0: 0}
+    assert MetadataLogEnds(OutputLocation(directory=tmp_path)).read() == {0: 0}
     (tmp_path / "_spark_metadata").mkdir()
     for n in ("0", "1", "9.compact", ".10.abc.tmp", "10"):
         (tmp_path / "_spark_metadata" / n).write_text("v1\n")
-    assert _FileSinkEnds(tmp_path).read() == {0: 11}
+    assert MetadataLogEnds(OutputLocation(directory=tmp_path)).read() == {0: 11}
 
 
 def test_a_driver_that_keeps_exiting_before_its_query_starts_is_named_with_its_last_log_lines(tmp_path):

@@ -46,7 +46,7 @@ from onceproof.report.html import build_report
 from onceproof.report.index import build_index
 from onceproof.report.junit import write_junit
 from onceproof.sinks import registry as sinks
-from onceproof.sinks.base import DRIVER_HOOKS
+from onceproof.sinks.base import DRIVER_HOOKS, OutputLocation
 from onceproof.store import checkpoint, retention
 from onceproof.store.compact import compact
 from onceproof.store.history import HistoryWriter
@@ -236,7 +236,7 @@ def _run_phase(r: _Run) -> None:
                                  # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside
                                  sink_capabilities=None if cfg.pipeline_cmd else ctx_caps,
                                  commit_window="hook" if DRIVER_HOOKS in ctx_caps else "watch",
-                                 file_sink=r.file_sink)
+                                 file_sink=r.file_sink, committed_end=lambda: r.sink.committed_ends(_output(r)))
 
     def on_op(op):
         style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
@@ -316,6 +316,12 @@ def _recover(r: _Run) -> recovery.RecoveryStatus:
     r.console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
                     f"in {r.timings['recovery_s']}s")
     return st
+
+
+def _output(r: _Run) -> OutputLocation:
+    """Where the run's output is: the output topic, the sink's directory or its database."""
+    return OutputLocation(r.cluster.bootstrap, OUTPUT, directory=r.file_sink, workload=r.cfg.workload,
+                          read=r.cfg.file_read, dsn=r.db.dsn if r.db else "")
 
 
 def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:

@@ -8,12 +8,12 @@ Two ways to find the window, chosen by :attr:`onceproof.nemesis.fault.NemesisCon
   nemesis kills the whole driver process group there.
 * ``watch`` (a ``--pipeline-cmd`` pipeline, no hook in the user's code; the file sink, which is not
   ``foreachBatch``): the nemesis polls the checkpoint's ``offsets/`` and ``commits/`` and the output's
-  committed end (the output topic's LSOs; for the file sink, the batches in ``_spark_metadata``) every
-  ``poll_s`` s (:class:`onceproof.nemesis.commit_window_watch.CommitWindowWatch`, a tenth of that for a file
-  sink), and when batch N's output is visible while ``commits/N`` is absent it freezes the driver's
-  process group (SIGSTOP), looks again, and kills it if ``commits/N`` is still absent. A batch that
-  closed its window before the freeze is thawed and let go (``windows_missed``); the next one is
-  watched.
+  committed end (the sink entry's ``CommittedEnd``: the output topic's LSOs; the batches in a file sink's
+  ``_spark_metadata``; a table's committed rows) at the interval it allows
+  (:class:`onceproof.nemesis.commit_window_watch.CommitWindowWatch`), and when batch N's output is
+  visible while ``commits/N`` is absent it freezes the driver's process group (SIGSTOP), looks again,
+  and kills it if ``commits/N`` is still absent. A batch that closed its window before the freeze is
+  thawed and let go (``windows_missed``); the next one is watched.
 
 Evidence: the batch, the driver pid, ``offsets/N`` present and ``commits/N`` absent both at the kill and
 after the driver is gone (so Spark must replay N), and (watch) the output offsets that grew.
@@ -25,10 +25,6 @@ import json
 import random
 import time
 
-from confluent_kafka import IsolationLevel, TopicPartition
-from confluent_kafka.admin import OffsetSpec
-
-from onceproof.clients import topics
 from onceproof.nemesis.commit_window_watch import CommitWindowWatch
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
 from onceproof.pipeline import hooks
@@ -44,11 +40,13 @@ class KillDriverInCommitWindow:
         return 25.0  # the next batch reaching the window, then a driver restart
 
     def __init__(self, window_timeout_s: float = 90.0, poll_s: float = 0.05, output_ends=None):
-        """``output_ends(bootstrap, topic)`` builds what the watch reads the output's LSOs with (an object
-        whose ``read()`` returns ``{partition: offset}``); default :class:`_OutputEnds`."""
+        """``poll_s``: the longest poll interval, s (the output's own ``CommittedEnd.poll_s`` when
+        shorter). ``output_ends(bootstrap, topic)`` builds what the watch reads the output's committed end
+        with (an object whose ``read()`` returns ``{partition: end}``); default: the run's sink entry's
+        (``NemesisContext.committed_end``, ``onceproof.sinks.base.CommittedEnd``)."""
         self.window_timeout_s = window_timeout_s
         self.poll_s = poll_s
-        self.output_ends = output_ends or _OutputEnds
+        self.output_ends = output_ends
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         if ctx.commit_window == "watch":
@@ -85,9 +83,21 @@ class KillDriverInCommitWindow:
 
     def _watched(self, ctx: NemesisContext) -> Outcome:
         """The hook-free way: poll, and kill when :class:`CommitWindowWatch` sees the window open."""
-        ends = (_FileSinkEnds(ctx.file_sink) if ctx.file_sink is not None
-                else self.output_ends(ctx.cluster.bootstrap, ctx.output_topic))
-        poll_s = self.poll_s / 10 if ctx.file_sink is not None else self.poll_s  # a directory listing is cheap
+        if self.output_ends is not None:
+            ends = self.output_ends(ctx.cluster.bootstrap if ctx.cluster else "", ctx.output_topic)
+        elif ctx.committed_end is not None:
+            ends = ctx.committed_end()
+        else:
+            return Outcome(NOT_EFFECTIVE, "driver", {"mode": "watch", "reason": "no committed end of the output "
+                                                                                "to watch (a harness bug)"})
+        try:
+            return self._watch(ctx, ends, min(self.poll_s, getattr(ends, "poll_s", self.poll_s)))
+        finally:
+            close = getattr(ends, "close", None)
+            if close is not None:
+                close()
+
+    def _watch(self, ctx: NemesisContext, ends, poll_s: float) -> Outcome:
         watch = CommitWindowWatch()
         misses = 0
         deadline = time.monotonic() + self.window_timeout_s
@@ -134,38 +144,3 @@ class KillDriverInCommitWindow:
     def heal(self, ctx: NemesisContext) -> None:
         """Disarm the hook so no later batch waits in the window."""
         (ctx.control / hooks.ARMED).unlink(missing_ok=True)
-
-
-class _FileSinkEnds:
-    """A file sink's committed output, as the watch's "end offsets": ``{0: batches in _spark_metadata}``
-    (the highest ``N`` or ``N.compact`` there, plus one; 0 for none). It grows when the driver commits
-    batch N to the sink's log, just before Spark's ``commits/N`` (``pipeline/file_sink.py``)."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def read(self) -> dict[int, int]:
-        # lazy: sinks.file_log loads pandas, which a run without a file sink need not load here
-        from onceproof.sinks.file_log import latest_batch
-
-        last = latest_batch(self.path)
-        return {0: 0 if last is None else last + 1}
-
-
-class _OutputEnds:
-    """The output topic's end offsets at read_committed (the LSO, KIP-98), polled through one
-    AdminClient (``ListOffsets`` with ``READ_COMMITTED``; ``onceproof.clients.topics.end_offsets`` builds a client
-    per call, too slow for a 50 ms poll)."""
-
-    def __init__(self, bootstrap: str, topic: str):
-
-        self.topic = topics.partitions(bootstrap, topic)
-        self.name = topic
-        self.admin = topics.admin(bootstrap)
-
-    def read(self) -> dict[int, int]:
-        """``{partition: LSO}``. Raises ``confluent_kafka.KafkaException`` when a partition has none now."""
-
-        req = {TopicPartition(self.name, p): OffsetSpec.latest() for p in self.topic}
-        futs = self.admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5)
-        return {tp.partition: f.result(timeout=10).offset for tp, f in futs.items()}

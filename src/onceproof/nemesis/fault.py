@@ -17,12 +17,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from onceproof.backends.base import Cluster, FaultNetwork, SparkApp
 from onceproof.pipeline import hooks
+from onceproof.sinks.base import CommittedEnd
 from onceproof.store.readers import read_sink
 
 EFFECTIVE, NOT_EFFECTIVE, SKIPPED = "effective", "not-effective", "skipped"
@@ -64,6 +66,8 @@ class NemesisContext:
     # or "watch" (a --pipeline-cmd pipeline: the checkpoint and the output's LSO, nemesis/commit_window.py)
     commit_window: str = "hook"
     file_sink: Path | None = None  # the file sink's output directory (--sink file), else None
+    # builds the output's committed end (onceproof.sinks.base.CommittedEnd) for the hook-free commit-window watch
+    committed_end: Callable[[], CommittedEnd] | None = None
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
     # set when an interrupted run tears down: heal only what teardown will not undo (no broker restarts)
     teardown: threading.Event = field(default_factory=threading.Event)

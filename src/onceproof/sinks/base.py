@@ -144,6 +144,22 @@ class OutputView:
         return result
 
 
+class CommittedEnd(Protocol):
+    """The output's committed end, polled by the hook-free commit-window kill
+    (``onceproof.nemesis.commit_window``) to see a micro-batch's output become visible before Spark's
+    ``commits/N``: ``read()`` returns ``{partition: end}`` (a Kafka partition's LSO; the batches in a file
+    sink's log; a table's committed rows), growing exactly when the sink commits. ``poll_s``: the interval
+    it is cheap enough to be polled at, s. ``read`` may raise while a fault is under way; ``close`` ends
+    the polling."""
+
+    poll_s: float
+
+    def read(self) -> dict[int, int]: ...
+
+    def close(self) -> None:
+        """Release what it holds (a connection); never raises."""
+
+
 class OutputReader(Protocol):
     """Reads a run's output at ``location`` into an :class:`OutputView`. Raises :class:`OutputError`
     naming what is missing or damaged."""
@@ -168,6 +184,8 @@ class Sink:
     summary in ``result.json`` and the one line the console and the report print about it. ``mutant``:
     a deliberately broken sink (``pipeline/mutants.py``), never a default. ``database``: the kind of server
     it writes (``"postgres"``), started for the run by the backend; ``None`` for a topic or a directory.
+    ``committed_end``: its :class:`CommittedEnd` as ``module:attribute``, a class built from an
+    :class:`OutputLocation`.
     """
 
     name: str
@@ -186,11 +204,17 @@ class Sink:
     report_line: Callable[[dict], str] | None = None
     mutant: bool = False
     database: str | None = None
+    committed_end: str = "onceproof.sinks.kafka_topic:OutputEnds"
 
     def read(self, location: OutputLocation) -> OutputView:
         """The output at ``location`` through :attr:`reader` (imported now). Raises as the reader does."""
         reader: OutputReader = pkgutil.resolve_name(self.reader)
         return reader(location)
+
+    def committed_ends(self, location: OutputLocation) -> CommittedEnd:
+        """The :class:`CommittedEnd` of the output at ``location`` (imported now). Raises as its
+        constructor does (e.g. the topic's metadata cannot be read)."""
+        return pkgutil.resolve_name(self.committed_end)(location)
 
     def report_lines(self, result: dict) -> list[str]:
         """The line about this sink's output in ``result`` (:attr:`report_line` of

@@ -603,3 +603,22 @@ def read_output(location: OutputLocation) -> OutputView:
                       unsettled=[f"file sink: {p}" for p in problems if "torn" in p],
                       stats={f"file_sink_{k}" if k != "orphan_files" else k: st.get(k) for k in SUMMARY_KEYS},
                       summary={"read": read, **{k: st.get(k) for k in SUMMARY_KEYS}}, result_key="file_sink")
+
+
+class MetadataLogEnds:
+    """A file sink's committed output as a :class:`~onceproof.sinks.base.CommittedEnd`: ``{0: batches in
+    _spark_metadata}`` (the highest ``N`` or ``N.compact`` there, plus one; 0 for none), from
+    ``location.directory``. It grows when the driver commits batch N to the sink's log, just before
+    Spark's ``commits/N`` (``pipeline/file_sink.py``); one directory listing, so polled every 5 ms."""
+
+    poll_s = 0.005
+
+    def __init__(self, location: OutputLocation):
+        self.path = location.directory
+
+    def read(self) -> dict[int, int]:
+        last = latest_batch(self.path)
+        return {0: 0 if last is None else last + 1}
+
+    def close(self) -> None:
+        """Nothing to release."""

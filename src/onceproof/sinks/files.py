@@ -37,4 +37,4 @@ FILE = Sink(
     frozenset({WRITE_HOLD}), "valid", writer=write, reader="onceproof.sinks.file_log:read_output",
     label="Spark's file sink", output_dir=OUTPUT_DIR, reads=(COMMITTED, "listing"),
     output_modes=frozenset({"append"}), spark_conf=file_sink.SPARK_CONF, result_key="file_sink",
-    report_line=report_line)
+    report_line=report_line, committed_end="onceproof.sinks.file_log:MetadataLogEnds")

@@ -7,6 +7,9 @@ offset (LSO) and skips aborted transactions' records; ``read_uncommitted`` reads
 
 from __future__ import annotations
 
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
 from onceproof.clients import topics
 from onceproof.sinks.base import OutputLocation, OutputView
 from onceproof.workloads import registry as workloads
@@ -30,3 +33,26 @@ def read_output(location: OutputLocation) -> OutputView:
     unsettled = ([] if out.complete else
                  [f"reading {location.topic} did not reach its end offsets within {location.timeout_s:.0f}s"])
     return OutputView(committed=out.frame, uncommitted=unc.frame, unsettled=unsettled)
+
+
+class OutputEnds:
+    """The output topic's end offsets at read_committed (the LSO, KIP-98), polled through one AdminClient
+    (``ListOffsets`` with ``READ_COMMITTED``; ``onceproof.clients.topics.end_offsets`` builds a client per
+    call, too slow for a 50 ms poll): a :class:`~onceproof.sinks.base.CommittedEnd`. Raises
+    ``confluent_kafka.KafkaException`` when the topic's metadata cannot be read."""
+
+    poll_s = 0.05
+
+    def __init__(self, location: OutputLocation):
+        self.topic = topics.partitions(location.bootstrap, location.topic)
+        self.name = location.topic
+        self.admin = topics.admin(location.bootstrap)
+
+    def read(self) -> dict[int, int]:
+        """``{partition: LSO}``. Raises ``confluent_kafka.KafkaException`` when a partition has none now."""
+        req = {TopicPartition(self.name, p): OffsetSpec.latest() for p in self.topic}
+        futs = self.admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5)
+        return {tp.partition: f.result(timeout=10).offset for tp, f in futs.items()}
+
+    def close(self) -> None:
+        """Nothing to release."""

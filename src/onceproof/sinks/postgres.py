@@ -55,7 +55,7 @@ def report_line(summary: dict) -> str:
 
 
 _COMMON = dict(reader=READER, output_modes=frozenset({"append"}), database="postgres", result_key="postgres",
-               report_line=report_line)
+               report_line=report_line, committed_end="onceproof.sinks.postgres_table:RowCountEnds")
 
 POSTGRES = Sink("postgres", "a PostgreSQL table: one transaction per micro-batch with a progress row "
                             "(pipeline/postgres_sink.py)", frozenset({DRIVER_HOOKS}), "valid",

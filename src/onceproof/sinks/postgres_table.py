@@ -76,3 +76,28 @@ def read_output(location: OutputLocation) -> OutputView:
                "progress_rows": len(progress), "progress": {a: int(b) for a, b in progress}}
     return OutputView(committed=frame, uncommitted=frame[["partition", "offset"]].copy(),
                       stats={"postgres_rows": len(rows)}, summary=summary, result_key="postgres")
+
+
+class RowCountEnds:
+    """A table's committed rows as a :class:`~onceproof.sinks.base.CommittedEnd`: ``{0: count(*)}`` at READ
+    COMMITTED on one autocommit connection, which grows only when a writing transaction commits. Raises
+    psycopg's ``OperationalError`` when the database cannot be reached."""
+
+    poll_s = 0.02
+
+    def __init__(self, location: OutputLocation):
+        self.conn = psycopg.connect(location.dsn, autocommit=True, connect_timeout=10)
+        self.query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(location.topic))
+
+    def read(self) -> dict[int, int]:
+        try:
+            return {0: int(self.conn.execute(self.query).fetchone()[0])}
+        except psycopg.errors.UndefinedTable:
+            return {0: 0}  # the job has not created its table yet
+
+    def close(self) -> None:
+        """Close the connection; never raises."""
+        try:
+            self.conn.close()
+        except psycopg.Error:
+            pass
