@@ -60,7 +60,10 @@ def test_every_field_is_a_run_option_and_every_option_a_field():
     assert set(run_options()) == {f.name for f in fields(TestConfig)}
 
 
-COMPANIONS = {"file_read": {"sink": "file"}}  # options that only go with another's non-default value
+COMPANIONS = {  # options that only go with another's non-default value
+    "file_read": {"sink": "file"},
+    "output": {"pipeline_cmd": "{python} job.py --dsn {postgres_dsn} --table {output_table}"},
+}
 
 
 @pytest.mark.parametrize("name", sorted(run_options()))
@@ -74,17 +77,18 @@ def test_each_option_survives_the_replay_command(name):
 
 
 def test_all_options_at_once_survive():
-    # --pipeline-cmd excludes --sink, --workload and the docker backend; --file-read needs --sink file, which
-    # excludes --workload counter and the docker backend: each round-trips with every other option
+    # --pipeline-cmd excludes --sink, --workload and the docker backend, and --output needs it; --file-read
+    # needs --sink file, which excludes --workload counter and the docker backend: each round-trips with
+    # every other option
     every = {f.name: non_default(f) for f in fields(TestConfig)}
-    cfg = TestConfig(**{k: v for k, v in every.items() if k not in ("pipeline_cmd", "file_read")}).validate()
+    cfg = TestConfig(**{k: v for k, v in every.items() if k not in ("pipeline_cmd", "file_read", "output")}).validate()
     assert parse_back(cfg) == cfg
-    cfg = TestConfig(**{**{k: v for k, v in every.items() if k not in ("pipeline_cmd", "workload", "backend")},
-                        "sink": "file"}).validate()
+    cfg = TestConfig(**{**{k: v for k, v in every.items()
+                           if k not in ("pipeline_cmd", "workload", "backend", "output")}, "sink": "file"}).validate()
     assert cfg.file_read == "listing" and parse_back(cfg) == cfg
     cfg = TestConfig(**{k: v for k, v in every.items()
                         if k not in ("sink", "backend", "workload", "file_read")}).validate()
-    assert cfg.pipeline_cmd and parse_back(cfg) == cfg
+    assert cfg.pipeline_cmd and cfg.output == "postgres" and parse_back(cfg) == cfg
 
 
 def test_default_config_replays_to_itself_and_names_what_a_run_is():

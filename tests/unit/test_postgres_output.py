@@ -13,6 +13,8 @@ from onceproof.pipeline import provenance
 from onceproof.sinks import postgres_table
 from onceproof.sinks import registry as sinks
 
+COLUMNS = ["id", "key", "seq", "in_partition", "in_offset", "in_ts", "batch_id", "incarnation"]
+
 
 def _rows():
     # (id, key, seq, in_partition, in_offset, in_ts, batch_id, incarnation); k1/2 written twice (a replay)
@@ -21,7 +23,7 @@ def _rows():
 
 
 def test_table_rows_become_the_checkers_output_frame_in_insertion_order():
-    f = postgres_table._frame(_rows())
+    f = postgres_table._frame(COLUMNS, _rows())
     assert list(f["offset"]) == [1, 2, 3, 4] and set(f["partition"]) == {0}
     assert list(f["key"]) == ["k1", "k1", "k2", "k1"] and list(f["seq"]) == [1, 2, 1, 2]
     assert list(f[provenance.INPUT]) == ["0:10", "0:11", "1:5", "0:11"]
@@ -32,8 +34,14 @@ def test_table_rows_become_the_checkers_output_frame_in_insertion_order():
 
 
 def test_an_empty_table_is_an_empty_frame_with_the_checkers_columns():
-    f = postgres_table._frame([])
+    f = postgres_table._frame(COLUMNS, [])
     assert len(f) == 0 and {"partition", "offset", "key", "seq"} <= set(f.columns)
+
+
+def test_a_users_table_with_only_key_and_seq_is_read_in_its_order():
+    f = postgres_table._frame(["key", "seq"], [("a", 0), ("a", 1), ("a", 1)])
+    assert list(f["offset"]) == [0, 1, 2] and list(f["seq"]) == [0, 1, 1]
+    assert provenance.INPUT not in f.columns and provenance.BATCH not in f.columns
 
 
 def test_a_read_without_a_database_names_how_to_recheck():
@@ -65,3 +73,29 @@ def test_a_backend_that_starts_no_postgres_refuses_the_sink_naming_one_that_does
         TestConfig(sink="postgres", backend="docker", nemesis=["kill-driver-in-commit-window"]).validate()
     assert e.value.option == "--sink" and "--backend local" in str(e.value), str(e.value)
     TestConfig(sink="postgres", nemesis=["kill-driver-in-commit-window"]).validate()
+
+
+JOB = ("{python} tests/jobs/postgres_job.py --bootstrap {bootstrap} --input-topic {input_topic} "
+       "--checkpoint {checkpoint} --jars {jars} --dsn {postgres_dsn} --table {output_table}")
+
+
+def test_a_users_job_declares_its_output_and_may_use_only_that_outputs_placeholders():
+    cfg = TestConfig(pipeline_cmd=JOB, output="postgres", nemesis=["kill-driver-in-commit-window"]).validate()
+    entry = cfg.sink_entry
+    assert entry.database == "postgres" and entry.writer is None and not entry.capabilities
+    with pytest.raises(ConfigError) as e:
+        TestConfig(pipeline_cmd=JOB, nemesis=["kill-driver-in-commit-window"]).validate()
+    assert e.value.option == "--pipeline-cmd" and "{postgres_dsn} is for --output postgres" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        TestConfig(pipeline_cmd=JOB.replace("{postgres_dsn}", "{output_path}"), output="postgres",
+                   nemesis=["kill-driver-in-commit-window"]).validate()
+    assert "{output_path} is for --output files" in str(e.value)
+
+
+def test_output_belongs_to_a_users_job_and_the_bundled_pipeline_is_told_to_use_sink():
+    with pytest.raises(ConfigError) as e:
+        TestConfig(output="postgres", nemesis=["kill-driver-in-commit-window"]).validate()
+    assert e.value.option == "--output" and "--sink postgres" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        TestConfig(output="delta-lake", nemesis=["kill-driver-in-commit-window"]).validate()
+    assert "kafka, files, postgres" in str(e.value)

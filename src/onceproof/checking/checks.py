@@ -29,8 +29,7 @@ from onceproof.checkers.exactly_once import Recovery
 from onceproof.checking.recovery import RecoveryStatus
 from onceproof.clients import topics
 from onceproof.nemesis import coverage
-from onceproof.sinks import file_log, kafka_topic
-from onceproof.sinks import registry as sinks
+from onceproof.sinks import file_log, kafka_topic, user_outputs
 from onceproof.sinks.base import COMMITTED, OutputError, OutputLocation, OutputReader, OutputView
 from onceproof.store import readers
 from onceproof.store.columns import release_freed_memory
@@ -492,7 +491,7 @@ def _saved_output(run_dir: Path, config: dict, file_read: str | None, replay: st
 
     Raises: ``CheckError`` when the directory is gone, ``file_read`` is not a read the sink offers, or a
     snapshot is damaged."""
-    sink = sinks.find(config.get("sink"))
+    sink = user_outputs.entry_of(config)
     if sink is not None and sink.output_dir:  # the output is read again from the directory, not the snapshots
         read = file_read or str(config.get("file_read") or COMMITTED)
         directory = run_dir / sink.output_dir

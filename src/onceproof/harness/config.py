@@ -28,6 +28,7 @@ from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandErr
 from onceproof.checkout import repository
 from onceproof.nemesis import catalog, schedule
 from onceproof.sinks import registry as sinks
+from onceproof.sinks import user_outputs
 from onceproof.sinks.base import CAPABILITIES
 from onceproof.store.runs import DEFAULT_ROOT
 from onceproof.workloads import producers
@@ -204,6 +205,13 @@ class TestConfig:
                              example="{python} examples/user_pipeline.py --bootstrap {bootstrap} "
                                      "--input-topic {input_topic} --output-topic {output_topic} "
                                      "--checkpoint {checkpoint} --jars {jars}")
+    output: str = _opt(user_outputs.DEFAULT, "--pipeline-cmd: what your job writes, read at its commit point: "
+                                             "kafka ({output_topic}, at read_committed), files (Spark's file sink "
+                                             "in {output_path}, through its _spark_metadata log) or postgres "
+                                             "({output_table} in {postgres_dsn}, a server the run starts; at "
+                                             "REPEATABLE READ). docs/pipeline-contract.md",
+                       check=lambda v: None if v in user_outputs.OUTPUTS else
+                       f"unknown output {v!r}; choose one of {', '.join(user_outputs.names())}", example="postgres")
     nemesis: list[str] = _opt(help="comma-separated faults (name or name:target), 'all' or 'none'. "
                                    "See `onceproof faults`.", factory=list, parse=catalog.parse, fmt=_fmt_nemesis,
                               check=_check_nemesis, example=["kill-broker:leader", "kill-executor"], always=True)
@@ -283,6 +291,13 @@ class TestConfig:
         """What the pipeline's sink lets faults use (its entry, ``sinks/registry.py``): the bundled sink's, or none
         for a ``--pipeline-cmd`` pipeline, whose sink onceproof knows nothing of."""
         return frozenset() if self.pipeline_cmd else sinks.get(self.sink).capabilities
+
+    @property
+    def sink_entry(self):
+        """The :class:`~onceproof.sinks.base.Sink` entry the run writes and reads: the ``--output`` of a
+        ``--pipeline-cmd`` pipeline (``sinks/user_outputs.py``), else the bundled pipeline's ``--sink``.
+        Raises ``ValueError`` for an unknown name."""
+        return user_outputs.get(self.output).entry() if self.pipeline_cmd else sinks.get(self.sink)
 
     @property
     def sink_label(self) -> str:
@@ -402,11 +417,24 @@ class TestConfig:
         directory needs a backend whose executors write where the harness reads (``file_sinks``), the
         workload's output mode must be one the sink takes, and ``--file-read`` one of the reads it offers.
 
-        Raises: ``ConfigError`` for ``--sink``, ``--workload`` or ``--file-read``, naming what fits.
+        With ``--pipeline-cmd`` the entry is its ``--output``, and the command may use only that output's own
+        placeholders; without, ``--output`` stays at its default (the bundled pipeline writes its ``--sink``).
+
+        Raises: ``ConfigError`` for ``--sink``, ``--output``, ``--pipeline-cmd``, ``--workload`` or
+        ``--file-read``, naming what fits.
         """
-        if self.sink not in sinks.SINKS:
-            return  # _check_sink reports it
-        sink = sinks.get(self.sink)
+        if not self.pipeline_cmd and self.output != user_outputs.DEFAULT:
+            raise ConfigError("--output", "--output says what a --pipeline-cmd job writes; the bundled pipeline "
+                                          "writes its --sink (e.g. --sink postgres): drop --output")
+        if self.pipeline_cmd and self.output in user_outputs.OUTPUTS:
+            used = PipelineCommand.parse(self.pipeline_cmd).used
+            wrong = user_outputs.misplaced(self.output, used)
+            if wrong:
+                raise ConfigError("--pipeline-cmd", "; ".join(f"{{{p}}} is for --output {o}" for p, o in wrong.items())
+                                  + f", and this run reads --output {self.output}: pass the output your job writes")
+        if self.sink not in sinks.SINKS or self.output not in user_outputs.OUTPUTS:
+            return  # their checks report it
+        sink = self.sink_entry
         if sink.output_dir and not backend.file_sinks:
             raise ConfigError("--sink", f"the {backend.name} backend cannot run {sink.label}; use --backend "
                               + ", ".join(n for n in registry.names() if registry.get(n).file_sinks))

@@ -45,7 +45,6 @@ from onceproof.pipeline.identity import default_sink_id
 from onceproof.report.html import build_report
 from onceproof.report.index import build_index
 from onceproof.report.junit import write_junit
-from onceproof.sinks import registry as sinks
 from onceproof.sinks.base import DRIVER_HOOKS, OutputLocation
 from onceproof.store import checkpoint, retention
 from onceproof.store.compact import compact
@@ -103,8 +102,9 @@ class _Run:
 
     @property
     def sink(self):
-        """The sink's entry (``sinks/registry.py``)."""
-        return sinks.get(self.cfg.sink)
+        """The entry of what the pipeline writes: its ``--sink`` (``sinks/registry.py``) or, for a
+        ``--pipeline-cmd`` job, its ``--output`` (``sinks/user_outputs.py``)."""
+        return self.cfg.sink_entry
 
     @property
     def file_sink(self) -> Path | None:

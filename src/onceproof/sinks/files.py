@@ -7,6 +7,8 @@ every file with ``--file-read listing``. Exactly once through its log, so expect
 
 from __future__ import annotations
 
+import dataclasses
+
 from onceproof.pipeline import file_sink
 from onceproof.sinks.base import COMMITTED, WRITE_HOLD, JobContext, Sink
 
@@ -38,3 +40,8 @@ FILE = Sink(
     label="Spark's file sink", output_dir=OUTPUT_DIR, reads=(COMMITTED, "listing"),
     output_modes=frozenset({"append"}), spark_conf=file_sink.SPARK_CONF, result_key="file_sink",
     report_line=report_line, committed_end="onceproof.sinks.file_log:MetadataLogEnds")
+
+USER_FILES = dataclasses.replace(FILE, name="files", summary="your job's file sink", capabilities=frozenset(),
+                                 writer=None, label="your job's file sink", spark_conf={})
+"""``--pipeline-cmd ... --output files``: Spark's file sink a user's job writes in ``{output_path}``
+(``sinks/user_outputs.py``); read as :data:`FILE`, no fault hook."""

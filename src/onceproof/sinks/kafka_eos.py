@@ -51,3 +51,7 @@ MUTANTS: dict[str, Sink] = {m.name: Sink(m.name, f"a mutant: {m.summary}", CAPAB
                                          mutant=True)
                             for m in mutants.MUTANTS.values()}
 """The mutant sinks by name (``sinks/registry.py`` lists them all in one line)."""
+
+USER_TOPIC = Sink("kafka", "your job's Kafka topic, read at read_committed", frozenset(), "valid", writer=None,
+                  reader=READER, label="your job's Kafka topic")
+"""``--pipeline-cmd ... --output kafka``: the topic a user's job writes (``sinks/user_outputs.py``)."""

@@ -64,3 +64,8 @@ POSTGRES = Sink("postgres", "a PostgreSQL table: one transaction per micro-batch
 AUTOCOMMIT = Sink("postgres-autocommit", "a mutant: autocommit inserts per executor partition, no progress row",
                   frozenset({DRIVER_HOOKS}), "invalid", writer=write_autocommit,
                   label="the postgres-autocommit mutant", targeted_by="commit", mutant=True, **_COMMON)
+
+USER_TABLE = Sink("postgres", "your job's PostgreSQL table", frozenset(), "valid", writer=None,
+                  label="your job's PostgreSQL table", **_COMMON)
+"""``--pipeline-cmd ... --output postgres``: the table a user's job writes, ``{output_table}`` in
+``{postgres_dsn}`` (``sinks/user_outputs.py``); read as :data:`POSTGRES`."""

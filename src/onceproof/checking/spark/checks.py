@@ -46,7 +46,7 @@ from onceproof.checking.spark import engine as spark_engine
 from onceproof.checking.spark import transactions as spark_transactions
 from onceproof.checking.spark.engine import columns
 from onceproof.nemesis import coverage
-from onceproof.sinks import registry as sinks
+from onceproof.sinks import user_outputs
 from onceproof.store import readers, spark_readers
 from onceproof.store.runfiles import INPUT, OUTPUT, RunFiles, stored
 
@@ -122,7 +122,7 @@ class SparkEngine:
         if run_dir is not None:
             config = ((readers.read_or_none(readers.read_test, run_dir) or {}).get("config") or {})
             workload = str(config.get("workload") or KEYED)
-            sink = sinks.find(config.get("sink"))
+            sink = user_outputs.entry_of(config)
             if sink is not None and sink.output_dir:
                 return (f"{run_dir} is a --sink {sink.name} run: --engine spark reads topic snapshots, not a "
                         f"{sink.name} sink's directory; {fix}")
