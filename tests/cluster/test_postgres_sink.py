@@ -24,7 +24,8 @@ import pytest
 
 from tests.conftest import load_run, our_processes, run_cli
 
-pytestmark = pytest.mark.cluster
+# make test-extended: make test runs a user's postgres job instead (tests/cluster/test_user_outputs.py)
+pytestmark = [pytest.mark.cluster, pytest.mark.extended]
 
 FAULTS = "kill-driver-in-commit-window,kill-broker"
 

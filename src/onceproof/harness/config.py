@@ -200,8 +200,9 @@ class TestConfig:
                           f"unknown file reader {v!r}; choose committed or listing", example="listing")
     pipeline_cmd: str = _opt("", "run your own PySpark pipeline instead of the bundled one: its command line, "
                                  "with the placeholders {python} {bootstrap} {input_topic} {output_topic} "
-                                 "{checkpoint} {master} {jars} (docs/pipeline-contract.md); restarted with the "
-                                 "same values after every crash", check=_check_pipeline_cmd,
+                                 "{checkpoint} {master} {jars}, and {output_path} or {postgres_dsn} "
+                                 "{output_table} for its --output (docs/pipeline-contract.md); restarted with "
+                                 "the same values after every crash", check=_check_pipeline_cmd,
                              example="{python} examples/user_pipeline.py --bootstrap {bootstrap} "
                                      "--input-topic {input_topic} --output-topic {output_topic} "
                                      "--checkpoint {checkpoint} --jars {jars}")

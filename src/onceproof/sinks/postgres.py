@@ -49,9 +49,11 @@ def write_autocommit(df, job: JobContext):
 
 
 def report_line(summary: dict) -> str:
-    """One line on the output (``result["postgres"]``): the table, its rows and the snapshot read."""
+    """One line on the output (``result["postgres"]``): the table, its rows, the snapshot read and the
+    bundled sinks' progress rows (when there are any)."""
+    progress = f", {summary['progress_rows']} progress rows" if summary.get("progress_rows") else ""
     return (f"postgres table {summary.get('table')}: {summary.get('rows')} rows read at REPEATABLE READ "
-            f"(snapshot {summary.get('snapshot')}), {summary.get('progress_rows')} progress rows")
+            f"(snapshot {summary.get('snapshot')}){progress}")
 
 
 _COMMON = dict(reader=READER, output_modes=frozenset({"append"}), database="postgres", result_key="postgres",
