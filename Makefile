@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint postgres-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint postgres-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-postgres soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -92,6 +92,10 @@ bench-real-read: setup
 	$(BIN)/python bench/real_read_ratio.py --records 2000000 --json bench/real_read_ratio.json
 
 # issue 11: onceproof check --engine spark on 50M synthetic records (local[2]; see docs/performance.md)
+# a real PostgreSQL server, a 1M-row output table, its REPEATABLE READ read and the checker (~30 s)
+bench-postgres: setup postgres-prereqs
+	$(BIN)/python bench/postgres_read_bench.py --json bench/postgres_read.json
+
 bench-spark-checker: setup
 	$(BIN)/python bench/spark_checker_bench.py --records 50000000 --engines spark --history none --timeout 3600
 

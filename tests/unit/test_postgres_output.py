@@ -4,6 +4,7 @@ the sinks and the REPEATABLE READ read run for real in ``tests/cluster/test_post
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from onceproof.backends.common import postgres
@@ -16,14 +17,19 @@ from onceproof.sinks import registry as sinks
 COLUMNS = ["id", "key", "seq", "in_partition", "in_offset", "in_ts", "batch_id", "incarnation"]
 
 
+def _table(columns, rows) -> pa.Table:
+    """A read of the table as ``COPY ... TO STDOUT`` gives it to the reader (postgres_table._copy_out)."""
+    return pa.table({c: pa.array([r[i] for r in rows], type=postgres_table._TYPES[c]) for i, c in enumerate(columns)})
+
+
 def _rows():
     # (id, key, seq, in_partition, in_offset, in_ts, batch_id, incarnation); k1/2 written twice (a replay)
-    return [(1, "k1", 1, 0, 10, 1000, 0, "1"), (2, "k1", 2, 0, 11, 1001, 0, "1"), (3, "k2", 1, 1, 5, 1002, 0, "1"),
-            (4, "k1", 2, 0, 11, 1001, 0, "2")]
+    return [(1, "k1", 1, 0, 10, 1000, "0", "1"), (2, "k1", 2, 0, 11, 1001, "0", "1"),
+            (3, "k2", 1, 1, 5, 1002, "0", "1"), (4, "k1", 2, 0, 11, 1001, "0", "2")]
 
 
 def test_table_rows_become_the_checkers_output_frame_in_insertion_order():
-    f = postgres_table._frame(COLUMNS, _rows())
+    f = postgres_table._frame(_table(COLUMNS, _rows()))
     assert list(f["offset"]) == [1, 2, 3, 4] and set(f["partition"]) == {0}
     assert list(f["key"]) == ["k1", "k1", "k2", "k1"] and list(f["seq"]) == [1, 2, 1, 2]
     assert list(f[provenance.INPUT]) == ["0:10", "0:11", "1:5", "0:11"]
@@ -34,12 +40,12 @@ def test_table_rows_become_the_checkers_output_frame_in_insertion_order():
 
 
 def test_an_empty_table_is_an_empty_frame_with_the_checkers_columns():
-    f = postgres_table._frame(COLUMNS, [])
+    f = postgres_table._frame(_table(COLUMNS, []))
     assert len(f) == 0 and {"partition", "offset", "key", "seq"} <= set(f.columns)
 
 
 def test_a_users_table_with_only_key_and_seq_is_read_in_its_order():
-    f = postgres_table._frame(["key", "seq"], [("a", 0), ("a", 1), ("a", 1)])
+    f = postgres_table._frame(_table(["key", "seq"], [("a", 0), ("a", 1), ("a", 1)]))
     assert list(f["offset"]) == [0, 1, 2] and list(f["seq"]) == [0, 1, 1]
     assert provenance.INPUT not in f.columns and provenance.BATCH not in f.columns
 

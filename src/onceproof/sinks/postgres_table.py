@@ -10,14 +10,15 @@ are rows of the same (key, seq), found by the exactly-once checker like duplicat
 
 from __future__ import annotations
 
-import json
+import io
 
 import numpy as np
 import pandas as pd
 import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
 from psycopg import sql
 
-from onceproof.clients.topics import decode_values
 from onceproof.pipeline import provenance
 from onceproof.pipeline.postgres_sink import PROGRESS_TABLE
 from onceproof.sinks.base import OutputError, OutputLocation, OutputView
@@ -28,32 +29,49 @@ PROVENANCE = {"batch_id": provenance.BATCH, "incarnation": provenance.INCARNATIO
 """Columns read as provenance when present (the bundled sinks write them; a user's table may not)."""
 
 
-def _frame(columns: list[str], rows: list[tuple]) -> pd.DataFrame:
-    """Rows of ``columns`` (``key``, ``seq``, and any of ``id``, :data:`VALUE_COLUMNS`, :data:`PROVENANCE`)
-    as the checker's output frame: ``partition`` 0 and ``offset`` = ``id`` (else the row's position in
-    the read), the value columns decoded as a Kafka record's JSON value is (``op.input`` from
-    ``in_partition``:``in_offset``), ``batch_id`` and ``incarnation`` as the provenance a Kafka record's
-    headers give."""
-    n = len(rows)
-    raw = pd.DataFrame.from_records(rows, columns=columns) if n else pd.DataFrame(columns=columns)
-    fields = [c for c in VALUE_COLUMNS if c in columns]
-    values = np.array([json.dumps(dict(zip(fields, vals, strict=True)), default=str).encode()
-                       for vals in raw[fields].itertuples(index=False, name=None)], dtype=object)
-    base = pd.DataFrame({"partition": np.zeros(n, dtype=np.int32),
-                         "offset": (raw["id"].to_numpy(dtype=np.int64) if "id" in columns
-                                    else np.arange(n, dtype=np.int64)),
-                         "key": pd.array(raw["key"].tolist(), dtype="string"),
-                         "value": values if n else np.empty(0, object)})
-    out = decode_values(base)
-    if {"in_partition", "in_offset"} <= set(out.columns):
-        ip = pd.to_numeric(out["in_partition"], errors="coerce").astype("Int64")
-        io = pd.to_numeric(out["in_offset"], errors="coerce").astype("Int64")
-        ref = ip.astype("string") + ":" + io.astype("string")
+_TYPES = {"id": pa.int64(), "key": pa.string(), "seq": pa.int64(), "in_partition": pa.int64(),
+          "in_offset": pa.int64(), "in_ts": pa.int64(), "batch_id": pa.string(), "incarnation": pa.string()}
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """A read of the table (``key``, ``seq``, and any of ``id``, :data:`VALUE_COLUMNS`, :data:`PROVENANCE`)
+    as the checker's output frame, as a Kafka record's decoded JSON value would give it: ``partition`` 0
+    and ``offset`` = ``id`` (else the row's position in the read), ``key`` (string), ``seq`` (Int64, NA
+    when NULL), the other value columns, ``op.input`` = ``"<in_partition>:<in_offset>"``, and
+    ``batch_id``/``incarnation`` as the provenance columns a Kafka record's headers give."""
+    n, cols = table.num_rows, table.column_names
+    out = pd.DataFrame({"partition": np.zeros(n, dtype=np.int32),
+                        "offset": (table["id"].to_numpy(zero_copy_only=False).astype(np.int64) if "id" in cols
+                                   else np.arange(n, dtype=np.int64)),
+                        "key": table["key"].to_pandas().astype("string"),
+                        "seq": table["seq"].to_pandas().astype("Int64")})
+    for c in VALUE_COLUMNS[2:]:
+        if c in cols:
+            v = table[c].to_pandas()
+            out[c] = v.astype("int64") if not v.isna().any() else v.astype("Int64")
+    if {"in_partition", "in_offset"} <= set(cols):
+        ref = out["in_partition"].astype("string") + ":" + out["in_offset"].astype("string")
         out[provenance.INPUT] = ref.astype(object).where(ref.notna(), None)
     for col, name in PROVENANCE.items():
-        if col in columns:
-            out[name] = pd.array([None if v is None else str(v) for v in raw[col].tolist()], dtype=object)
+        if col in cols:
+            out[name] = table[col].to_pandas().astype(object).where(lambda s: s.notna(), None)
     return out
+
+
+def _copy_out(conn: psycopg.Connection, table: str, columns: list[str]) -> pa.Table:
+    """The table's ``columns`` in one ``COPY ... TO STDOUT (FORMAT csv)``, in ``id`` (else ``ctid``) order,
+    parsed by pyarrow's CSV reader: a million rows in seconds, where fetching Python tuples takes ~10 s."""
+    query = sql.SQL("COPY (SELECT {} FROM {} ORDER BY {}) TO STDOUT (FORMAT csv, HEADER true)").format(
+        sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(table),
+        sql.Identifier("id") if "id" in columns else sql.SQL("ctid"))
+    buf = io.BytesIO()
+    with conn.cursor().copy(query) as cp:
+        for chunk in cp:
+            buf.write(chunk)
+    buf.seek(0)
+    types = {c: _TYPES[c] for c in columns}
+    return pacsv.read_csv(buf, convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                                                   quoted_strings_can_be_null=False))
 
 
 def _columns(conn: psycopg.Connection, table: str) -> list[str]:
@@ -90,20 +108,17 @@ def read_output(location: OutputLocation) -> OutputView:
             with conn.transaction():
                 snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]
                 columns = _columns(conn, location.topic)
-                query = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
-                    sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(location.topic),
-                    sql.Identifier("id") if "id" in columns else sql.SQL("ctid"))
-                rows = conn.execute(query).fetchall()
+                table = _copy_out(conn, location.topic, columns)
                 exists = conn.execute("SELECT to_regclass(%s)", (PROGRESS_TABLE,)).fetchone()[0]
                 progress = (conn.execute(sql.SQL("SELECT app_id, batch_id FROM {}").format(
                     sql.Identifier(PROGRESS_TABLE))).fetchall() if exists else [])
     except psycopg.Error as e:
         raise OutputError(f"cannot read table {location.topic} from PostgreSQL ({type(e).__name__}: {e})") from e
-    frame = _frame(columns, rows)
-    summary = {"table": location.topic, "rows": len(rows), "snapshot": snapshot, "isolation": "repeatable read",
+    frame = _frame(table)
+    summary = {"table": location.topic, "rows": table.num_rows, "snapshot": snapshot, "isolation": "repeatable read",
                "progress_rows": len(progress), "progress": {a: int(b) for a, b in progress}}
     return OutputView(committed=frame, uncommitted=frame[["partition", "offset"]].copy(),
-                      stats={"postgres_rows": len(rows)}, summary=summary, result_key="postgres")
+                      stats={"postgres_rows": table.num_rows}, summary=summary, result_key="postgres")
 
 
 class RowCountEnds:
