@@ -1,13 +1,15 @@
-"""A user's ``--pipeline-cmd`` job that writes a PostgreSQL table (``--output postgres``,
-``tests/jobs/postgres_job.py``), on the real local cluster with a real PostgreSQL server the run starts,
-under ``kill-driver-in-commit-window`` (watched from outside: the table's committed rows grow after
-``offsets/N`` and before ``commits/N``, so the driver is frozen and killed there) and ``kill-broker``:
+"""A user's ``--pipeline-cmd`` job per table output, each on the real local cluster under
+``kill-driver-in-commit-window`` (watched from outside: the output's committed end grows after
+``offsets/N`` and before ``commits/N``, so the driver is frozen and killed there) and ``kill-broker``,
+a correct job ``valid`` and its ``--naive`` variant ``invalid`` with ``duplicate`` rows:
 
-* the job with its progress row (one transaction per micro-batch, a replay skipped) is ``valid``;
-* ``--naive`` (the same transaction without the progress row) is ``invalid`` with ``duplicate`` rows.
+* ``--output postgres`` (``tests/jobs/postgres_job.py``, a real PostgreSQL server the run starts): one
+  transaction per micro-batch with a progress row, a replay skipped; naive: no progress row.
+* ``--output delta`` (``tests/jobs/delta_job.py``, delta-rs): one Delta commit per micro-batch with a
+  ``txn`` action (appId, batchId), a replay skipped; naive: no txn action, no check.
 
-The table has only the job's own columns (``key``, ``seq``, ``in_partition``, ``in_offset``): the reader
-takes what the contract asks for. About 4 minutes on 2 cores.
+The tables have only the jobs' own columns (``key``, ``seq``, ``in_partition``, ``in_offset``): the
+readers take what the contract asks for. About 4.5 minutes per output on 2 cores.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from tests.conftest import load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.cluster
 
-JOB = ("{python} tests/jobs/postgres_job.py --bootstrap {bootstrap} --input-topic {input_topic} "
-       "--checkpoint {checkpoint} --jars {jars} --dsn {postgres_dsn} --table {output_table}")
+JOBS = {
+    "postgres": "{python} tests/jobs/postgres_job.py --dsn {postgres_dsn} --table {output_table}",
+    "delta": "{python} tests/jobs/delta_job.py --path {output_path}",
+}
+COMMON = " --bootstrap {bootstrap} --input-topic {input_topic} --checkpoint {checkpoint} --jars {jars}"
 
 
-def _run(results, extra: str) -> tuple[dict, dict, str]:
-    p = run_cli(["run", "--pipeline-cmd", JOB + extra, "--output", "postgres", "--nemesis",
+def _run(results, output: str, extra: str) -> tuple[dict, dict, str]:
+    p = run_cli(["run", "--pipeline-cmd", JOBS[output] + COMMON + extra, "--output", output, "--nemesis",
                  "kill-driver-in-commit-window,kill-broker", "--seed", "1", "--time-limit", "40",
                  "--results", str(results)], timeout=900)
     run_dir, result, ops = load_run(results)
@@ -36,12 +41,27 @@ def _run(results, extra: str) -> tuple[dict, dict, str]:
 
 @pytest.mark.timeout(1800)
 def test_a_users_postgres_job_is_valid_with_its_progress_row_and_invalid_without(tmp_path):
-    ok, ev, out = _run(tmp_path / "ok", "")
+    ok, ev, out = _run(tmp_path / "ok", "postgres", "")
     assert ok["verdict"] == "valid", (ok["counts"], out[-3000:])
     assert ok["postgres"]["rows"] == ok["stats"]["input_records"] > 0, ok["postgres"]
     end = ev["output_end_at_kill"]["0"]
     assert end > ev["output_end_at_offsets_logged"]["0"], ev  # the batch's rows were committed at the kill
 
-    naive, _, out = _run(tmp_path / "naive", " --naive")
+    naive, _, out = _run(tmp_path / "naive", "postgres", " --naive")
     assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, (naive["counts"], out[-3000:])
     assert naive["postgres"]["rows"] > naive["stats"]["input_records"], naive["postgres"]
+
+
+@pytest.mark.timeout(1800)
+def test_a_users_delta_job_is_valid_with_its_txn_action_and_invalid_without(tmp_path):
+    ok, ev, out = _run(tmp_path / "ok", "delta", "")
+    assert ok["verdict"] == "valid", (ok["counts"], out[-3000:])
+    d = ok["delta"]
+    assert d["rows"] == ok["stats"]["input_records"] > 0 and d["txn_latest"].get("delta-job") is not None, d
+    assert d["txn_count"] == d["version"] + 1, d  # one txn action per commit: no replay was committed
+    assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev
+    assert "delta table read at version" in out
+
+    naive, _, out = _run(tmp_path / "naive", "delta", " --naive")
+    assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, (naive["counts"], out[-3000:])
+    assert naive["delta"]["txn_count"] == 0, naive["delta"]

@@ -11,7 +11,7 @@ from onceproof.backends.common import postgres
 from onceproof.checkers import exactly_once
 from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.pipeline import provenance
-from onceproof.sinks import postgres_table
+from onceproof.sinks import postgres_table, table_rows
 from onceproof.sinks import registry as sinks
 
 COLUMNS = ["id", "key", "seq", "in_partition", "in_offset", "in_ts", "batch_id", "incarnation"]
@@ -19,7 +19,7 @@ COLUMNS = ["id", "key", "seq", "in_partition", "in_offset", "in_ts", "batch_id",
 
 def _table(columns, rows) -> pa.Table:
     """A read of the table as ``COPY ... TO STDOUT`` gives it to the reader (postgres_table._copy_out)."""
-    return pa.table({c: pa.array([r[i] for r in rows], type=postgres_table._TYPES[c]) for i, c in enumerate(columns)})
+    return pa.table({c: pa.array([r[i] for r in rows], type=table_rows.TYPES[c]) for i, c in enumerate(columns)})
 
 
 def _rows():
@@ -29,7 +29,7 @@ def _rows():
 
 
 def test_table_rows_become_the_checkers_output_frame_in_insertion_order():
-    f = postgres_table._frame(_table(COLUMNS, _rows()))
+    f = table_rows.frame(_table(COLUMNS, _rows()))
     assert list(f["offset"]) == [1, 2, 3, 4] and set(f["partition"]) == {0}
     assert list(f["key"]) == ["k1", "k1", "k2", "k1"] and list(f["seq"]) == [1, 2, 1, 2]
     assert list(f[provenance.INPUT]) == ["0:10", "0:11", "1:5", "0:11"]
@@ -40,12 +40,12 @@ def test_table_rows_become_the_checkers_output_frame_in_insertion_order():
 
 
 def test_an_empty_table_is_an_empty_frame_with_the_checkers_columns():
-    f = postgres_table._frame(_table(COLUMNS, []))
+    f = table_rows.frame(_table(COLUMNS, []))
     assert len(f) == 0 and {"partition", "offset", "key", "seq"} <= set(f.columns)
 
 
 def test_a_users_table_with_only_key_and_seq_is_read_in_its_order():
-    f = postgres_table._frame(_table(["key", "seq"], [("a", 0), ("a", 1), ("a", 1)]))
+    f = table_rows.frame(_table(["key", "seq"], [("a", 0), ("a", 1), ("a", 1)]))
     assert list(f["offset"]) == [0, 1, 2] and list(f["seq"]) == [0, 1, 1]
     assert provenance.INPUT not in f.columns and provenance.BATCH not in f.columns
 
@@ -95,7 +95,7 @@ def test_a_users_job_declares_its_output_and_may_use_only_that_outputs_placehold
     with pytest.raises(ConfigError) as e:
         TestConfig(pipeline_cmd=JOB.replace("{postgres_dsn}", "{output_path}"), output="postgres",
                    nemesis=["kill-driver-in-commit-window"]).validate()
-    assert "{output_path} is for --output files" in str(e.value)
+    assert "{output_path} is for --output files or delta" in str(e.value)
 
 
 def test_output_belongs_to_a_users_job_and_the_bundled_pipeline_is_told_to_use_sink():
@@ -104,4 +104,4 @@ def test_output_belongs_to_a_users_job_and_the_bundled_pipeline_is_told_to_use_s
     assert e.value.option == "--output" and "--sink postgres" in str(e.value)
     with pytest.raises(ConfigError) as e:
         TestConfig(output="delta-lake", nemesis=["kill-driver-in-commit-window"]).validate()
-    assert "kafka, files, postgres" in str(e.value)
+    assert "kafka, files, delta, postgres" in str(e.value)

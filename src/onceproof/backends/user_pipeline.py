@@ -27,7 +27,7 @@ PLACEHOLDERS: dict[str, str] = {
     "checkpoint": "the run's Spark checkpoint directory (the same for every restart)",
     "master": "the Spark master URL (local-cluster[...] or spark://...)",
     "jars": "Spark's Kafka connector classpath, comma-separated, for spark.jars",
-    "output_path": "--output files: the directory the job's file sink writes (its _spark_metadata log in it)",
+    "output_path": "--output files or delta: the directory the job's file sink or Delta table writes",
     "postgres_dsn": "--output postgres: the libpq connection string of the run's PostgreSQL database",
     "output_table": "--output postgres: the table the job writes (named like the output topic)",
 }

@@ -208,7 +208,8 @@ class TestConfig:
                                      "--checkpoint {checkpoint} --jars {jars}")
     output: str = _opt(user_outputs.DEFAULT, "--pipeline-cmd: what your job writes, read at its commit point: "
                                              "kafka ({output_topic}, at read_committed), files (Spark's file sink "
-                                             "in {output_path}, through its _spark_metadata log) or postgres "
+                                             "in {output_path}, through its _spark_metadata log), delta (a Delta "
+                                             "table in {output_path}, at its latest committed version) or postgres "
                                              "({output_table} in {postgres_dsn}, a server the run starts; at "
                                              "REPEATABLE READ). docs/pipeline-contract.md",
                        check=lambda v: None if v in user_outputs.OUTPUTS else

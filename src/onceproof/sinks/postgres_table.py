@@ -12,50 +12,14 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
-import pandas as pd
 import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 from psycopg import sql
 
-from onceproof.pipeline import provenance
 from onceproof.pipeline.postgres_sink import PROGRESS_TABLE
+from onceproof.sinks import table_rows
 from onceproof.sinks.base import OutputError, OutputLocation, OutputView
-
-VALUE_COLUMNS = ("key", "seq", "in_partition", "in_offset", "in_ts")
-"""Columns read into the record's value when the table has them (``key`` and ``seq`` it must have)."""
-PROVENANCE = {"batch_id": provenance.BATCH, "incarnation": provenance.INCARNATION}
-"""Columns read as provenance when present (the bundled sinks write them; a user's table may not)."""
-
-
-_TYPES = {"id": pa.int64(), "key": pa.string(), "seq": pa.int64(), "in_partition": pa.int64(),
-          "in_offset": pa.int64(), "in_ts": pa.int64(), "batch_id": pa.string(), "incarnation": pa.string()}
-
-
-def _frame(table: pa.Table) -> pd.DataFrame:
-    """A read of the table (``key``, ``seq``, and any of ``id``, :data:`VALUE_COLUMNS`, :data:`PROVENANCE`)
-    as the checker's output frame, as a Kafka record's decoded JSON value would give it: ``partition`` 0
-    and ``offset`` = ``id`` (else the row's position in the read), ``key`` (string), ``seq`` (Int64, NA
-    when NULL), the other value columns, ``op.input`` = ``"<in_partition>:<in_offset>"``, and
-    ``batch_id``/``incarnation`` as the provenance columns a Kafka record's headers give."""
-    n, cols = table.num_rows, table.column_names
-    out = pd.DataFrame({"partition": np.zeros(n, dtype=np.int32),
-                        "offset": (table["id"].to_numpy(zero_copy_only=False).astype(np.int64) if "id" in cols
-                                   else np.arange(n, dtype=np.int64)),
-                        "key": table["key"].to_pandas().astype("string"),
-                        "seq": table["seq"].to_pandas().astype("Int64")})
-    for c in VALUE_COLUMNS[2:]:
-        if c in cols:
-            v = table[c].to_pandas()
-            out[c] = v.astype("int64") if not v.isna().any() else v.astype("Int64")
-    if {"in_partition", "in_offset"} <= set(cols):
-        ref = out["in_partition"].astype("string") + ":" + out["in_offset"].astype("string")
-        out[provenance.INPUT] = ref.astype(object).where(ref.notna(), None)
-    for col, name in PROVENANCE.items():
-        if col in cols:
-            out[name] = table[col].to_pandas().astype(object).where(lambda s: s.notna(), None)
-    return out
 
 
 def _copy_out(conn: psycopg.Connection, table: str, columns: list[str]) -> pa.Table:
@@ -69,7 +33,7 @@ def _copy_out(conn: psycopg.Connection, table: str, columns: list[str]) -> pa.Ta
         for chunk in cp:
             buf.write(chunk)
     buf.seek(0)
-    types = {c: _TYPES[c] for c in columns}
+    types = {c: table_rows.TYPES[c] for c in columns}
     return pacsv.read_csv(buf, convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
                                                                    quoted_strings_can_be_null=False))
 
@@ -86,7 +50,7 @@ def _columns(conn: psycopg.Connection, table: str) -> list[str]:
     if missing:
         raise OutputError(f"table {table} has no column {' or '.join(missing)}: each row must keep its record's "
                           f"key and seq (docs/pipeline-contract.md, --output postgres)")
-    return [c for c in ("id", *VALUE_COLUMNS, *PROVENANCE) if c in have]
+    return [c for c in table_rows.COLUMNS if c in have]
 
 
 def read_output(location: OutputLocation) -> OutputView:
@@ -114,7 +78,7 @@ def read_output(location: OutputLocation) -> OutputView:
                     sql.Identifier(PROGRESS_TABLE))).fetchall() if exists else [])
     except psycopg.Error as e:
         raise OutputError(f"cannot read table {location.topic} from PostgreSQL ({type(e).__name__}: {e})") from e
-    frame = _frame(table)
+    frame = table_rows.frame(table)
     summary = {"table": location.topic, "rows": table.num_rows, "snapshot": snapshot, "isolation": "repeatable read",
                "progress_rows": len(progress), "progress": {a: int(b) for a, b in progress}}
     return OutputView(committed=frame, uncommitted=frame[["partition", "offset"]].copy(),

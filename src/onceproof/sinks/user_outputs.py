@@ -6,6 +6,8 @@ command that name where it is (``backends/user_pipeline.py``).
 * ``kafka`` (the default): the ``{output_topic}`` topic, read at read_committed.
 * ``files``: Spark's file sink (JSON lines) in ``{output_path}``, read through its ``_spark_metadata``
   log (``sinks/file_log.py``).
+* ``delta``: a Delta Lake table in ``{output_path}``, read at its latest committed version through its
+  ``_delta_log`` (``sinks/delta_table.py``).
 * ``postgres``: the table ``{output_table}`` in the database ``{postgres_dsn}``, a server the run starts
   (``backends/common/postgres.py``), read in one ``REPEATABLE READ`` snapshot (``sinks/postgres_table.py``).
 
@@ -40,6 +42,8 @@ OUTPUTS: dict[str, Output] = {
     "kafka": Output("onceproof.sinks.kafka_eos:USER_TOPIC", "a Kafka topic, {output_topic}, read at read_committed"),
     "files": Output("onceproof.sinks.files:USER_FILES", "Spark's file sink in {output_path}, read through its "
                     "_spark_metadata log", frozenset({"output_path"})),
+    "delta": Output("onceproof.sinks.delta:USER_TABLE", "a Delta Lake table in {output_path}, read at its latest "
+                    "committed version (its _delta_log)", frozenset({"output_path"})),
     "postgres": Output("onceproof.sinks.postgres:USER_TABLE", "a PostgreSQL table, {output_table} in "
                        "{postgres_dsn} (a server the run starts), read at REPEATABLE READ",
                        frozenset({"postgres_dsn", "output_table"})),
@@ -62,10 +66,10 @@ def get(name: str) -> Output:
 
 
 def misplaced(name: str, used: frozenset[str] | set[str]) -> dict[str, str]:
-    """``{placeholder: the output it belongs to}`` for each of ``used`` that ``--output name`` gives no
-    value to. Raises ``ValueError`` for an unknown ``name``."""
+    """``{placeholder: the outputs it belongs to ("files or delta")}`` for each of ``used`` that
+    ``--output name`` gives no value to. Raises ``ValueError`` for an unknown ``name``."""
     mine = get(name).placeholders
-    return {p: next(n for n, o in OUTPUTS.items() if p in o.placeholders)
+    return {p: " or ".join(n for n, o in OUTPUTS.items() if p in o.placeholders)
             for p in sorted(set(used) & OWN_PLACEHOLDERS - mine)}
 
 

@@ -1,0 +1,127 @@
+"""The committed state of a sink that writes a Delta Lake table: its latest committed version, read
+through its ``_delta_log`` with delta-rs (``deltalake``), without Spark.
+
+A Delta table's commit is the atomic creation of ``_delta_log/<version>.json`` (PROTOCOL.md, "Delta Log
+Entries"); a data file that no committed version adds (the parquet of a write that died before its commit
+JSON) is in the directory but not in the table, so it is never counted, as Kafka's read_committed skips
+aborted records. It is reported as an orphan. The report names the version read and the ``txn`` actions
+(``appId``, ``version``: PROTOCOL.md, "Transaction Identifiers") of the commits up to it: Delta's streaming
+sink writes ``SetTransaction(queryId, batchId)``, a ``foreachBatch`` writer ``txnAppId``/``txnVersion``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from onceproof.sinks import table_rows
+from onceproof.sinks.base import OutputError, OutputLocation, OutputView
+
+LOG = "_delta_log"
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+TXN_SHOWN = 20
+"""The latest ``txn`` actions kept in the summary (all are counted)."""
+
+
+def log_versions(path: str | os.PathLike) -> list[int]:
+    """The versions with a commit file (``_delta_log/<20 digits>.json``), ascending; ``[]`` when there is
+    no log. One directory listing: cheap enough to poll."""
+    try:
+        names = os.listdir(Path(path) / LOG)
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
+
+
+def txn_actions(path: str | os.PathLike, upto: int) -> list[dict]:
+    """The ``txn`` actions of the commit files up to version ``upto``: ``[{"table_version", "appId",
+    "version"}]`` in commit order. Commit files cleaned up by log retention are not read (their state is
+    in the table's checkpoint; ``DeltaTable.transaction_version`` still answers for the latest)."""
+    out = []
+    for v in log_versions(path):
+        if v > upto:
+            break
+        try:
+            lines = (Path(path) / LOG / f"{v:020d}.json").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                action = json.loads(line)
+            except ValueError:
+                continue
+            txn = action.get("txn") if isinstance(action, dict) else None
+            if isinstance(txn, dict):
+                out.append({"table_version": v, "appId": txn.get("appId"), "version": txn.get("version")})
+    return out
+
+
+def _data_files(path: Path) -> set[str]:
+    """Every parquet file under ``path`` outside ``_delta_log``, relative to it."""
+    found = set()
+    for d, dirs, names in os.walk(path):
+        dirs[:] = [x for x in dirs if x != LOG and not x.startswith((".", "_"))]
+        found |= {os.path.relpath(os.path.join(d, n), path) for n in names if n.endswith(".parquet")}
+    return found
+
+
+def read_output(location: OutputLocation) -> OutputView:
+    """The Delta table in ``location.directory`` at its latest committed version into an
+    :class:`~onceproof.sinks.base.OutputView`: ``committed`` = ``uncommitted`` = its rows (a data file no
+    commit adds is not the table's: see ``orphan_files``); ``summary``: the ``version`` read, its committed
+    ``files``, the ``orphan_files`` in the directory, the ``txn`` actions seen (the latest
+    :data:`TXN_SHOWN`, ``txn_count``) and the latest version per app id (``txn_latest``).
+
+    Raises: :class:`~onceproof.sinks.base.OutputError` when there is no table, it lacks ``key``/``seq``,
+    or delta-rs cannot read it (a damaged commit file), naming which."""
+    path = Path(location.directory or "")
+    try:
+        dt = DeltaTable(str(path))
+        version = dt.version()
+        have = {f.name for f in dt.schema().fields}
+        missing = [c for c in ("key", "seq") if c not in have]
+        if missing:
+            raise OutputError(f"Delta table {path} has no column {' or '.join(missing)}: each row must keep its "
+                              f"record's key and seq (docs/pipeline-contract.md, --output delta)")
+        table = dt.to_pyarrow_table(columns=[c for c in table_rows.COLUMNS if c in have])
+        committed = {os.path.relpath(u.removeprefix("file://"), path) for u in dt.file_uris()}
+    except TableNotFoundError as e:
+        raise OutputError(f"no Delta table at {path}: the job committed nothing to its {LOG} "
+                          f"(does it write {{output_path}}?)") from e
+    except DeltaError as e:
+        raise OutputError(f"the Delta table at {path} cannot be read ({type(e).__name__}: {e})") from e
+    txns = txn_actions(path, version)
+    latest: dict[str, int] = {}
+    for t in txns:
+        latest[str(t["appId"])] = t["version"]
+    orphans = sorted(_data_files(path) - committed)
+    summary = {"table": str(path), "version": version, "rows": table.num_rows, "files": len(committed),
+               "orphan_files": len(orphans), "txn_count": len(txns), "txn": txns[-TXN_SHOWN:],
+               "txn_latest": latest}
+    frame = table_rows.frame(table)
+    return OutputView(committed=frame, uncommitted=frame[["partition", "offset"]].copy(),
+                      stats={"delta_rows": table.num_rows, "delta_version": version},
+                      summary=summary, result_key="delta")
+
+
+class DeltaLogEnds:
+    """A Delta table's committed versions as a :class:`~onceproof.sinks.base.CommittedEnd`: ``{0: highest
+    version + 1}`` (0 without a log), from ``location.directory``. It grows when a commit file appears,
+    which is atomic; one directory listing, polled every 10 ms."""
+
+    poll_s = 0.01
+
+    def __init__(self, location: OutputLocation):
+        self.path = location.directory
+
+    def read(self) -> dict[int, int]:
+        v = log_versions(self.path)
+        return {0: v[-1] + 1 if v else 0}
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,53 @@
+"""A table's rows as the checker's output frame: what a sink that writes a table (PostgreSQL, Delta Lake)
+gives the exactly-once checker in place of a topic's decoded records.
+
+A row keeps its record's identity, ``key`` and ``seq`` (``docs/pipeline-contract.md``); the other columns
+are optional: ``id`` (the rows' order), ``in_partition``/``in_offset``/``in_ts`` (where the record was
+read, when) and ``batch_id``/``incarnation`` (the bundled sinks' provenance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from onceproof.pipeline import provenance
+
+VALUE_COLUMNS = ("key", "seq", "in_partition", "in_offset", "in_ts")
+"""Columns read into the record's value when the table has them (``key`` and ``seq`` it must have)."""
+PROVENANCE = {"batch_id": provenance.BATCH, "incarnation": provenance.INCARNATION}
+"""Columns read as provenance when present (the bundled sinks write them; a user's table may not)."""
+COLUMNS = ("id", *VALUE_COLUMNS, *PROVENANCE)
+"""Every column a reader takes from a table, in order, when the table has it."""
+TYPES = {"id": pa.int64(), "key": pa.string(), "seq": pa.int64(), "in_partition": pa.int64(),
+         "in_offset": pa.int64(), "in_ts": pa.int64(), "batch_id": pa.string(), "incarnation": pa.string()}
+"""The Arrow type each of :data:`COLUMNS` is read as."""
+
+
+def frame(table: pa.Table) -> pd.DataFrame:
+    """A read of a table (``key``, ``seq``, and any other of :data:`COLUMNS`) as the checker's output
+    frame, as a Kafka record's decoded JSON value would give it: ``partition`` 0 and ``offset`` = ``id``
+    (else the row's position in the read), ``key`` (string), ``seq`` (Int64, NA when null), the other
+    value columns (int64, Int64 with nulls), ``op.input`` = ``"<in_partition>:<in_offset>"``, and
+    ``batch_id``/``incarnation`` as the provenance (strings) a Kafka record's headers give.
+
+    Raises ``KeyError`` when ``key`` or ``seq`` is missing (readers check the table's columns first)."""
+    n, cols = table.num_rows, table.column_names
+    out = pd.DataFrame({"partition": np.zeros(n, dtype=np.int32),
+                        "offset": (table["id"].to_numpy(zero_copy_only=False).astype(np.int64) if "id" in cols
+                                   else np.arange(n, dtype=np.int64)),
+                        "key": table["key"].to_pandas().astype("string"),
+                        "seq": table["seq"].to_pandas().astype("Int64")})
+    for c in VALUE_COLUMNS[2:]:
+        if c in cols:
+            v = table[c].to_pandas()
+            out[c] = v.astype("int64") if not v.isna().any() else v.astype("Int64")
+    if {"in_partition", "in_offset"} <= set(cols):
+        ref = out["in_partition"].astype("string") + ":" + out["in_offset"].astype("string")
+        out[provenance.INPUT] = ref.astype(object).where(ref.notna(), None)
+    for col, name in PROVENANCE.items():
+        if col in cols:
+            v = table[col].to_pandas().astype("string")
+            out[name] = v.astype(object).where(v.notna(), None)
+    return out

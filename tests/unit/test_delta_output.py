@@ -1,0 +1,54 @@
+"""The Delta output's reader (``sinks/delta_table.py``) on tables written by delta-rs itself (synthetic
+rows, no Spark): the latest committed version only, the txn actions of its commits, orphans, and the
+committed end the commit-window watch polls."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, Transaction, write_deltalake
+
+from onceproof.pipeline import provenance
+from onceproof.sinks import delta_table
+from onceproof.sinks.base import OutputError, OutputLocation
+from onceproof.sinks.delta_table import DeltaLogEnds, read_output
+
+
+def _rows(pairs, part=0):
+    return pa.table({"key": [k for k, _ in pairs], "seq": pa.array([s for _, s in pairs], pa.int64()),
+                     "in_partition": pa.array([part] * len(pairs), pa.int64()),
+                     "in_offset": pa.array(range(len(pairs)), pa.int64())})
+
+
+def _append(path, pairs, txn=None):
+    props = CommitProperties(app_transactions=[Transaction(app_id=txn[0], version=txn[1])]) if txn else None
+    write_deltalake(str(path), _rows(pairs), mode="append", commit_properties=props)
+
+
+def test_the_latest_committed_version_is_read_with_its_txn_actions_and_orphans(tmp_path):
+    t = tmp_path / "t"
+    assert DeltaLogEnds(OutputLocation(directory=t)).read() == {0: 0}
+    _append(t, [("a", 0), ("a", 1)], ("job", 0))
+    _append(t, [("b", 0), ("a", 1)], ("job", 1))  # a replay wrote ("a", 1) again
+    parquet = next(p for p in t.glob("*.parquet"))
+    shutil.copy(parquet, t / "part-orphan-of-a-dead-write.parquet")  # written, never committed
+    (t / "_delta_log" / "00000000000000000002.json.tmp").write_text("{}")  # a commit that never landed
+    view = read_output(OutputLocation(directory=t))
+    s = view.summary
+    assert (s["version"], s["rows"], s["files"], s["orphan_files"]) == (1, 4, 2, 1), s
+    assert s["txn_latest"] == {"job": 1} and [x["table_version"] for x in s["txn"]] == [0, 1], s
+    f = view.committed
+    assert sorted(zip(f["key"], f["seq"])) == [("a", 0), ("a", 1), ("a", 1), ("b", 0)]
+    assert f[provenance.INPUT].notna().all()
+    assert DeltaLogEnds(OutputLocation(directory=t)).read() == {0: 2}
+    assert delta_table.log_versions(t) == [0, 1]
+
+
+def test_no_table_and_a_table_without_seq_are_refused_naming_the_fix(tmp_path):
+    with pytest.raises(OutputError, match="committed nothing"):
+        read_output(OutputLocation(directory=tmp_path / "none"))
+    write_deltalake(str(tmp_path / "noseq"), pa.table({"key": ["a"], "n": [1]}))
+    with pytest.raises(OutputError, match="no column seq"):
+        read_output(OutputLocation(directory=tmp_path / "noseq"))
