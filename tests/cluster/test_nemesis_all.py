@@ -114,6 +114,7 @@ def _invokes(ops):
     return [o for o in ops if o["type"] == "invoke" and o.get("f") != "heal"]
 
 
+@pytest.mark.extended  # two counter runs (225 s): make test-extended, for make test's time budget
 def test_a_schedule_file_replays_the_same_faults_on_the_same_targets_at_the_same_offsets(tmp_path):
     """A run, then ``--schedule`` with that run's schedule (``shrink.schedule_of``: each fault's planned
     offset, name and target RNG key): the same faults hit the same brokers and sink partitions, each
