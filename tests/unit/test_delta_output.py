@@ -40,7 +40,8 @@ def test_the_latest_committed_version_is_read_with_its_txn_actions_and_orphans(t
     assert (s["version"], s["rows"], s["files"], s["orphan_files"]) == (1, 4, 2, 1), s
     assert s["txn_latest"] == {"job": 1} and [x["table_version"] for x in s["txn"]] == [0, 1], s
     f = view.committed
-    assert sorted(zip(f["key"], f["seq"])) == [("a", 0), ("a", 1), ("a", 1), ("b", 0)]
+    assert list(zip(f["key"], f["seq"])) == [("a", 0), ("a", 1), ("b", 0), ("a", 1)], "not in commit order"
+    assert s["order"] == "commit" and list(f["offset"]) == [0, 1, 2, 3]
     assert f[provenance.INPUT].notna().all()
     assert DeltaLogEnds(OutputLocation(directory=t)).read() == {0: 2}
     assert delta_table.log_versions(t) == [0, 1]

@@ -15,7 +15,10 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -38,11 +41,9 @@ def log_versions(path: str | os.PathLike) -> list[int]:
     return sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
 
 
-def txn_actions(path: str | os.PathLike, upto: int) -> list[dict]:
-    """The ``txn`` actions of the commit files up to version ``upto``: ``[{"table_version", "appId",
-    "version"}]`` in commit order. Commit files cleaned up by log retention are not read (their state is
-    in the table's checkpoint; ``DeltaTable.transaction_version`` still answers for the latest)."""
-    out = []
+def _actions(path: str | os.PathLike, upto: int):
+    """``(version, action)`` for every action of the commit files up to version ``upto``, in commit order
+    (torn lines and unreadable files skipped: delta-rs has validated the version read)."""
     for v in log_versions(path):
         if v > upto:
             break
@@ -55,10 +56,42 @@ def txn_actions(path: str | os.PathLike, upto: int) -> list[dict]:
                 action = json.loads(line)
             except ValueError:
                 continue
-            txn = action.get("txn") if isinstance(action, dict) else None
-            if isinstance(txn, dict):
-                out.append({"table_version": v, "appId": txn.get("appId"), "version": txn.get("version")})
+            if isinstance(action, dict):
+                yield v, action
+
+
+def added_in(path: str | os.PathLike, upto: int) -> dict[str, int]:
+    """``{data file path relative to the table: the version whose commit added it}`` for the commits up to
+    ``upto`` (``add`` actions; their paths are URL-encoded, PROTOCOL.md "Add File and Remove File")."""
+    out = {}
+    for v, action in _actions(path, upto):
+        add = action.get("add")
+        if isinstance(add, dict) and isinstance(add.get("path"), str):
+            out[unquote(add["path"])] = v
     return out
+
+
+def txn_actions(path: str | os.PathLike, upto: int) -> list[dict]:
+    """The ``txn`` actions of the commit files up to version ``upto``: ``[{"table_version", "appId",
+    "version"}]`` in commit order. Commit files cleaned up by log retention are not read (their state is
+    in the table's checkpoint; ``DeltaTable.transaction_version`` still answers for the latest)."""
+    return [{"table_version": v, "appId": a["txn"].get("appId"), "version": a["txn"].get("version")}
+            for v, a in _actions(path, upto) if isinstance(a.get("txn"), dict)]
+
+
+def _in_commit_order(dt: DeltaTable, path: Path, version: int, columns: list[str]) -> tuple[pa.Table, str]:
+    """The table's rows in the order they were committed: its data files sorted by the version that added
+    them (then by name), each file's rows in file order, and ``"commit"``; a table with partition
+    columns (their values live in the paths, not the files) through delta-rs's own scan, ``"scan"``."""
+    if dt.metadata().partition_columns:
+        return dt.to_pyarrow_table(columns=columns), "scan"
+    added = added_in(path, version)
+    files = sorted((os.path.relpath(u.removeprefix("file://"), path) for u in dt.file_uris()),
+                   key=lambda f: (added.get(f, -1), f))
+    parts = [pq.read_table(path / f, columns=columns) for f in files]
+    if not parts:
+        return dt.to_pyarrow_table(columns=columns), "commit"
+    return pa.concat_tables(parts, promote_options="permissive"), "commit"
 
 
 def _data_files(path: Path) -> set[str]:
@@ -72,8 +105,10 @@ def _data_files(path: Path) -> set[str]:
 
 def read_output(location: OutputLocation) -> OutputView:
     """The Delta table in ``location.directory`` at its latest committed version into an
-    :class:`~onceproof.sinks.base.OutputView`: ``committed`` = ``uncommitted`` = its rows (a data file no
-    commit adds is not the table's: see ``orphan_files``); ``summary``: the ``version`` read, its committed
+    :class:`~onceproof.sinks.base.OutputView`: ``committed`` = ``uncommitted`` = its rows, in commit order
+    (``order``: ``commit``, or ``scan`` for a partitioned table, whose order the nonmonotonic check then
+    cannot trust) (a data file no commit adds is not the table's: see ``orphan_files``); ``summary``: the
+    ``version`` read, its committed
     ``files``, the ``orphan_files`` in the directory, the ``txn`` actions seen (the latest
     :data:`TXN_SHOWN`, ``txn_count``) and the latest version per app id (``txn_latest``).
 
@@ -88,19 +123,20 @@ def read_output(location: OutputLocation) -> OutputView:
         if missing:
             raise OutputError(f"Delta table {path} has no column {' or '.join(missing)}: each row must keep its "
                               f"record's key and seq (docs/pipeline-contract.md, --output delta)")
-        table = dt.to_pyarrow_table(columns=[c for c in table_rows.COLUMNS if c in have])
+        table, order = _in_commit_order(dt, path, version, [c for c in table_rows.COLUMNS if c in have])
         committed = {os.path.relpath(u.removeprefix("file://"), path) for u in dt.file_uris()}
     except TableNotFoundError as e:
         raise OutputError(f"no Delta table at {path}: the job committed nothing to its {LOG} "
                           f"(does it write {{output_path}}?)") from e
-    except DeltaError as e:
+    except (DeltaError, OSError, pa.ArrowException) as e:
         raise OutputError(f"the Delta table at {path} cannot be read ({type(e).__name__}: {e})") from e
     txns = txn_actions(path, version)
     latest: dict[str, int] = {}
     for t in txns:
         latest[str(t["appId"])] = t["version"]
     orphans = sorted(_data_files(path) - committed)
-    summary = {"table": str(path), "version": version, "rows": table.num_rows, "files": len(committed),
+    summary = {"table": str(path), "version": version, "order": order, "rows": table.num_rows,
+               "files": len(committed),
                "orphan_files": len(orphans), "txn_count": len(txns), "txn": txns[-TXN_SHOWN:],
                "txn_latest": latest}
     frame = table_rows.frame(table)
