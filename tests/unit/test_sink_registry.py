@@ -11,6 +11,7 @@ import pytest
 from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.pipeline import mutants
 from onceproof.sinks import registry as sinks
+from onceproof.sinks import user_outputs
 from onceproof.sinks.base import CAPABILITIES, COMMITTED, OutputLocation
 
 
@@ -49,8 +50,9 @@ def test_the_file_sinks_entry_reads_its_directory_and_prints_its_line(tmp_path):
     result = view.record({"stats": {"keys": 1}})
     assert result["file_sink"]["orphan_files"] == 1 and result["stats"]["orphan_files"] == 1
     assert result["stats"]["file_sink_committed_files"] == 1 and result["stats"]["keys"] == 1
-    assert sinks.output_lines(result) == [fs.report_line(result["file_sink"])]
-    assert "orphan-files=1" in sinks.output_lines(result)[0] and sinks.output_lines({"stats": {}}) == []
+    assert user_outputs.output_lines(result) == [fs.report_line(result["file_sink"])]
+    assert "orphan-files=1" in user_outputs.output_lines(result)[0]
+    assert user_outputs.output_lines({"stats": {}}) == []
 
 
 def test_an_entry_refuses_a_workload_or_a_read_it_cannot_take():

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from onceproof.checkers.compose import ANOMALIES
 from onceproof.checkers.platform import platform_lines
-from onceproof.sinks import registry as sinks
+from onceproof.sinks import user_outputs
 
 
 def brief(ev: dict) -> str:
@@ -70,7 +70,7 @@ def summarize(result: dict, console: Console) -> None:
         console.print(f"input {st.get('input_records')} records, output {st.get('output_records')} records, "
                       f"{st.get('keys')} keys; sends ok={st.get('sends_ok')} info={st.get('sends_info')} "
                       f"fail={st.get('sends_fail')}; driver restarts={result.get('driver_restarts')}")
-    for line in sinks.output_lines(result):  # e.g. the file sink's files and orphans
+    for line in user_outputs.output_lines(result):  # e.g. the file sink's files and orphans
         console.print(line)
     if st.get("liveness"):
         console.print(liveness_line(st))

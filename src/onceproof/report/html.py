@@ -32,7 +32,7 @@ from onceproof.report.figures import (
     timeline_figure,
 )
 from onceproof.report.load import Run, load_run
-from onceproof.sinks import registry as sinks
+from onceproof.sinks import user_outputs
 from onceproof.store.runfiles import CONTENTS, NEMESIS, OUTPUT, RECOVERY, RESULTS, SINK, TEST, RunFiles, stored
 from onceproof.store.runs import ASSETS, INDEX, LATEST
 
@@ -348,7 +348,7 @@ def _summary_line(r: dict) -> str:
         bits.append(f"driver restarts={r['driver_restarts']}")
     if r.get("workload") and r["workload"] != "keyed":
         bits.append(f"workload {r['workload']}")
-    bits += sinks.output_lines(r)  # e.g. the file sink's files and orphans (its entry's report line)
+    bits += user_outputs.output_lines(r)  # e.g. the file sink's files and orphans (its entry's report line)
     rec = r.get("recovery") or {}
     if rec:
         bits.append(f"recovery {'finished' if rec.get('finished') else 'DID NOT FINISH'}"

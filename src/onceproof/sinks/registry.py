@@ -42,10 +42,3 @@ def find(name: object) -> Sink | None:
 def entries() -> list[Sink]:
     """Every sink, in registration order (imports them all)."""
     return [get(n) for n in SINKS]
-
-
-def output_lines(result: dict) -> list[str]:
-    """The lines the sinks' entries print about their output in a check's ``result`` (e.g. the file
-    sink's files and orphans); ``[]`` when none has a summary there."""
-    by_key = {s.result_key: s for s in entries() if s.result_key}  # one line per summary
-    return [line for s in by_key.values() for line in s.report_lines(result)]

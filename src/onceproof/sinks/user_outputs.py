@@ -80,3 +80,12 @@ def entry_of(config: dict) -> Sink | None:
         out = OUTPUTS.get(str(config.get("output") or DEFAULT))
         return out.entry() if out else None
     return registry.find(config.get("sink"))
+
+
+def output_lines(result: dict) -> list[str]:
+    """The lines the sink entries (``--sink``'s and ``--output``'s) print about their output in a check's
+    ``result`` (e.g. the file sink's files and orphans, a Delta table's version); ``[]`` when none has a
+    summary there. One line per summary key."""
+    by_key = {s.result_key: s for s in [*registry.entries(), *(o.entry() for o in OUTPUTS.values())]
+              if s.result_key}
+    return [line for s in by_key.values() for line in s.report_lines(result)]
