@@ -51,7 +51,7 @@ test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs
 # The real-cluster tests make test leaves out for its time budget (marker "extended"): the passing sides
 # of three detection pairs (the eos sink under upgrade:min-partitions and restart-mid-txn, the correct
 # user job under test-all), a two-cell test-all (eos and a weak sink), shrink on a failing run, the
-# --schedule replay and the bundled postgres sink with its mutant.
+# --schedule replay, the example user pipeline's run and the bundled postgres sink with its mutant.
 test-extended: setup
 	$(BIN)/python -m pytest -v -rA --durations=0 -m extended tests/cluster
 

@@ -24,7 +24,9 @@ import pytest
 
 from tests.conftest import load_run, our_processes, run_cli
 
-pytestmark = pytest.mark.cluster
+# make test-extended (243 s): make test watches a user job's commit window in test_user_outputs.py and
+# kills a user job's executors in test_user_certificate.py's test-all
+pytestmark = [pytest.mark.cluster, pytest.mark.extended]
 
 CMD = ("{python} examples/user_pipeline.py --bootstrap {bootstrap} --input-topic {input_topic} "
        "--output-topic {output_topic} --checkpoint {checkpoint} --jars {jars}")
