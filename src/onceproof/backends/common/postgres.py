@@ -171,16 +171,8 @@ class PostgresServer:
             p.wait(timeout=STOP_GRACE_S)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
-        self.kill(p.pid)
+        processes.kill_group(p.pid)  # what is left of the server and its backends
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            pass
-
-    @staticmethod
-    def kill(pgid: int) -> None:
-        """SIGKILL the server's process group (its backends included); never raises."""
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
             pass
