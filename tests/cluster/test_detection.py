@@ -36,6 +36,7 @@ def _run(results_root, sink: str, fault: str, time_limit: int = 15, expect: int 
     return result, done[0]["evidence"]
 
 
+@pytest.mark.extended
 @pytest.mark.timeout(700)
 def test_upgrade_finding_the_index_keyed_sink_rewrites_and_skips_a_resplit_batch(results_root):
     """The sink before issue 10's fix (marker and transactional.id keyed by Spark partition index),

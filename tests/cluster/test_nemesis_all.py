@@ -63,6 +63,7 @@ def all_run(tmp_path_factory):
     return p, run_dir, result, ops
 
 
+@pytest.mark.extended  # one 12-minute run on a 2-core machine: make test-extended, for make test's budget
 def test_eos_is_valid_under_every_fault_and_target_with_evidence(all_run):
     from onceproof.nemesis import catalog
 

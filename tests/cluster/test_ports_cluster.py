@@ -19,6 +19,7 @@ from tests.conftest import ONCEPROOF, REPO, our_jvms
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.extended
 def test_two_runs_started_together_both_get_a_verdict(tmp_path):
     roots = [tmp_path / "a", tmp_path / "b"]
     procs = [subprocess.Popen([*ONCEPROOF, "run", "--time-limit", "20", "--seed", str(i),

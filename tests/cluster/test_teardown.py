@@ -83,7 +83,10 @@ MOMENTS = {  # moment -> (extra run options, signal)
 }
 
 
-@pytest.mark.parametrize("moment", list(MOMENTS))
+# make test interrupts at each start and mid-run; the interrupts in the heal and the check (170 s) are in
+# make test-extended, for make test's time budget
+@pytest.mark.parametrize("moment", [pytest.param(m, marks=pytest.mark.extended) if m in ("heal", "check") else m
+                                    for m in MOMENTS])
 def test_interrupt_leaves_nothing_and_keeps_the_history(results_root, moment):
     """Interrupt a run at each phase: the harness exits 255 within the stated bound, results.json says
     why, and no process of the run (broker, toxiproxy, driver, executor, PySpark worker) is left."""

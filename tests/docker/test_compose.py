@@ -96,6 +96,7 @@ def _committed_output(timeout_s: float, alive) -> int:
     return 0
 
 
+@pytest.mark.extended
 @pytest.mark.timeout(900)
 def test_compose_kafka_and_spark_run_the_pipeline_and_check_bootstrap_says_valid(docker_engine, docker_images,
                                                                                  tmp_path):

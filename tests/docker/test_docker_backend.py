@@ -75,6 +75,7 @@ def test_eos_is_valid_under_executor_and_broker_kills_pauses_and_partitions(resu
 
 
 @pytest.mark.usefixtures("needs_engine")
+@pytest.mark.extended
 @pytest.mark.timeout(1500)
 def test_at_least_once_duplicates_after_a_driver_kill_in_the_commit_window(results_root):
     """Also issue 9's stateful catch, folded in to save a cluster run in ``make test``: the counter

@@ -17,6 +17,7 @@ import argparse
 import sys
 
 import pyarrow as pa
+import pyspark
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         builder = builder.config("spark.jars", args.jars)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    print(f"delta_job: pyspark {pyspark.__version__} in {sys.executable}", flush=True)
 
     def write(df, batch_id: int) -> None:
         if not args.naive:

@@ -115,6 +115,8 @@ class PipelineArgs:
     ``command``: a user's pipeline instead of the bundled one (``onceproof run --pipeline-cmd``, a
     template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``onceproof.job``, which
     alone takes the options above that the template has no placeholder for (sink, trigger, ...).
+    ``python``: the interpreter of a user's pipeline (``--pipeline-python``: its ``{python}``, its Python
+    workers' and the PySpark whose connector jars ``{jars}`` names); "" = this interpreter.
     """
 
     bootstrap: str
@@ -137,6 +139,7 @@ class PipelineArgs:
     file_sink: Path | None = None
     input_contiguous: bool = True
     database_dsn: str = ""
+    python: str = ""
 
     def argv(self) -> list[str]:
         """The options as ``onceproof.job`` arguments (a backend adds where the connector jars are)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from onceproof.backends import registry
 from onceproof.backends.base import can_perform
+from onceproof.backends.common import interpreter
 from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 from onceproof.checkout import repository
 from onceproof.nemesis import catalog, schedule
@@ -206,6 +207,10 @@ class TestConfig:
                              example="{python} examples/user_pipeline.py --bootstrap {bootstrap} "
                                      "--input-topic {input_topic} --output-topic {output_topic} "
                                      "--checkpoint {checkpoint} --jars {jars}")
+    pipeline_python: str = _opt("", "--pipeline-cmd: the python of your job's own environment (its PySpark 4.x, "
+                                    "Delta, drivers): {python}, the Python workers' interpreter, and the PySpark "
+                                    "whose Kafka connector {jars} names; default: onceproof's own",
+                                example="~/venvs/job/bin/python")
     output: str = _opt(user_outputs.DEFAULT, "--pipeline-cmd: what your job writes, read at its commit point: "
                                              "kafka ({output_topic}, at read_committed), files (Spark's file sink "
                                              "in {output_path}, through its _spark_metadata log), delta (a Delta "
@@ -425,6 +430,8 @@ class TestConfig:
         Raises: ``ConfigError`` for ``--sink``, ``--output``, ``--pipeline-cmd``, ``--workload`` or
         ``--file-read``, naming what fits.
         """
+        if self.pipeline_python:
+            self._check_pipeline_python()
         if not self.pipeline_cmd and self.output != user_outputs.DEFAULT:
             raise ConfigError("--output", "--output says what a --pipeline-cmd job writes; the bundled pipeline "
                                           "writes its --sink (e.g. --sink postgres): drop --output")
@@ -455,6 +462,22 @@ class TestConfig:
             with_it = " or ".join(s.name for s in sinks.entries() if self.file_read in s.reads)
             raise ConfigError("--file-read", f"only with --sink {with_it}" if with_it else
                               f"--sink {self.sink} reads {', '.join(sink.reads)} only")
+
+    def _check_pipeline_python(self) -> None:
+        """``--pipeline-python`` runs a ``--pipeline-cmd`` job, on a PySpark onceproof can resolve the Kafka
+        connector for (:func:`onceproof.backends.common.interpreter.refusal`); asking the interpreter takes
+        a second or two (it imports its pyspark).
+
+        Raises: ``ConfigError`` for ``--pipeline-python`` naming the fix."""
+        if not self.pipeline_cmd:
+            raise ConfigError("--pipeline-python", "the bundled pipeline runs on onceproof's own PySpark; "
+                                                   "--pipeline-python is for a --pipeline-cmd job: drop it")
+        try:
+            why = interpreter.refusal(interpreter.probe(os.path.expanduser(self.pipeline_python)))
+        except interpreter.InterpreterError as e:
+            why = str(e)
+        if why:
+            raise ConfigError("--pipeline-python", why)
 
     def _check_capabilities(self) -> None:
         """Every fault (every target of a fault given without one) must be in the backend's capabilities,

@@ -43,7 +43,9 @@ def _pom_property(pom: Path, prop: str) -> str:
     return m.group(1)
 
 
-def _resolve(name: str, version: str, pom: Path) -> Classpath:
+def _resolve(name: str, version: str, pom: Path, properties: dict[str, str] | None = None) -> Classpath:
+    """Resolve ``pom`` (with ``properties`` given to Maven as ``-Dkey=value``, overriding the pom's) into
+    the cache once; ``version`` names the cache directory."""
     target = cache_dir() / "jars" / f"{name}-{version}"
     stamp = target / ".complete"
     if not stamp.exists():
@@ -52,7 +54,7 @@ def _resolve(name: str, version: str, pom: Path) -> Classpath:
         tmp = target.with_name(target.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         cmd = ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-               f"-DoutputDirectory={tmp}"]
+               f"-DoutputDirectory={tmp}", *(f"-D{k}={v}" for k, v in (properties or {}).items())]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ResolveError(
@@ -88,14 +90,30 @@ def kafka_classpath() -> Classpath:
     return _resolve("kafka", kafka_version(), DEPS / "kafka" / "pom.xml")
 
 
-def spark_kafka_classpath(pyspark_jars: Path | None = None) -> Classpath:
-    """Spark's Kafka connector jars, minus artifacts the PySpark wheel already ships (the one whose
-    ``pyspark/jars`` is ``pyspark_jars``; default: this interpreter's).
+def connector_version(spark_version: str | None = None) -> str:
+    """The ``spark-sql-kafka-0-10_2.13`` version for a PySpark at ``spark_version``: the pinned one
+    (``deps/spark-kafka/pom.xml``) for that Spark minor or a newer one (``None``: this interpreter's), the
+    Spark's own version for an older minor, whose Spark cannot load a newer connector's classes."""
+    pinned = _pom_property(DEPS / "spark-kafka" / "pom.xml", "spark.kafka.version")
+    if spark_version is None:
+        return pinned
+
+    def minor(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v)[:2])
+
+    return pinned if minor(spark_version) >= minor(pinned) else spark_version
+
+
+def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str | None = None) -> Classpath:
+    """Spark's Kafka connector jars for a PySpark at ``spark_version`` (:func:`connector_version`; ``None``:
+    this interpreter's), minus artifacts that PySpark already ships (the one whose ``pyspark/jars`` is
+    ``pyspark_jars``; default: this interpreter's).
 
     Raises: ``ResolveError``.
     """
     pom = DEPS / "spark-kafka" / "pom.xml"
-    cp = _resolve("spark-sql-kafka", _pom_property(pom, "spark.kafka.version"), pom)
+    version = connector_version(spark_version)
+    cp = _resolve("spark-sql-kafka", version, pom, {"spark.kafka.version": version})
     shipped = {_artifact(j.name) for j in (pyspark_jars or pyspark_jars_dir()).glob("*.jar")}
     keep = tuple(j for j in cp.jars if _artifact(j.name) not in shipped)
     return Classpath(cp.name, cp.version, keep)

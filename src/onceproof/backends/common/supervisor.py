@@ -199,29 +199,32 @@ def app_id(proc: psutil.Process) -> str:
     return _arg(proc, "--app-id")
 
 
-def connector_jars(pyspark_jars: Path | None = None) -> str:
-    """The Spark Kafka connector's classpath, comma-separated for ``spark.jars`` (resolved by Maven on
-    first use, :mod:`onceproof.backends.common.jars`), minus what the PySpark in ``pyspark_jars`` (default: this
+def connector_jars(pyspark_jars: Path | None = None, spark_version: str | None = None) -> str:
+    """The Spark Kafka connector's classpath for a PySpark at ``spark_version`` (default: this
+    interpreter's), comma-separated for ``spark.jars`` (resolved by Maven on first use,
+    :mod:`onceproof.backends.common.jars`), minus what the PySpark in ``pyspark_jars`` (default: this
     interpreter's ``pyspark/jars``) ships."""
-    return ",".join(str(j) for j in jars.spark_kafka_classpath(pyspark_jars).jars)
+    return ",".join(str(j) for j in jars.spark_kafka_classpath(pyspark_jars, spark_version).jars)
 
 
-def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars: Path | None = None) -> list[str]:
+def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars: Path | None = None,
+                spark_version: str | None = None) -> list[str]:
     """The driver's command line: ``python -m onceproof.job`` with the pipeline's options (see
     ``onceproof/job.py --help``) and the connector's jars; or, for a user's pipeline
     (``pipeline.command``), that command with its placeholders filled (``backends/user_pipeline.py``).
-    ``python`` (default: this interpreter) and ``pyspark_jars`` (its ``pyspark/jars``) name a second
-    PySpark runtime (:mod:`onceproof.backends.local.runtimes`)."""
+    ``python`` (default: this interpreter), ``pyspark_jars`` (its ``pyspark/jars``) and ``spark_version``
+    (its PySpark's) name another PySpark: a second runtime (:mod:`onceproof.backends.local.runtimes`) or
+    the user's interpreter (``--pipeline-python``, :mod:`onceproof.backends.common.interpreter`)."""
     python = python or sys.executable
     if pipeline.command:
         return PipelineCommand.parse(pipeline.command).argv(
             {"python": python, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
              "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
-             "master": pipeline.master, "jars": connector_jars(pyspark_jars),
+             "master": pipeline.master, "jars": connector_jars(pyspark_jars, spark_version),
              # an output's own placeholders (sinks/user_outputs.py): config refuses those of another output
              "output_path": str(pipeline.file_sink or ""), "postgres_dsn": pipeline.database_dsn,
              "output_table": pipeline.output_topic})
-    return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars", connector_jars(pyspark_jars)]
+    return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars", connector_jars(pyspark_jars, spark_version)]
 
 
 def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozenset[str] = frozenset(),

@@ -11,6 +11,7 @@ Logs: ``driver-<n>.log`` per driver incarnation in ``log_dir``; each executor's 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import Executor, PipelineArgs
-from onceproof.backends.common import jars, processes
+from onceproof.backends.common import interpreter, jars, processes
 from onceproof.backends.common.spark import SupervisedSpark, host_executor
 from onceproof.backends.common.supervisor import DriverSupervisor, collect_executor_logs, driver_argv
 from onceproof.backends.local import runtimes
@@ -39,8 +40,20 @@ class LocalSpark(SupervisedSpark):
         user = {"cwd": pipeline.cwd or Path.cwd(), "watch_apps": True,
                 "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
             if pipeline.command else {}
-        self.sup = DriverSupervisor(driver_argv(pipeline), log_dir, executor_dir=self.executor_dir, **user)
-        self.pyspark_dirs = [jars.pyspark_jars_dir().parent]  # every runtime's: where executor logs land
+        own = self._own_interpreter()
+        self.sup = DriverSupervisor(driver_argv(pipeline, own.python, own.jars_dir, own.pyspark_version), log_dir,
+                                    executor_dir=self.executor_dir, python=own.python, **user)
+        self.pyspark_dirs = [own.pyspark_dir]  # every runtime's: where executor logs land
+
+    def _own_interpreter(self) -> interpreter.Interpreter:
+        """The pipeline's interpreter: the user's (``--pipeline-python``, asked again here: the config
+        check refused what cannot run) or this one. Raises ``InterpreterError``."""
+        if self.pipeline.python:
+            return interpreter.probe(os.path.expanduser(self.pipeline.python))
+        import pyspark  # lazy: pyspark is heavy and only this call needs its version
+
+        d = jars.pyspark_jars_dir().parent
+        return interpreter.Interpreter(sys.executable, "", pyspark.__version__, d, "")
 
     @property
     def starts_before_cluster(self) -> bool:
@@ -78,20 +91,20 @@ class LocalSpark(SupervisedSpark):
     def set_runtime(self, version: str | None) -> str:
         """The next driver start runs PySpark ``version``: ``"previous"`` (the cached previous minor,
         :func:`runtimes.previous_version`, built on first use: ~40 s cold), an explicit version
-        (``"4.2.1"``), or ``None`` (this interpreter's). The supervisor gets the runtime's interpreter
-        for the driver and its Python workers, and the connector's jars minus what that PySpark ships;
+        (``"4.2.1"``), or ``None`` (the pipeline's own: ``--pipeline-python`` or this interpreter's). The
+        supervisor gets the runtime's interpreter for the driver and its Python workers, and the connector's
+        jars for that PySpark minus what it ships;
         a ``--pipeline-cmd`` pipeline gets it through its ``{python}`` placeholder.
 
         Returns the version. Raises: ``runtimes.RuntimeBuildError`` (a ``BackendError``) naming the fix.
         """
         if version is None:
-            import pyspark  # lazy: pyspark is heavy and only this call needs its version
-
-            python, pyspark_dir, ver = sys.executable, jars.pyspark_jars_dir().parent, pyspark.__version__
+            own = self._own_interpreter()
+            python, pyspark_dir, ver = own.python, own.pyspark_dir, own.pyspark_version
         else:
             rt = runtimes.ensure(runtimes.previous_version() if version == "previous" else version)
             python, pyspark_dir, ver = str(rt.python), rt.pyspark_dir, rt.version
-        self.sup.use_runtime(driver_argv(self.pipeline, python, pyspark_dir / "jars"), python)
+        self.sup.use_runtime(driver_argv(self.pipeline, python, pyspark_dir / "jars", ver), python)
         if pyspark_dir not in self.pyspark_dirs:
             self.pyspark_dirs.append(pyspark_dir)
         return ver

@@ -1,0 +1,124 @@
+"""The interpreter a user's ``--pipeline-cmd`` job runs with (``onceproof run --pipeline-python PATH``): the
+user's own environment, with their PySpark, Delta and database drivers, which need not be onceproof's.
+
+:func:`probe` asks the interpreter itself (a subprocess: the harness never imports the job's PySpark) for
+its Python and PySpark versions, where its ``pyspark`` package lies, and the Scala version of the jars it
+ships; :func:`refusal` says why onceproof cannot run a job on it. The backend then runs the driver and its
+Python workers with it (``PYSPARK_PYTHON``) and resolves Spark's Kafka connector for that PySpark's
+version (:func:`onceproof.backends.common.jars.spark_kafka_classpath`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+PROBE = ("import json, pathlib, sys\n"
+         "out = {'python': sys.executable, 'python_version': '.'.join(map(str, sys.version_info[:3]))}\n"
+         "try:\n"
+         "    import pyspark\n"
+         "    out['pyspark_version'] = pyspark.__version__\n"
+         "    out['pyspark_dir'] = str(pathlib.Path(pyspark.__file__).resolve().parent)\n"
+         "except Exception as e:\n"
+         "    out['pyspark_error'] = f'{type(e).__name__}: {e}'\n"
+         "print(json.dumps(out))\n")
+"""The probe run by the interpreter: one JSON line (``pyspark_error`` when PySpark does not import)."""
+
+SPARK_MAJOR = 4
+"""The Spark major version onceproof's connector resolution and hooks speak (Spark 4 ships Scala 2.13
+only: spark.apache.org/docs/latest, "Downloading")."""
+SCALA = "2.13"
+_SCALA_JAR = re.compile(r"^scala-library-(\d+\.\d+)\.\d+\.jar$")
+
+
+class InterpreterError(ValueError):
+    """The interpreter cannot run a job: missing, not Python, without PySpark, or a Spark onceproof does not
+    speak. The message names the fix."""
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A probed interpreter. ``python``: the path given (run as is); ``python_version``: ``"3.12.4"``;
+    ``pyspark_version``: ``"4.2.0"``; ``pyspark_dir``: its ``pyspark`` package directory (``jars/`` in it);
+    ``scala``: the Scala binary version of those jars (``"2.13"``), ``""`` when none was found."""
+
+    python: str
+    python_version: str
+    pyspark_version: str
+    pyspark_dir: Path
+    scala: str
+
+    @property
+    def jars_dir(self) -> Path:
+        """``pyspark/jars`` of this interpreter's PySpark."""
+        return self.pyspark_dir / "jars"
+
+    @property
+    def spark_major_minor(self) -> tuple[int, int]:
+        """``(4, 2)`` for PySpark ``4.2.0``."""
+        major, minor = (re.findall(r"\d+", self.pyspark_version) + ["0", "0"])[:2]
+        return int(major), int(minor)
+
+
+def scala_of(jars_dir: Path) -> str:
+    """The Scala binary version of ``scala-library-X.Y.Z.jar`` in ``jars_dir`` (``"2.13"``), ``""`` if none."""
+    for j in sorted(jars_dir.glob("scala-library-*.jar")):
+        m = _SCALA_JAR.match(j.name)
+        if m:
+            return m.group(1)
+    return ""
+
+
+def probe(python: str, timeout_s: float = 120.0) -> Interpreter:
+    """Run :data:`PROBE` with ``python`` (a path, or a name on ``PATH``) in at most ``timeout_s`` seconds.
+
+    Raises: :class:`InterpreterError` when it is missing, not executable, does not answer, or has no
+    importable PySpark, each naming the fix.
+    """
+    exe = python if os.sep in python else shutil.which(python)
+    if not exe or not Path(exe).is_file():
+        raise InterpreterError(f"{python}: no such interpreter; give the python of your job's environment, "
+                               "e.g. --pipeline-python ~/venvs/job/bin/python")
+    if not os.access(exe, os.X_OK):
+        raise InterpreterError(f"{python}: not executable; give the python of your job's environment")
+    try:
+        p = subprocess.run([exe, "-c", PROBE], capture_output=True, text=True, timeout=timeout_s,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise InterpreterError(f"{python}: did not answer in {timeout_s:g} s (import pyspark); check that it "
+                               "starts: {python} -c 'import pyspark'") from None
+    except OSError as e:
+        raise InterpreterError(f"{python}: cannot run it ({e}); give a Python interpreter") from None
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise InterpreterError(f"{python}: not a Python interpreter onceproof can ask (exit {p.returncode}: "
+                               f"{(p.stderr or p.stdout).strip()[-300:]})") from None
+    if "pyspark_error" in out:
+        raise InterpreterError(f"{python} cannot import pyspark ({out['pyspark_error']}); install it into that "
+                               f"environment: {python} -m pip install 'pyspark>={SPARK_MAJOR}.0'")
+    pyspark_dir = Path(out["pyspark_dir"])
+    return Interpreter(python=exe, python_version=out["python_version"], pyspark_version=out["pyspark_version"],
+                       pyspark_dir=pyspark_dir, scala=scala_of(pyspark_dir / "jars"))
+
+
+def refusal(i: Interpreter) -> str | None:
+    """Why onceproof cannot run a job on ``i``, naming the fix; ``None`` when it can: its PySpark must be
+    Spark :data:`SPARK_MAJOR` (the Kafka connector is resolved as ``spark-sql-kafka-0-10_2.13`` at that
+    version) with Scala :data:`SCALA` jars."""
+    major, _ = i.spark_major_minor
+    if major != SPARK_MAJOR:
+        return (f"{i.python} has PySpark {i.pyspark_version}; onceproof runs jobs on Spark {SPARK_MAJOR}.x: "
+                f"install pyspark {SPARK_MAJOR}.x there ({i.python} -m pip install 'pyspark>={SPARK_MAJOR}.0,"
+                f"<{SPARK_MAJOR + 1}')")
+    if i.scala and i.scala != SCALA:
+        return (f"{i.python}'s PySpark ships Scala {i.scala} jars; onceproof resolves the Kafka connector for "
+                f"Scala {SCALA}: use a PySpark built for Scala {SCALA}")
+    if not i.jars_dir.is_dir():
+        return f"{i.python}'s PySpark has no jars directory ({i.jars_dir}): reinstall pyspark there"
+    return None

@@ -1,0 +1,88 @@
+"""``--pipeline-python``: a user's job on its own interpreter. The probe asks real interpreters (this one,
+with PySpark; the system's, without); the refusal rules and the connector's version run on synthetic
+values."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from onceproof.backends.common import interpreter, jars
+from onceproof.harness.config import ConfigError, TestConfig
+
+JOB = "{python} job.py --bootstrap {bootstrap} --checkpoint {checkpoint} --jars {jars}"
+
+
+def test_the_probe_reads_this_interpreters_pyspark_and_scala():
+    import pyspark
+
+    i = interpreter.probe(sys.executable)
+    assert i.pyspark_version == pyspark.__version__
+    assert i.pyspark_dir == Path(pyspark.__file__).resolve().parent
+    assert i.scala == "2.13" and i.jars_dir.is_dir()
+    assert i.python_version.startswith(f"{sys.version_info[0]}.{sys.version_info[1]}.")
+    assert interpreter.refusal(i) is None
+
+
+def test_a_missing_interpreter_or_one_without_pyspark_names_the_fix(tmp_path):
+    with pytest.raises(interpreter.InterpreterError, match="no such interpreter"):
+        interpreter.probe(str(tmp_path / "bin" / "python"))
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(interpreter.InterpreterError, match="not executable"):
+        interpreter.probe(str(script))
+    script.chmod(0o755)
+    with pytest.raises(interpreter.InterpreterError, match="not a Python interpreter"):
+        interpreter.probe(str(script))
+
+
+@pytest.mark.skipif(not shutil.which("python3", path="/usr/bin"), reason="no system python3 in /usr/bin")
+def test_an_interpreter_without_pyspark_is_told_how_to_install_it():
+    probe = "import pyspark"
+    if interpreter.subprocess.run(["/usr/bin/python3", "-c", probe], capture_output=True).returncode == 0:
+        pytest.skip("the system python3 has pyspark")
+    with pytest.raises(interpreter.InterpreterError, match=r"cannot import pyspark .*-m pip install 'pyspark>=4"):
+        interpreter.probe("/usr/bin/python3")
+
+
+def _interp(version: str, scala: str, jars_dir: Path) -> interpreter.Interpreter:
+    return interpreter.Interpreter("/venv/bin/python", "3.12.1", version, jars_dir.parent, scala)
+
+
+def test_a_spark_other_than_4_or_scala_other_than_2_13_is_refused(tmp_path):
+    (tmp_path / "jars").mkdir()
+    assert "Spark 4.x" in interpreter.refusal(_interp("3.5.4", "2.12", tmp_path / "jars"))
+    assert "Scala 2.12" in interpreter.refusal(_interp("4.1.0", "2.12", tmp_path / "jars"))
+    assert interpreter.refusal(_interp("4.1.0", "2.13", tmp_path / "jars")) is None
+    assert "no jars directory" in interpreter.refusal(_interp("4.1.0", "2.13", tmp_path / "none" / "jars"))
+
+
+def test_the_scala_version_comes_from_the_scala_library_jar(tmp_path):
+    (tmp_path / "scala-library-2.13.16.jar").write_bytes(b"")
+    (tmp_path / "scala-reflect-2.13.16.jar").write_bytes(b"")
+    assert interpreter.scala_of(tmp_path) == "2.13"
+    assert interpreter.scala_of(tmp_path / "missing") == ""
+
+
+def test_the_connector_is_the_pinned_one_for_its_spark_minor_or_newer_and_the_sparks_own_for_an_older():
+    pinned = jars.connector_version()
+    major, minor = (int(x) for x in pinned.split(".")[:2])
+    assert jars.connector_version(pinned) == pinned
+    assert jars.connector_version(f"{major}.{minor}.9") == pinned
+    assert jars.connector_version(f"{major}.{minor + 1}.0") == pinned
+    older = f"{major}.{minor - 1}.1"
+    assert jars.connector_version(older) == older
+
+
+def test_pipeline_python_needs_a_users_job_and_an_interpreter_that_can_run_it(tmp_path):
+    with pytest.raises(ConfigError, match="--pipeline-python.*for a --pipeline-cmd job"):
+        TestConfig(pipeline_python=sys.executable, nemesis=["kill-driver-in-commit-window"]).validate()
+    with pytest.raises(ConfigError, match="--pipeline-python.*no such interpreter"):
+        TestConfig(pipeline_cmd=JOB, pipeline_python=str(tmp_path / "python"),
+                   nemesis=["kill-driver-in-commit-window"]).validate()
+    cfg = TestConfig(pipeline_cmd=JOB, pipeline_python=sys.executable,
+                     nemesis=["kill-driver-in-commit-window"]).validate()
+    assert cfg.pipeline_python == sys.executable
