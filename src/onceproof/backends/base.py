@@ -116,7 +116,10 @@ class PipelineArgs:
     template of ``backends/user_pipeline.py``), run in ``cwd``; "" = the bundled ``onceproof.job``, which
     alone takes the options above that the template has no placeholder for (sink, trigger, ...).
     ``python``: the interpreter of a user's pipeline (``--pipeline-python``: its ``{python}``, its Python
-    workers' and the PySpark whose connector jars ``{jars}`` names); "" = this interpreter.
+    workers' and the PySpark whose connector jars ``{jars}`` names); "" = this interpreter. ``runtime``:
+    the PySpark version the bundled pipeline's sink needs (``Sink.spark_runtime``, a cached runtime the
+    backend builds), "" = the harness's own. ``jars``: classpaths of ``deps/`` the sink needs beyond the
+    Kafka connector (``Sink.jars``: ``"delta"``).
     """
 
     bootstrap: str
@@ -140,6 +143,8 @@ class PipelineArgs:
     input_contiguous: bool = True
     database_dsn: str = ""
     python: str = ""
+    runtime: str = ""
+    jars: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
         """The options as ``onceproof.job`` arguments (a backend adds where the connector jars are)."""

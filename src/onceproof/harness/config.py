@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onceproof.backends import registry
-from onceproof.backends.base import can_perform
+from onceproof.backends import capabilities, registry
+from onceproof.backends.base import Runtimes, can_perform
 from onceproof.backends.common import interpreter
 from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 from onceproof.checkout import repository
@@ -452,6 +452,11 @@ class TestConfig:
                                         f"{sink.label}; use --backend "
                               + ", ".join(n for n in registry.names()
                                           if sink.database in getattr(registry.get(n), "databases", ())))
+        if sink.spark_runtime and not capabilities.implements(type(backend), Runtimes):
+            raise ConfigError("--sink", f"{sink.label} runs on PySpark {sink.spark_runtime}, and the {backend.name} "
+                                        "backend runs one PySpark only; use --backend "
+                              + ", ".join(n for n in registry.names()
+                                          if capabilities.implements(type(registry.get(n)), Runtimes)))
         mode = workloads.get(self.workload).output_mode if self.workload in workloads.names() else None
         if mode is not None and mode not in sink.output_modes:
             others = " or ".join(s.name for s in sinks.entries() if mode in s.output_modes and not s.mutant)

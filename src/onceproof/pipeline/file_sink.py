@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path
 
-from onceproof.pipeline import hooks
+from onceproof.pipeline import hooks, keyed_columns
 from onceproof.pipeline.transactional_sink import append_event
 
 HOLD_AT_ROW = 2000
@@ -123,9 +123,7 @@ def write(df, *, path: str, checkpoint: str, trigger_ms: int, control_dir: str =
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 
-    v = F.from_json(F.col("value").cast("string"), "key STRING, seq LONG, in_partition LONG, in_offset LONG, "
-                                                   "in_ts LONG")
-    rows = df.select(v.alias("v")).select("v.*")
+    rows = keyed_columns.rows_of(df)
     if control_dir:
         # a pickled (not Arrow) UDF: Arrow batches 10,000 rows, so no row would reach the writer before the hold
         hold = F.udf(_hold_udf(path, control_dir, sink_log, incarnation), LongType(), useArrow=False)

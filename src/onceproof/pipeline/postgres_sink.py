@@ -26,9 +26,9 @@ import functools
 import psycopg
 from psycopg import sql
 
-from onceproof.pipeline import hooks
+from onceproof.pipeline import hooks, keyed_columns
 
-COLUMNS = ("key", "seq", "in_partition", "in_offset", "in_ts")
+COLUMNS = keyed_columns.COLUMNS
 """The keyed workload's value fields, written one column each (``batch_id`` is added)."""
 PROGRESS_TABLE = "onceproof_progress"
 
@@ -41,16 +41,6 @@ def create_tables(dsn: str, table: str) -> None:
                      .format(sql.Identifier(table)))
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (app_id text PRIMARY KEY, batch_id bigint NOT NULL)")
                      .format(sql.Identifier(PROGRESS_TABLE)))
-
-
-def rows_of(df):
-    """The keyed transform's frame (``value`` JSON) as the table's columns (:data:`COLUMNS`)."""
-    # pyspark: only where Spark runs; the harness imports this module for its names only
-    from pyspark.sql import functions as F
-
-    v = F.from_json(F.col("value").cast("string"), "key STRING, seq LONG, in_partition LONG, in_offset LONG, "
-                                                   "in_ts LONG")
-    return df.select(v.alias("v")).select(*(f"v.{c}" for c in COLUMNS))
 
 
 def _copy(conn: psycopg.Connection, table: str, rows, batch_id: int, incarnation: str) -> int:
@@ -70,7 +60,7 @@ def transactional_batch(dsn: str, table: str, app_id: str, incarnation: str, con
     and the supervisor restarts the driver)."""
 
     def write(batch_df, batch_id: int) -> None:
-        rows = rows_of(batch_df).collect()
+        rows = keyed_columns.rows_of(batch_df).collect()
         with psycopg.connect(dsn) as conn, conn.transaction():
             done = conn.execute(sql.SQL("SELECT batch_id FROM {} WHERE app_id = %s FOR UPDATE")
                                 .format(sql.Identifier(PROGRESS_TABLE)), (app_id,)).fetchone()
@@ -97,7 +87,8 @@ def autocommit_partitions(dsn: str, table: str, incarnation: str, control: hooks
     partition's rows in one autocommit ``COPY``, no progress row."""
 
     def write(batch_df, batch_id: int) -> None:
-        rows_of(batch_df).foreachPartition(functools.partial(_insert_partition, dsn, table, batch_id, incarnation))
+        insert = functools.partial(_insert_partition, dsn, table, batch_id, incarnation)
+        keyed_columns.rows_of(batch_df).foreachPartition(insert)
         log("commit", batch=batch_id)
         control.after_sink_commit(batch_id)
 

@@ -185,7 +185,10 @@ class Sink:
     a deliberately broken sink (``pipeline/mutants.py``), never a default. ``database``: the kind of server
     it writes (``"postgres"``), started for the run by the backend; ``None`` for a topic or a directory.
     ``committed_end``: its :class:`CommittedEnd` as ``module:attribute``, a class built from an
-    :class:`OutputLocation`.
+    :class:`OutputLocation`. ``spark_runtime``: the PySpark version its writer needs when the harness's
+    own will not do (Delta's connector supports older Sparks), run in a cached runtime the backend builds;
+    ``None``: the harness's. ``jars``: classpaths of ``onceproof/deps/`` its writer needs beyond the Kafka
+    connector (``"delta"``).
     """
 
     name: str
@@ -205,6 +208,8 @@ class Sink:
     mutant: bool = False
     database: str | None = None
     committed_end: str = "onceproof.sinks.kafka_topic:OutputEnds"
+    spark_runtime: str | None = None
+    jars: tuple[str, ...] = ()
 
     def read(self, location: OutputLocation) -> OutputView:
         """The output at ``location`` through :attr:`reader` (imported now). Raises as the reader does."""

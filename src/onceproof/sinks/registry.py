@@ -18,6 +18,9 @@ SINKS: dict[str, str] = {
     "file": "onceproof.sinks.files:FILE",
     "postgres": "onceproof.sinks.postgres:POSTGRES",
     "postgres-autocommit": "onceproof.sinks.postgres:AUTOCOMMIT",
+    "delta": "onceproof.sinks.delta:DELTA",
+    "delta-foreachbatch": "onceproof.sinks.delta:DELTA_FOREACHBATCH",
+    "delta-no-txn": "onceproof.sinks.delta:DELTA_NO_TXN",
 }
 DEFAULT = "eos"
 """The default sink, and the control that ``test-all --mutants`` runs against every package it uses."""

@@ -113,10 +113,27 @@ def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str |
     """
     pom = DEPS / "spark-kafka" / "pom.xml"
     version = connector_version(spark_version)
-    cp = _resolve("spark-sql-kafka", version, pom, {"spark.kafka.version": version})
+    return _minus_shipped(_resolve("spark-sql-kafka", version, pom, {"spark.kafka.version": version}), pyspark_jars)
+
+
+def deps_classpath(name: str, pyspark_jars: Path | None = None) -> Classpath:
+    """The classpath of ``deps/<name>/pom.xml`` (its ``<name.version>`` names the cache directory), e.g.
+    ``"delta"``: Delta Lake's Spark connector for the bundled Delta sinks (``Sink.jars``), minus what the
+    PySpark whose ``pyspark/jars`` is ``pyspark_jars`` (default: this interpreter's) ships.
+
+    Raises: ``ResolveError`` (also for a name with no pom).
+    """
+    pom = DEPS / name / "pom.xml"
+    if not pom.is_file():
+        raise ResolveError(f"no classpath named {name!r}: {pom} is missing")
+    return _minus_shipped(_resolve(name, _pom_property(pom, f"{name}.version"), pom), pyspark_jars)
+
+
+def _minus_shipped(cp: Classpath, pyspark_jars: Path | None) -> Classpath:
+    """``cp`` without the artifacts (any version) that the PySpark in ``pyspark_jars`` ships: Spark's own
+    Scala, Hadoop and Jackson win over a connector's."""
     shipped = {_artifact(j.name) for j in (pyspark_jars or pyspark_jars_dir()).glob("*.jar")}
-    keep = tuple(j for j in cp.jars if _artifact(j.name) not in shipped)
-    return Classpath(cp.name, cp.version, keep)
+    return Classpath(cp.name, cp.version, tuple(j for j in cp.jars if _artifact(j.name) not in shipped))
 
 
 def pyspark_jars_dir() -> Path:

@@ -199,12 +199,15 @@ def app_id(proc: psutil.Process) -> str:
     return _arg(proc, "--app-id")
 
 
-def connector_jars(pyspark_jars: Path | None = None, spark_version: str | None = None) -> str:
+def connector_jars(pyspark_jars: Path | None = None, spark_version: str | None = None,
+                   extra: tuple[str, ...] = ()) -> str:
     """The Spark Kafka connector's classpath for a PySpark at ``spark_version`` (default: this
-    interpreter's), comma-separated for ``spark.jars`` (resolved by Maven on first use,
-    :mod:`onceproof.backends.common.jars`), minus what the PySpark in ``pyspark_jars`` (default: this
-    interpreter's ``pyspark/jars``) ships."""
-    return ",".join(str(j) for j in jars.spark_kafka_classpath(pyspark_jars, spark_version).jars)
+    interpreter's), and the ``extra`` classpaths of ``deps/`` (``PipelineArgs.jars``: ``"delta"``),
+    comma-separated for ``spark.jars`` (resolved by Maven on first use, :mod:`onceproof.backends.common.jars`),
+    minus what the PySpark in ``pyspark_jars`` (default: this interpreter's ``pyspark/jars``) ships."""
+    cps = [jars.spark_kafka_classpath(pyspark_jars, spark_version),
+           *(jars.deps_classpath(name, pyspark_jars) for name in extra)]
+    return ",".join(str(j) for cp in cps for j in cp.jars)
 
 
 def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars: Path | None = None,
@@ -220,11 +223,12 @@ def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars:
         return PipelineCommand.parse(pipeline.command).argv(
             {"python": python, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
              "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
-             "master": pipeline.master, "jars": connector_jars(pyspark_jars, spark_version),
+             "master": pipeline.master, "jars": connector_jars(pyspark_jars, spark_version, pipeline.jars),
              # an output's own placeholders (sinks/user_outputs.py): config refuses those of another output
              "output_path": str(pipeline.file_sink or ""), "postgres_dsn": pipeline.database_dsn,
              "output_table": pipeline.output_topic})
-    return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars", connector_jars(pyspark_jars, spark_version)]
+    return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars",
+            connector_jars(pyspark_jars, spark_version, pipeline.jars)]
 
 
 def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozenset[str] = frozenset(),

@@ -47,9 +47,13 @@ class LocalSpark(SupervisedSpark):
 
     def _own_interpreter(self) -> interpreter.Interpreter:
         """The pipeline's interpreter: the user's (``--pipeline-python``, asked again here: the config
-        check refused what cannot run) or this one. Raises ``InterpreterError``."""
+        check refused what cannot run), the runtime its sink needs (``PipelineArgs.runtime``, built on
+        first use) or this one. Raises ``InterpreterError``, ``runtimes.RuntimeBuildError``."""
         if self.pipeline.python:
             return interpreter.probe(os.path.expanduser(self.pipeline.python))
+        if self.pipeline.runtime:
+            rt = runtimes.ensure(self.pipeline.runtime)
+            return interpreter.Interpreter(str(rt.python), "", rt.version, rt.pyspark_dir, "")
         import pyspark  # lazy: pyspark is heavy and only this call needs its version
 
         d = jars.pyspark_jars_dir().parent
