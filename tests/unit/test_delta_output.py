@@ -53,3 +53,30 @@ def test_no_table_and_a_table_without_seq_are_refused_naming_the_fix(tmp_path):
     write_deltalake(str(tmp_path / "noseq"), pa.table({"key": ["a"], "n": [1]}))
     with pytest.raises(OutputError, match="no column seq"):
         read_output(OutputLocation(directory=tmp_path / "noseq"))
+
+
+def test_the_bundled_delta_sinks_run_on_the_delta_runtime_with_its_jars_and_the_mutant_targets_the_commit():
+    from onceproof.sinks import delta
+    from onceproof.sinks import registry as sinks
+
+    ok = [sinks.get(n) for n in ("delta", "delta-foreachbatch")]
+    mutant = sinks.get("delta-no-txn")
+    for s in (*ok, mutant):
+        assert s.spark_runtime == delta.RUNTIME and s.jars == ("delta",) and s.output_dir == delta.OUTPUT_DIR
+        assert s.spark_conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+        assert s.result_key == "delta" and s.committed_end.endswith("DeltaLogEnds")
+    assert [s.expect for s in ok] == ["valid", "valid"] and not any(s.mutant for s in ok)
+    assert mutant.expect == "invalid" and mutant.mutant and mutant.targeted_by == "commit"
+    assert "driver-hooks" in mutant.capabilities and not sinks.get("delta").capabilities  # the watch, no hook
+
+
+def test_a_backend_with_one_pyspark_refuses_a_sink_that_needs_another(monkeypatch):
+    from onceproof.backends.local.backend import LocalBackend
+    from onceproof.harness.config import ConfigError, TestConfig
+
+    TestConfig(sink="delta-foreachbatch", nemesis=["kill-driver-in-commit-window"]).validate()
+    # the local backend without files shared with the harness would be refused for the directory first
+    monkeypatch.setattr("onceproof.backends.capabilities.implements",
+                        lambda backend, protocol: backend is not LocalBackend)
+    with pytest.raises(ConfigError, match="runs on PySpark 4.2.0, and the local backend runs one PySpark only"):
+        TestConfig(sink="delta-foreachbatch", nemesis=["kill-driver-in-commit-window"]).validate()

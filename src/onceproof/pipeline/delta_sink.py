@@ -25,8 +25,12 @@ from onceproof.pipeline import hooks, keyed_columns
 SPARK_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # the table's state is rebuilt in 50 shuffle partitions by default (DeltaSQLConf
+    # DELTA_SNAPSHOT_PARTITIONS): 50 tasks per commit on 2 executors of 1 core
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
-"""Delta's session settings (docs.delta.io, "Quickstart": "Set up Apache Spark with Delta Lake")."""
+"""Delta's session settings (docs.delta.io, "Quickstart": "Set up Apache Spark with Delta Lake"), and
+the snapshot's partitions for a small table on a small cluster."""
 
 
 def streaming(df, *, path: str, checkpoint: str, trigger_ms: int, name: str):
