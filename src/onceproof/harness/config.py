@@ -179,8 +179,10 @@ class TestConfig:
     __test__ = False  # not a pytest test class
 
     sink: str = _opt(sinks.DEFAULT, "eos (transactional sink), at-least-once (Spark's Kafka sink), eos-no-marker "
-                            "(a mutant without the replay marker check), or file (Spark's file sink, read "
-                            "through its _spark_metadata log)", check=_check_sink, example="at-least-once",
+                            "(a mutant without the replay marker check), file (Spark's file sink, read "
+                            "through its _spark_metadata log), postgres, delta or delta-foreachbatch (a table "
+                            "read at its commit point), or a mutant of one (docs/cli.md lists them)",
+                     check=_check_sink, example="at-least-once",
                      always=True)
     workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
                                   "order per key) or counter (a running count and sum per key in Spark state, "
