@@ -170,7 +170,9 @@ def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
     ns = vars(job.parse_args(p.argv()))
     want = {**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}, "control_dir": str(p.control)}
     want.pop("control")
-    for k in ("command", "cwd"):  # a user's pipeline instead of onceproof.job: not the job's options
+    for k in ("command", "cwd", "python"):  # a user's pipeline instead of onceproof.job: not the job's options
+        want.pop(k)
+    for k in ("runtime", "jars"):  # where the backend runs the job and what it puts on spark.jars
         want.pop(k)
     assert want.pop("file_sink") is None and ns["file_sink_path"] == ""
     p = dataclasses.replace(p, file_sink=tmp_path / "fs", workload="counter")

@@ -5,6 +5,7 @@ turns back into the same config. A forgotten option fails here."""
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -63,7 +64,10 @@ def test_every_field_is_a_run_option_and_every_option_a_field():
 COMPANIONS = {  # options that only go with another's non-default value
     "file_read": {"sink": "file"},
     "output": {"pipeline_cmd": "{python} job.py --dsn {postgres_dsn} --table {output_table}"},
+    # an interpreter that exists and has PySpark (the option's example names a user's venv)
+    "pipeline_python": {"pipeline_cmd": "{python} job.py --bootstrap {bootstrap}", "pipeline_python": sys.executable},
 }
+NEEDS_PIPELINE_CMD = ("output", "pipeline_python")
 
 
 @pytest.mark.parametrize("name", sorted(run_options()))
@@ -80,15 +84,17 @@ def test_all_options_at_once_survive():
     # --pipeline-cmd excludes --sink, --workload and the docker backend, and --output needs it; --file-read
     # needs --sink file, which excludes --workload counter and the docker backend: each round-trips with
     # every other option
-    every = {f.name: non_default(f) for f in fields(TestConfig)}
-    cfg = TestConfig(**{k: v for k, v in every.items() if k not in ("pipeline_cmd", "file_read", "output")}).validate()
+    every = {f.name: non_default(f) for f in fields(TestConfig)} | {"pipeline_python": sys.executable}
+    cfg = TestConfig(**{k: v for k, v in every.items()
+                        if k not in ("pipeline_cmd", "file_read", *NEEDS_PIPELINE_CMD)}).validate()
     assert parse_back(cfg) == cfg
     cfg = TestConfig(**{**{k: v for k, v in every.items()
-                           if k not in ("pipeline_cmd", "workload", "backend", "output")}, "sink": "file"}).validate()
+                           if k not in ("pipeline_cmd", "workload", "backend", *NEEDS_PIPELINE_CMD)},
+                        "sink": "file"}).validate()
     assert cfg.file_read == "listing" and parse_back(cfg) == cfg
     cfg = TestConfig(**{k: v for k, v in every.items()
                         if k not in ("sink", "backend", "workload", "file_read")}).validate()
-    assert cfg.pipeline_cmd and cfg.output == "postgres" and parse_back(cfg) == cfg
+    assert cfg.pipeline_cmd and cfg.output == "postgres" and cfg.pipeline_python and parse_back(cfg) == cfg
 
 
 def test_default_config_replays_to_itself_and_names_what_a_run_is():

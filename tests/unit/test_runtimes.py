@@ -127,7 +127,7 @@ def test_set_runtime_gives_the_next_driver_start_the_runtimes_interpreter_and_ja
 
     asked_jars = []
 
-    def classpath(pyspark_jars=None):
+    def classpath(pyspark_jars=None, spark_version=None):
         asked_jars.append(pyspark_jars)
         return jars.Classpath("spark-sql-kafka", "4.2.0", (tmp_path / "kafka-clients.jar",))
 
