@@ -3,6 +3,8 @@
 ``offsets/N`` and before ``commits/N``, so the driver is frozen and killed there) and ``kill-broker``,
 a correct job ``valid`` and its ``--naive`` variant ``invalid`` with ``duplicate`` rows:
 
+* ``--output kafka`` (``examples/driver_txn_pipeline.py``): each micro-batch collected on the driver and
+  produced in one Kafka transaction with a batch marker, a replay skipped; naive: no marker check.
 * ``--output postgres`` (``tests/jobs/postgres_job.py``, a real PostgreSQL server the run starts): one
   transaction per micro-batch with a progress row, a replay skipped; naive: no progress row.
 * ``--output delta`` (``tests/jobs/delta_job.py``, delta-rs): one Delta commit per micro-batch with a
@@ -22,6 +24,7 @@ from tests.conftest import load_run, our_processes, run_cli
 pytestmark = pytest.mark.cluster
 
 JOBS = {
+    "kafka": "{python} examples/driver_txn_pipeline.py --output-topic {output_topic}",
     "postgres": "{python} tests/jobs/postgres_job.py --dsn {postgres_dsn} --table {output_table}",
     "delta": "{python} tests/jobs/delta_job.py --path {output_path}",
 }
@@ -48,6 +51,26 @@ def _why(result: dict, out: str) -> tuple:
     """What a verdict other than the expected one is read by: counts, reasons, latency, the console's tail."""
     return (result.get("verdict"), result.get("counts"), result.get("unknown_reasons"),
             result.get("stats", {}).get("visibility_latency_ms"), out[-3000:])
+
+
+def _grew(ev: dict) -> bool:
+    """Some partition's committed end was past its value at ``offsets/N`` when the driver was killed."""
+    before = ev["output_end_at_offsets_logged"]
+    return any(end > before.get(p, 0) for p, end in ev["output_end_at_kill"].items())
+
+
+@pytest.mark.timeout(900)
+def test_a_users_kafka_job_with_its_batch_marker_is_valid(tmp_path):
+    ok, ev, out = _run(tmp_path, "kafka", "")
+    assert ok["verdict"] == "valid", _why(ok, out)
+    assert ok["stats"]["output_records"] == ok["stats"]["input_records"] > 0, ok["stats"]
+    assert _grew(ev), ev  # the batch's transaction was committed at the kill: its LSOs had moved
+
+
+@pytest.mark.timeout(900)
+def test_a_users_kafka_job_without_it_is_invalid_with_duplicate_records(tmp_path):
+    naive, _, out = _run(tmp_path, "kafka", " --naive")
+    assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
 
 
 @pytest.mark.timeout(900)
