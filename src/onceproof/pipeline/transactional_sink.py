@@ -72,10 +72,11 @@ error name, for ``KafkaException``) and ``kind`` (fatal / abortable / retriable 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -116,6 +117,12 @@ class SinkConfig:
     control_dir: str = ""
     incarnation: str = "0"
     flaws: Flaws = Flaws()  # MUTANTS ONLY (pipeline/mutants.py): never set outside test-all --mutants
+
+
+def event_log(log_path: str, incarnation: str, sink: str) -> Callable[..., None]:
+    """``log(event, **fields)``: :func:`append_event` of one sink's events in one driver incarnation (the
+    table sinks' ``commit``/``skip``)."""
+    return functools.partial(append_event, log_path, incarnation, sink=sink)
 
 
 def append_event(log_path: str, incarnation: str, event: str, **fields) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from onceproof.pipeline import delta_sink
-from onceproof.pipeline.transactional_sink import append_event
+from onceproof.pipeline.transactional_sink import event_log
 from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
 
 OUTPUT_DIR = "delta-table"
@@ -40,8 +40,7 @@ def _path(job: JobContext) -> str:
 
 def _log(job: JobContext):
     """``log(event, **fields)``: one ``sink.jsonl`` event of this sink and driver incarnation."""
-    path, incarnation, name = job.args.sink_log, job.incarnation, job.sink.name
-    return lambda event, **fields: append_event(path, incarnation, event, sink=name, **fields)
+    return event_log(job.args.sink_log, job.incarnation, job.sink.name)
 
 
 def write_streaming(df, job: JobContext):

@@ -10,7 +10,7 @@ snapshot (``onceproof.sinks.postgres_table``).
 from __future__ import annotations
 
 from onceproof.pipeline import postgres_sink
-from onceproof.pipeline.transactional_sink import append_event
+from onceproof.pipeline.transactional_sink import event_log
 from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
 
 READER = "onceproof.sinks.postgres_table:read_output"
@@ -18,8 +18,7 @@ READER = "onceproof.sinks.postgres_table:read_output"
 
 def _log(job: JobContext):
     """``log(event, **fields)``: one ``sink.jsonl`` event of this sink and driver incarnation."""
-    path, incarnation, name = job.args.sink_log, job.incarnation, job.sink.name
-    return lambda event, **fields: append_event(path, incarnation, event, sink=name, **fields)
+    return event_log(job.args.sink_log, job.incarnation, job.sink.name)
 
 
 def _start(df, job: JobContext, body):

@@ -10,6 +10,7 @@ version (:func:`onceproof.backends.common.jars.spark_kafka_classpath`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -17,6 +18,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from onceproof.backends.common import jars
 
 PROBE = ("import json, pathlib, sys\n"
          "out = {'python': sys.executable, 'python_version': '.'.join(map(str, sys.version_info[:3]))}\n"
@@ -61,8 +64,7 @@ class Interpreter:
     @property
     def spark_major_minor(self) -> tuple[int, int]:
         """``(4, 2)`` for PySpark ``4.2.0``."""
-        major, minor = (re.findall(r"\d+", self.pyspark_version) + ["0", "0"])[:2]
-        return int(major), int(minor)
+        return jars.major_minor(self.pyspark_version)
 
 
 def scala_of(jars_dir: Path) -> str:
@@ -74,8 +76,10 @@ def scala_of(jars_dir: Path) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=16)
 def probe(python: str, timeout_s: float = 120.0) -> Interpreter:
-    """Run :data:`PROBE` with ``python`` (a path, or a name on ``PATH``) in at most ``timeout_s`` seconds.
+    """Run :data:`PROBE` with ``python`` (a path, or a name on ``PATH``) in at most ``timeout_s`` seconds,
+    once per process: the config check and the backend ask the same interpreter (a refusal is not cached).
 
     Raises: :class:`InterpreterError` when it is missing, not executable, does not answer, or has no
     importable PySpark, each naming the fix.

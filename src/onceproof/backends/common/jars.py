@@ -97,11 +97,13 @@ def connector_version(spark_version: str | None = None) -> str:
     pinned = _pom_property(DEPS / "spark-kafka" / "pom.xml", "spark.kafka.version")
     if spark_version is None:
         return pinned
+    return pinned if major_minor(spark_version) >= major_minor(pinned) else spark_version
 
-    def minor(v: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in re.findall(r"\d+", v)[:2])
 
-    return pinned if minor(spark_version) >= minor(pinned) else spark_version
+def major_minor(version: str) -> tuple[int, int]:
+    """``(4, 2)`` for ``"4.2.0"`` or ``"4.2.0.dev1"``; a missing part is 0."""
+    major, minor = (re.findall(r"\d+", version) + ["0", "0"])[:2]
+    return int(major), int(minor)
 
 
 def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str | None = None) -> Classpath:

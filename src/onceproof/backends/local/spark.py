@@ -52,8 +52,7 @@ class LocalSpark(SupervisedSpark):
         if self.pipeline.python:
             return interpreter.probe(os.path.expanduser(self.pipeline.python))
         if self.pipeline.runtime:
-            rt = runtimes.ensure(self.pipeline.runtime)
-            return interpreter.Interpreter(str(rt.python), "", rt.version, rt.pyspark_dir, "")
+            return _runtime_interpreter(self.pipeline.runtime)
         import pyspark  # lazy: pyspark is heavy and only this call needs its version
 
         d = jars.pyspark_jars_dir().parent
@@ -102,16 +101,12 @@ class LocalSpark(SupervisedSpark):
 
         Returns the version. Raises: ``runtimes.RuntimeBuildError`` (a ``BackendError``) naming the fix.
         """
-        if version is None:
-            own = self._own_interpreter()
-            python, pyspark_dir, ver = own.python, own.pyspark_dir, own.pyspark_version
-        else:
-            rt = runtimes.ensure(runtimes.previous_version() if version == "previous" else version)
-            python, pyspark_dir, ver = str(rt.python), rt.pyspark_dir, rt.version
-        self.sup.use_runtime(driver_argv(self.pipeline, python, pyspark_dir / "jars", ver), python)
-        if pyspark_dir not in self.pyspark_dirs:
-            self.pyspark_dirs.append(pyspark_dir)
-        return ver
+        i = self._own_interpreter() if version is None else \
+            _runtime_interpreter(runtimes.previous_version() if version == "previous" else version)
+        self.sup.use_runtime(driver_argv(self.pipeline, i.python, i.jars_dir, i.pyspark_version), i.python)
+        if i.pyspark_dir not in self.pyspark_dirs:
+            self.pyspark_dirs.append(i.pyspark_dir)
+        return i.pyspark_version
 
     def executors(self) -> list[Executor]:
         """Live executor JVMs of the current driver."""
@@ -133,3 +128,9 @@ class LocalSpark(SupervisedSpark):
     def log_files(self) -> list[Path]:
         return sorted(self.log_dir.glob("driver-*.log")) + sorted(self.executor_dir.glob("*/*/std*"))
 
+
+def _runtime_interpreter(version: str) -> interpreter.Interpreter:
+    """The cached runtime of PySpark ``version`` (built on first use, :func:`runtimes.ensure`) as an
+    interpreter. Raises ``runtimes.RuntimeBuildError``."""
+    rt = runtimes.ensure(version)
+    return interpreter.Interpreter(str(rt.python), "", rt.version, rt.pyspark_dir, "")
