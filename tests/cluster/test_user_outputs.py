@@ -10,6 +10,9 @@ a correct job ``valid`` and its ``--naive`` variant ``invalid`` with ``duplicate
 * ``--output delta`` (``tests/jobs/delta_job.py``, delta-rs): one Delta commit per micro-batch with a
   ``txn`` action (appId, batchId), a replay skipped; naive: no txn action, no check. The naive job runs
   with ``--pipeline-python`` on another interpreter with another PySpark.
+* ``--output files`` (``tests/jobs/files_job.py``): Spark's file sink, its ``_spark_metadata`` log
+  committing each batch's files and skipping a replay; naive: ``df.write.json`` from ``foreachBatch``,
+  no log, so the directory is read as Spark's batch reader lists it and a replay is there twice.
 
 The tables have only the jobs' own columns (``key``, ``seq``, ``in_partition``, ``in_offset``): the
 readers take what the contract asks for. One run per test, about 2.5 minutes each on 2 cores.
@@ -27,6 +30,7 @@ JOBS = {
     "kafka": "{python} examples/driver_txn_pipeline.py --output-topic {output_topic}",
     "postgres": "{python} tests/jobs/postgres_job.py --dsn {postgres_dsn} --table {output_table}",
     "delta": "{python} tests/jobs/delta_job.py --path {output_path}",
+    "files": "{python} tests/jobs/files_job.py --path {output_path}",
 }
 COMMON = " --bootstrap {bootstrap} --input-topic {input_topic} --checkpoint {checkpoint} --jars {jars}"
 
@@ -113,3 +117,21 @@ def test_a_users_delta_job_without_it_is_invalid_with_duplicate_rows(tmp_path):
     assert f"delta_job: pyspark {rt.version} in {rt.python}" in driver_log, driver_log[-2000:]
     assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
     assert naive["delta"]["txn_count"] == 0, naive["delta"]
+
+
+@pytest.mark.timeout(900)
+def test_a_users_file_sink_job_is_valid_through_its_metadata_log(tmp_path):
+    ok, ev, out = _run(tmp_path, "files", "")
+    assert ok["verdict"] == "valid", _why(ok, out)
+    fs = ok["file_sink"]
+    assert fs["read"] == "committed" and fs["committed_records"] == ok["stats"]["input_records"] > 0, fs
+    assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev  # _spark_metadata/N written
+
+
+@pytest.mark.timeout(900)
+def test_a_users_foreachbatch_file_writer_is_invalid_with_duplicate_records(tmp_path):
+    naive, ev, out = _run(tmp_path, "files", " --naive")
+    assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
+    fs = naive["file_sink"]
+    assert fs["read"] == "listing (no log)" and fs["committed_records"] > naive["stats"]["input_records"], fs
+    assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev  # the batch's files landed

@@ -236,6 +236,29 @@ def test_a_file_sinks_committed_end_is_its_metadata_log(tmp_path):
     assert MetadataLogEnds(OutputLocation(directory=tmp_path)).read() == {0: 11}
 
 
+def test_a_directory_without_a_log_is_read_as_sparks_batch_reader_lists_it(tmp_path):
+    """A job writing ``df.write.json`` from foreachBatch leaves no ``_spark_metadata``: its committed end
+    is its data files (``_temporary`` and ``_SUCCESS`` are not data), and its view holds every file's
+    lines, a batch written twice included."""
+    from onceproof.sinks.base import OutputLocation
+    from onceproof.sinks.file_log import MetadataLogEnds, read_output
+
+    loc = OutputLocation(directory=tmp_path)
+    (tmp_path / "_temporary" / "0").mkdir(parents=True)
+    (tmp_path / "_temporary" / "0" / "part-00000-x.json").write_text('{"key":"k1","seq":0}\n')
+    (tmp_path / "_SUCCESS").write_text("")
+    assert MetadataLogEnds(loc).read() == {0: 0}
+    batch = '{"key":"k1","seq":0,"in_partition":0,"in_offset":0}\n{"key":"k2","seq":0,"in_partition":1,"in_offset":0}\n'
+    (tmp_path / "part-00000-a.json").write_text(batch)
+    (tmp_path / "part-00000-b.json").write_text(batch)  # the same batch, replayed
+    (tmp_path / ".part-00000-b.json.crc").write_text("x")
+    assert MetadataLogEnds(loc).read() == {0: 2}
+    view = read_output(loc)
+    assert len(view.committed) == 4 and view.committed.groupby(["key", "seq"]).size().max() == 2
+    assert view.summary["read"] == "listing (no log)" and view.summary["data_files"] == 2
+    assert "no _spark_metadata log" in view.problems[0]
+
+
 def test_a_driver_that_keeps_exiting_before_its_query_starts_is_named_with_its_last_log_lines(tmp_path):
     from onceproof.harness.runner import _early_exits
 

@@ -559,6 +559,16 @@ def _count_records(files: Iterable[Path]) -> int:
     return n
 
 
+def _top_level_data_files(path: str | os.PathLike) -> int:
+    """Data files directly in ``path`` (names as :func:`all_data_files` takes them); 0 when it does not
+    exist."""
+    try:
+        with os.scandir(path) as it:
+            return sum(1 for d in it if not _is_hidden(d.name, False) and d.is_file())
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+
+
 def _spark_dir(p: Path) -> Path:
     """The output directory Spark most likely used for the logged file ``p``: its parent, less any
     trailing ``k=v`` partition directories."""
@@ -591,6 +601,8 @@ def read_output(location: OutputLocation) -> OutputView:
     path, read = location.directory, location.read
     if read not in (COMMITTED, LISTING):
         raise OutputError(f"unknown file reader {read!r}: use {COMMITTED} or {LISTING}")
+    if os.path.isdir(path) and not has_log(path):
+        return _unlogged_output(path)
     problems: list[str] = []
     try:
         listing = listing_view(path, problems)
@@ -605,11 +617,42 @@ def read_output(location: OutputLocation) -> OutputView:
                       summary={"read": read, **{k: st.get(k) for k in SUMMARY_KEYS}}, result_key="file_sink")
 
 
+def has_log(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a ``_spark_metadata`` directory, the test Spark's batch reader makes
+    (``FileStreamSink.hasMetadata``) before choosing the log over a listing."""
+    return (Path(path) / METADATA_DIR).is_dir()
+
+
+def _unlogged_output(path: str | os.PathLike) -> OutputView:
+    """A directory with no ``_spark_metadata`` (a job that writes files with ``df.write`` from
+    ``foreachBatch``): read as Spark's batch reader reads it, every data file, since with no log
+    ``DataSource.resolveRelation`` lists the directory (``InMemoryFileIndex``) instead of using
+    ``MetadataLogFileIndex``. Committed and uncommitted views are the same frame: nothing tells them
+    apart. Raises :class:`~onceproof.sinks.base.OutputError` when the directory cannot be read."""
+    problems: list[str] = []
+    try:
+        files = all_data_files(path)
+        view = read_records(files, problems)
+    except (OSError, FileSinkLogError) as e:
+        raise OutputError(f"{path}: {e}") from e
+    note = (f"{path} has no {METADATA_DIR} log (not Spark's file sink): read as Spark's batch reader reads "
+            f"it, every data file")
+    st = {"committed_files": len(files), "data_files": len(files), "orphan_files": 0, "missing_files": 0,
+          "committed_records": len(view), "listed_records": len(view), "last_batch": None}
+    return OutputView(committed=view, uncommitted=view, problems=[note, *problems], unsettled=[],
+                      stats={f"file_sink_{k}" if k != "orphan_files" else k: st[k] for k in SUMMARY_KEYS},
+                      summary={"read": "listing (no log)", **st}, result_key="file_sink")
+
+
 class MetadataLogEnds:
-    """A file sink's committed output as a :class:`~onceproof.sinks.base.CommittedEnd`: ``{0: batches in
-    _spark_metadata}`` (the highest ``N`` or ``N.compact`` there, plus one; 0 for none), from
-    ``location.directory``. It grows when the driver commits batch N to the sink's log, just before
-    Spark's ``commits/N`` (``pipeline/file_sink.py``); one directory listing, so polled every 5 ms."""
+    """A file sink's committed output as a :class:`~onceproof.sinks.base.CommittedEnd`, from
+    ``location.directory``: ``{0: batches in _spark_metadata}`` (the highest ``N`` or ``N.compact``
+    there, plus one; 0 for none). It grows when the driver commits batch N to the sink's log, just before
+    Spark's ``commits/N`` (``pipeline/file_sink.py``). A directory with no log (a job writing with
+    ``df.write``; Spark's file sink makes the log when its query starts) is read as :func:`read_output`
+    reads it, every data file: ``{0: data files at its top level}``, which grows when a write job
+    commits (its tasks write under ``_temporary``, which is not data). One directory listing, so polled
+    every 5 ms."""
 
     poll_s = 0.005
 
@@ -618,6 +661,8 @@ class MetadataLogEnds:
 
     def read(self) -> dict[int, int]:
         last = latest_batch(self.path)
+        if last is None and not has_log(self.path):
+            return {0: _top_level_data_files(self.path)}
         return {0: 0 if last is None else last + 1}
 
     def close(self) -> None:
