@@ -104,6 +104,29 @@ def test_at_least_once_duplicates_after_a_driver_kill_in_the_commit_window(resul
 
 
 @pytest.mark.usefixtures("needs_engine")
+@pytest.mark.extended
+@pytest.mark.timeout(1500)
+def test_the_postgres_sink_in_its_container_is_valid_and_the_container_goes_with_the_run(results_root):
+    """``--sink postgres`` on the Docker backend: the server is the ``onceproof/postgres`` container on the
+    run's network (the driver writes to ``postgres:5432``, the reader to its published host port), under a
+    driver kill in the commit window and a broker kill; valid, every input record once in the table, the
+    server's log in the run's ``logs/``, and no container left."""
+    p = run_cli(["run", "--backend", "docker", "--sink", "postgres", "--nemesis",
+                 "kill-driver-in-commit-window,kill-broker", "--time-limit", "40", "--seed", "1",
+                 "--results", str(results_root)], timeout=1200)
+    run_dir, result, ops = load_run(results_root)
+    out = p.stdout[-4000:] + p.stderr[-4000:]
+    assert p.returncode == 0 and result["verdict"] == "valid", (result.get("verdict"), result.get("counts"), out)
+    assert result["postgres"]["rows"] == result["stats"]["input_records"] > 0, result["postgres"]
+    cw = [o for o in _ops(ops) if o["f"] == "kill-driver-in-commit-window"]
+    assert cw and cw[0]["outcome"] == "effective", cw
+    log = (run_dir / "logs" / "postgres.log").read_text()
+    assert "database system is ready to accept connections" in log, log[-2000:]
+    assert not _docker_left(_run_id(run_dir))
+    assert not our_processes(str(run_dir))
+
+
+@pytest.mark.usefixtures("needs_engine")
 def test_cluster_up_status_down_attach_by_label(tmp_path):
     d = tmp_path / "cluster"
     up = run_cli(["cluster", "up", "--backend", "docker", "--dir", str(d)], timeout=300)

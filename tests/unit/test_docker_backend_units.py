@@ -108,7 +108,7 @@ def test_every_host_port_is_inside_the_ports_lease(proxied):
 def test_fixed_addresses_are_distinct_inside_the_subnet_and_outside_the_dynamic_range():
     lo = lay(nodes=9)
     net, dyn = ipaddress.ip_network(lo.subnet), ipaddress.ip_network(lo.ip_range)
-    fixed = [lo.gateway, lo.proxy_ip, lo.master_ip, *(lo.worker_ip(k) for k in (1, 2)),
+    fixed = [lo.gateway, lo.proxy_ip, lo.database_ip, lo.master_ip, *(lo.worker_ip(k) for k in (1, 2)),
              *(lo.broker_ip(n) for n in range(1, 10))]
     assert len(set(fixed)) == len(fixed)
     for ip in map(ipaddress.ip_address, fixed):
@@ -287,3 +287,19 @@ def test_the_docker_backend_has_no_second_pyspark_runtime_and_says_so(tmp_path):
         TestConfig(backend="docker", sink="eos", nemesis=["upgrade:pyspark"], time_limit=90, seed=1,
                    results_root=tmp_path / "r").validate()
     assert e.value.option == "--nemesis" and "upgrade:pyspark" in e.value.message and "docker" in e.value.message
+
+
+def test_the_docker_backend_starts_postgres_for_a_table_sink_with_one_address_per_side(tmp_path):
+    """``--sink postgres`` passes the config check on docker (it starts a server: ``Databases``); the
+    harness's DSN is the published loopback port, the pipeline's the container's alias on the network."""
+    from onceproof.backends.docker.backend import DockerBackend
+    from onceproof.backends.docker.database import DockerPostgres
+
+    assert isinstance(DockerBackend(), base.Databases) and "postgres" in DockerBackend.databases
+    TestConfig(backend="docker", sink="postgres", nemesis=["kill-broker"], time_limit=30, seed=1,
+               results_root=tmp_path / "r").validate()
+    db = DockerPostgres(site=None, image="onceproof/postgres:15", log_path=tmp_path / "postgres.log")
+    db.port = 15432
+    assert db.dsn.startswith("host=127.0.0.1 port=15432 ") and db.job_dsn.startswith("host=postgres port=5432 ")
+    with pytest.raises(ValueError):
+        DockerBackend().database("mysql", tmp_path, tmp_path)

@@ -86,3 +86,43 @@ def test_pipeline_python_needs_a_users_job_and_an_interpreter_that_can_run_it(tm
     cfg = TestConfig(pipeline_cmd=JOB, pipeline_python=sys.executable,
                      nemesis=["kill-driver-in-commit-window"]).validate()
     assert cfg.pipeline_python == sys.executable
+
+
+def test_the_probe_reads_a_delta_spark_package_and_its_pyspark_requirement(tmp_path, monkeypatch):
+    """A delta-spark distribution (its metadata only) on the interpreter's path is seen with its version and
+    its pyspark requirement, and pins the Delta jars' version."""
+    info = tmp_path / "delta_spark-4.3.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: delta-spark\nVersion: 4.3.1\n"
+                                   "Requires-Dist: pyspark<4.2.0,>=4.1.0\nRequires-Dist: importlib-metadata>=1.0\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    interpreter.probe.cache_clear()
+    try:
+        i = interpreter.probe(sys.executable)
+    finally:
+        interpreter.probe.cache_clear()
+    assert i.packages == (("delta-spark", "4.3.1", ("pyspark<4.2.0,>=4.1.0",)),)
+    assert i.deps_versions == {"delta": "4.3.1"}
+
+
+def _with_delta(pyspark: str, requires: str, jars_dir: Path) -> interpreter.Interpreter:
+    return interpreter.Interpreter("/venv/bin/python", "3.12.1", pyspark, jars_dir.parent, "2.13",
+                                   (("delta-spark", "4.4.0", (requires,)),))
+
+
+def test_a_jobs_delta_spark_must_fit_its_pyspark_and_a_spark_line_delta_builds_for(tmp_path):
+    assert jars.spark_lines("delta") == ["4.0", "4.1", "4.2"] and jars.spark_lines("kafka") == []
+    ok = _with_delta("4.2.0", "pyspark<4.3.0,>=4.2.0", tmp_path / "jars")
+    assert interpreter.deps_refusal(ok, ("delta",)) is None
+    wrong = _with_delta("4.3.0", "pyspark<4.3.0,>=4.2.0", tmp_path / "jars")
+    assert "needs pyspark<4.3.0,>=4.2.0" in interpreter.deps_refusal(wrong, ("delta",))
+    assert interpreter.deps_refusal(wrong, ()) is None  # not an output that carries Delta's jars
+    no_build = _with_delta("4.3.0", "pyspark>=4.3.0", tmp_path / "jars")
+    assert "builds for Spark 4.0, 4.1, 4.2 only" in interpreter.deps_refusal(no_build, ("delta",))
+    without = _interp("4.3.0", "2.13", tmp_path / "jars")  # a delta-rs job: nothing to match
+    assert interpreter.deps_refusal(without, ("delta",)) is None
+
+
+def test_delta_jars_are_asked_for_the_jobs_spark_line_and_none_exist_for_4_3():
+    with pytest.raises(jars.NoBuildForSpark, match="no build for Spark 4.3"):
+        jars.deps_classpath("delta", spark_version="4.3.0")

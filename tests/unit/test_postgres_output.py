@@ -74,11 +74,18 @@ def test_the_postgres_sinks_are_entries_with_a_database_and_the_mutant_targets_t
     assert mutant.expect == "invalid" and mutant.mutant and mutant.targeted_by == "commit"
 
 
-def test_a_backend_that_starts_no_postgres_refuses_the_sink_naming_one_that_does():
+def test_a_backend_that_starts_no_postgres_refuses_the_sink_naming_one_that_does(monkeypatch):
+    from onceproof.backends import registry
+    from onceproof.backends.docker.backend import DockerBackend
+
+    for backend in ("local", "docker"):  # both start one (a process, a container)
+        TestConfig(sink="postgres", backend=backend, nemesis=["kill-driver-in-commit-window"]).validate()
+    without = DockerBackend()  # nothing starts until it is used
+    without.databases = frozenset()
+    monkeypatch.setitem(registry._made, "docker", without)
     with pytest.raises(ConfigError) as e:
         TestConfig(sink="postgres", backend="docker", nemesis=["kill-driver-in-commit-window"]).validate()
     assert e.value.option == "--sink" and "--backend local" in str(e.value), str(e.value)
-    TestConfig(sink="postgres", nemesis=["kill-driver-in-commit-window"]).validate()
 
 
 JOB = ("{python} tests/jobs/postgres_job.py --bootstrap {bootstrap} --input-topic {input_topic} "

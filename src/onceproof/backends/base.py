@@ -429,7 +429,13 @@ class Database(Protocol):
 
     @property
     def dsn(self) -> str:
-        """The libpq connection string of its database (valid once started)."""
+        """The libpq connection string of its database for the harness's own clients, on this host
+        (valid once started)."""
+
+    @property
+    def job_dsn(self) -> str:
+        """The connection string the pipeline's processes use: :attr:`dsn` where they run on this host,
+        an address on the backend's network where they do not (valid once started)."""
 
     def start(self) -> None:
         """Initialise and start it; returns when it accepts connections. Raises ``RuntimeError`` naming

@@ -480,7 +480,10 @@ class TestConfig:
             raise ConfigError("--pipeline-python", "the bundled pipeline runs on onceproof's own PySpark; "
                                                    "--pipeline-python is for a --pipeline-cmd job: drop it")
         try:
-            why = interpreter.refusal(interpreter.probe(os.path.expanduser(self.pipeline_python)))
+            i = interpreter.probe(os.path.expanduser(self.pipeline_python))
+            why = interpreter.refusal(i)
+            if not why and self.output in user_outputs.OUTPUTS:
+                why = interpreter.deps_refusal(i, user_outputs.get(self.output).entry().jars)
         except interpreter.InterpreterError as e:
             why = str(e)
         if why:

@@ -146,7 +146,7 @@ def _setup(r: _Run) -> None:
                             pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd(),
                             workload=cfg.workload, file_sink=r.file_sink,
                             input_contiguous=producers.client_class(cfg.producer).contiguous_input,
-                            database_dsn=r.db.dsn if r.db else "", python=cfg.pipeline_python,
+                            database_dsn=r.db.job_dsn if r.db else "", python=cfg.pipeline_python,
                             runtime=r.sink.spark_runtime or "", jars=r.sink.jars)
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
     td.push("driver stop", spark.stop)

@@ -21,8 +21,20 @@ from pathlib import Path
 
 from onceproof.backends.common import jars
 
+DEPS_PACKAGES = {"delta": "delta-spark"}
+"""``deps/`` library → the Python distribution that pins its version in a job's environment: a job's
+delta-spark package calls into Delta's jars of the same version."""
+
 PROBE = ("import json, pathlib, sys\n"
+         "from importlib import metadata\n"
          "out = {'python': sys.executable, 'python_version': '.'.join(map(str, sys.version_info[:3]))}\n"
+         f"out['packages'] = {{}}\n"
+         f"for d in {sorted(DEPS_PACKAGES.values())!r}:\n"
+         "    try:\n"
+         "        out['packages'][d] = [metadata.version(d), [r for r in (metadata.requires(d) or [])\n"
+         "                              if r.replace('_', '-').lower().startswith('pyspark')]]\n"
+         "    except metadata.PackageNotFoundError:\n"
+         "        pass\n"
          "try:\n"
          "    import pyspark\n"
          "    out['pyspark_version'] = pyspark.__version__\n"
@@ -30,7 +42,8 @@ PROBE = ("import json, pathlib, sys\n"
          "except Exception as e:\n"
          "    out['pyspark_error'] = f'{type(e).__name__}: {e}'\n"
          "print(json.dumps(out))\n")
-"""The probe run by the interpreter: one JSON line (``pyspark_error`` when PySpark does not import)."""
+"""The probe run by the interpreter: one JSON line (``pyspark_error`` when PySpark does not import;
+``packages``: ``{distribution: [version, [its pyspark requirements]]}`` of :data:`DEPS_PACKAGES` installed)."""
 
 SPARK_MAJOR = 4
 """The Spark major version onceproof's connector resolution and hooks speak (Spark 4 ships Scala 2.13
@@ -48,13 +61,23 @@ class InterpreterError(ValueError):
 class Interpreter:
     """A probed interpreter. ``python``: the path given (run as is); ``python_version``: ``"3.12.4"``;
     ``pyspark_version``: ``"4.2.0"``; ``pyspark_dir``: its ``pyspark`` package directory (``jars/`` in it);
-    ``scala``: the Scala binary version of those jars (``"2.13"``), ``""`` when none was found."""
+    ``scala``: the Scala binary version of those jars (``"2.13"``), ``""`` when none was found;
+    ``packages``: ``{distribution: (version, pyspark requirements)}`` of :data:`DEPS_PACKAGES` it has
+    (``{"delta-spark": ("4.4.0", ("pyspark<4.3.0,>=4.2.0",))}``)."""
 
     python: str
     python_version: str
     pyspark_version: str
     pyspark_dir: Path
     scala: str
+    packages: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    @property
+    def deps_versions(self) -> dict[str, str]:
+        """``{deps/ library: version}`` its packages pin (``{"delta": "4.4.0"}``), for
+        :func:`onceproof.backends.common.jars.deps_classpath`."""
+        have = {d: v for d, v, _ in self.packages}
+        return {lib: have[d] for lib, d in DEPS_PACKAGES.items() if d in have}
 
     @property
     def jars_dir(self) -> Path:
@@ -107,8 +130,9 @@ def probe(python: str, timeout_s: float = 120.0) -> Interpreter:
         raise InterpreterError(f"{python} cannot import pyspark ({out['pyspark_error']}); install it into that "
                                f"environment: {python} -m pip install 'pyspark>={SPARK_MAJOR}.0'")
     pyspark_dir = Path(out["pyspark_dir"])
+    pkgs = tuple((d, str(v), tuple(map(str, reqs))) for d, (v, reqs) in sorted((out.get("packages") or {}).items()))
     return Interpreter(python=exe, python_version=out["python_version"], pyspark_version=out["pyspark_version"],
-                       pyspark_dir=pyspark_dir, scala=scala_of(pyspark_dir / "jars"))
+                       pyspark_dir=pyspark_dir, scala=scala_of(pyspark_dir / "jars"), packages=pkgs)
 
 
 def refusal(i: Interpreter) -> str | None:
@@ -125,4 +149,36 @@ def refusal(i: Interpreter) -> str | None:
                 f"Scala {SCALA}: use a PySpark built for Scala {SCALA}")
     if not i.jars_dir.is_dir():
         return f"{i.python}'s PySpark has no jars directory ({i.jars_dir}): reinstall pyspark there"
+    return None
+
+
+def deps_refusal(i: Interpreter, libraries: tuple[str, ...]) -> str | None:
+    """Why the ``deps/`` ``libraries`` a job's ``{jars}`` carry (``Sink.jars``: ``("delta",)`` for
+    ``--output delta``) cannot match ``i``, naming the fix; ``None`` when they can. Only a library whose
+    package the job's environment has (:data:`DEPS_PACKAGES`) is checked, for two things: the package's own
+    ``pyspark`` requirement holds for ``i``'s PySpark (PEP 440, as pip would check it), and the library
+    builds for ``i``'s Spark line (``jars.spark_lines``). A job without the package (a Delta table written
+    with delta-rs) needs no jars and is not refused."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    have = {d: (v, reqs) for d, v, reqs in i.packages}
+    for lib in libraries:
+        dist = DEPS_PACKAGES.get(lib)
+        if dist not in have:
+            continue
+        version, reqs = have[dist]
+        for r in reqs:
+            try:
+                req = Requirement(r)
+            except InvalidRequirement:
+                continue
+            if req.marker is None and not req.specifier.contains(i.pyspark_version, prereleases=True):
+                return (f"{i.python} has {dist} {version}, which needs {req}, and PySpark {i.pyspark_version}: "
+                        f"install a matching pair there ({i.python} -m pip install '{req}')")
+        lines = jars.spark_lines(lib)
+        line = "{}.{}".format(*i.spark_major_minor)
+        if lines and line not in lines:
+            return (f"{i.python} has {dist} {version} on Spark {line}, and Delta's Spark connector that onceproof "
+                    f"resolves for {{jars}} builds for Spark {', '.join(lines)} only: run the job on one of those "
+                    f"(--pipeline-python with pyspark {lines[-1]}.x and a delta-spark for it)")
     return None

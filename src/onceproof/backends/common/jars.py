@@ -118,17 +118,48 @@ def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str |
     return _minus_shipped(_resolve("spark-sql-kafka", version, pom, {"spark.kafka.version": version}), pyspark_jars)
 
 
-def deps_classpath(name: str, pyspark_jars: Path | None = None) -> Classpath:
-    """The classpath of ``deps/<name>/pom.xml`` (its ``<name.version>`` names the cache directory), e.g.
-    ``"delta"``: Delta Lake's Spark connector for the bundled Delta sinks (``Sink.jars``), minus what the
-    PySpark whose ``pyspark/jars`` is ``pyspark_jars`` (default: this interpreter's) ships.
+def spark_lines(name: str) -> list[str]:
+    """The Spark lines (``["4.0", "4.1", "4.2"]``) ``deps/<name>/pom.xml`` builds for (its
+    ``<name.spark.lines>``), or ``[]`` when it is not built per Spark line (or has no pom)."""
+    pom = DEPS / name / "pom.xml"
+    if not pom.is_file() or f"<{name}.spark.lines>" not in pom.read_text():
+        return []
+    return _pom_property(pom, f"{name}.spark.lines").split(",")
 
-    Raises: ``ResolveError`` (also for a name with no pom).
+
+class NoBuildForSpark(ResolveError):
+    """A ``deps/`` library has no build for the Spark line asked (its pom's ``<name.spark.lines>``)."""
+
+
+def deps_classpath(name: str, pyspark_jars: Path | None = None, spark_version: str | None = None,
+                   version: str | None = None) -> Classpath:
+    """The classpath of ``deps/<name>/pom.xml``, e.g. ``"delta"``: Delta Lake's Spark connector for the
+    bundled Delta sinks (``Sink.jars``) and a user's ``--output delta`` job, minus what the PySpark whose
+    ``pyspark/jars`` is ``pyspark_jars`` (default: this interpreter's) ships.
+
+    A pom built per Spark line (an artifact named ``..._<major.minor>_2.13``) has the properties
+    ``<name.spark>`` (the line it pins) and ``<name.spark.lines>`` (every line the library builds for);
+    ``spark_version`` (``"4.1.1"``) then picks that line's build, and ``version`` overrides
+    ``<name.version>`` (a job's own delta-spark package must match its jars). Without them the pom is
+    resolved as pinned. The cache directory is named by version and line.
+
+    Raises: :class:`NoBuildForSpark` when ``spark_version``'s line is not in ``<name.spark.lines>``;
+    ``ResolveError`` (also for a name with no pom, or a version Maven cannot find).
     """
     pom = DEPS / name / "pom.xml"
     if not pom.is_file():
         raise ResolveError(f"no classpath named {name!r}: {pom} is missing")
-    return _minus_shipped(_resolve(name, _pom_property(pom, f"{name}.version"), pom), pyspark_jars)
+    props = {f"{name}.version": version or _pom_property(pom, f"{name}.version")}
+    label = props[f"{name}.version"]
+    lines = spark_lines(name)
+    if spark_version is not None and lines:
+        line = "{}.{}".format(*major_minor(spark_version))
+        if line not in lines:
+            raise NoBuildForSpark(f"{name} {props[f'{name}.version']} has no build for Spark {line} (it builds for "
+                                  f"Spark {', '.join(lines)}; {pom})")
+        props[f"{name}.spark"] = line
+        label = f"{label}-spark{line}"
+    return _minus_shipped(_resolve(name, label, pom, props), pyspark_jars)
 
 
 def _minus_shipped(cp: Classpath, pyspark_jars: Path | None) -> Classpath:

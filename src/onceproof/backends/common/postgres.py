@@ -75,6 +75,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_and_create_database(port: int, timeout_s: float, exited) -> str:
+    """Poll the server on ``127.0.0.1:port`` until it accepts a connection, then create :data:`DATABASE`
+    when it is missing. ``exited()``: why the server is gone (``""`` while it runs), checked at each try.
+    Returns ``""`` once the database exists, else why not (the server exited, or ``timeout_s`` s passed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        gone = exited()
+        if gone:
+            return gone
+        try:
+            with psycopg.connect(f"host=127.0.0.1 port={port} dbname=postgres user={USER}",
+                                 autocommit=True, connect_timeout=2) as c:
+                if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
+                    c.execute(f"CREATE DATABASE {DATABASE}")
+            return ""
+        except psycopg.OperationalError:
+            time.sleep(0.2)
+    return f"not accepting connections after {timeout_s:.0f} s"
+
+
 @dataclass
 class PostgresServer:
     """One server: data in ``data_dir`` (created; as root, a temporary directory the server's user owns,
@@ -92,6 +112,11 @@ class PostgresServer:
     def dsn(self) -> str:
         """``host=127.0.0.1 port=P dbname=onceproof user=onceproof`` (no password: trust on 127.0.0.1)."""
         return f"host=127.0.0.1 port={self.port} dbname={DATABASE} user={USER}"
+
+    @property
+    def job_dsn(self) -> str:
+        """:attr:`dsn`: the pipeline runs on this host."""
+        return self.dsn
 
     @property
     def _user(self) -> str | None:
@@ -140,19 +165,11 @@ class PostgresServer:
 
     def _wait_up(self, timeout_s: float) -> str:
         """"" once the server accepts connections and the database exists, else why not."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                return f"the server exited ({self.proc.returncode if self.proc else '?'})"
-            try:
-                with psycopg.connect(f"host=127.0.0.1 port={self.port} dbname=postgres user={USER}",
-                                     autocommit=True, connect_timeout=2) as c:
-                    if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
-                        c.execute(f"CREATE DATABASE {DATABASE}")
-                return ""
-            except psycopg.OperationalError:
-                time.sleep(0.2)
-        return f"not accepting connections after {timeout_s:.0f} s"
+        def exited() -> str:
+            return "" if self.proc is not None and self.proc.poll() is None else \
+                f"the server exited ({self.proc.returncode if self.proc else '?'})"
+
+        return wait_and_create_database(self.port, timeout_s, exited)
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT), then SIGKILL of the group, then the temporary data directory (as root)

@@ -9,6 +9,7 @@ driver kill or a teardown signals them all at once and leaves no orphan JVM.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -22,6 +23,9 @@ import psutil
 from onceproof.backends.base import PipelineArgs
 from onceproof.backends.common import jars, processes
 from onceproof.backends.user_pipeline import PipelineCommand
+
+log = logging.getLogger("onceproof.spark")
+_warned: set[str] = set()
 
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 APP_POLL_S = 2.0
@@ -200,35 +204,53 @@ def app_id(proc: psutil.Process) -> str:
 
 
 def connector_jars(pyspark_jars: Path | None = None, spark_version: str | None = None,
-                   extra: tuple[str, ...] = ()) -> str:
+                   extra: tuple[str, ...] = (), versions: dict[str, str] | None = None) -> str:
     """The Spark Kafka connector's classpath for a PySpark at ``spark_version`` (default: this
-    interpreter's), and the ``extra`` classpaths of ``deps/`` (``PipelineArgs.jars``: ``"delta"``),
-    comma-separated for ``spark.jars`` (resolved by Maven on first use, :mod:`onceproof.backends.common.jars`),
-    minus what the PySpark in ``pyspark_jars`` (default: this interpreter's ``pyspark/jars``) ships."""
-    cps = [jars.spark_kafka_classpath(pyspark_jars, spark_version),
-           *(jars.deps_classpath(name, pyspark_jars) for name in extra)]
+    interpreter's), and the ``extra`` classpaths of ``deps/`` (``PipelineArgs.jars``: ``"delta"``), each
+    built for that Spark's line, comma-separated for ``spark.jars`` (resolved by Maven on first use,
+    :mod:`onceproof.backends.common.jars`), minus what the PySpark in ``pyspark_jars`` (default: this
+    interpreter's ``pyspark/jars``) ships. An extra library with no build for that Spark line is left out
+    with a warning (a Delta job written with delta-rs needs none; config refuses a job whose own
+    delta-spark cannot run on its Spark). ``versions``: ``{library: version}`` overriding the pinned ones
+    (a job's own delta-spark package, ``Interpreter.deps_versions``). Raises ``ResolveError``."""
+    version = spark_version or _own_pyspark_version()
+    cps = [jars.spark_kafka_classpath(pyspark_jars, spark_version)]
+    for name in extra:
+        try:
+            cps.append(jars.deps_classpath(name, pyspark_jars, version, (versions or {}).get(name)))
+        except jars.NoBuildForSpark as e:
+            if str(e) not in _warned:  # once per process, not at every driver restart
+                _warned.add(str(e))
+                log.warning("{jars} leaves %s out: %s", name, e)
     return ",".join(str(j) for cp in cps for j in cp.jars)
 
 
+def _own_pyspark_version() -> str:
+    import pyspark  # lazy: heavy, and only a driver start needs it
+
+    return pyspark.__version__
+
+
 def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars: Path | None = None,
-                spark_version: str | None = None) -> list[str]:
+                spark_version: str | None = None, versions: dict[str, str] | None = None) -> list[str]:
     """The driver's command line: ``python -m onceproof.job`` with the pipeline's options (see
     ``onceproof/job.py --help``) and the connector's jars; or, for a user's pipeline
     (``pipeline.command``), that command with its placeholders filled (``backends/user_pipeline.py``).
     ``python`` (default: this interpreter), ``pyspark_jars`` (its ``pyspark/jars``) and ``spark_version``
     (its PySpark's) name another PySpark: a second runtime (:mod:`onceproof.backends.local.runtimes`) or
-    the user's interpreter (``--pipeline-python``, :mod:`onceproof.backends.common.interpreter`)."""
+    the user's interpreter (``--pipeline-python``, :mod:`onceproof.backends.common.interpreter`);
+    ``versions``: the ``deps/`` versions its packages pin (:func:`connector_jars`)."""
     python = python or sys.executable
     if pipeline.command:
         return PipelineCommand.parse(pipeline.command).argv(
             {"python": python, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
              "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
-             "master": pipeline.master, "jars": connector_jars(pyspark_jars, spark_version, pipeline.jars),
+             "master": pipeline.master, "jars": connector_jars(pyspark_jars, spark_version, pipeline.jars, versions),
              # an output's own placeholders (sinks/user_outputs.py): config refuses those of another output
              "output_path": str(pipeline.file_sink or ""), "postgres_dsn": pipeline.database_dsn,
              "output_table": pipeline.output_topic})
     return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars",
-            connector_jars(pyspark_jars, spark_version, pipeline.jars)]
+            connector_jars(pyspark_jars, spark_version, pipeline.jars, versions)]
 
 
 def collect_executor_logs(control: Path, dest: Path, app_ids: set[str] | frozenset[str] = frozenset(),

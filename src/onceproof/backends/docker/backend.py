@@ -9,6 +9,7 @@ service            module
 ``Cluster``        :mod:`onceproof.backends.docker.cluster` (3 KRaft nodes of ``onceproof/kafka``)
 ``SparkApp``       :mod:`onceproof.backends.docker.spark`, :mod:`onceproof.backends.docker.driver` (``onceproof/spark``)
 ``FaultNetwork``   :mod:`onceproof.backends.docker.network` (network disconnect + ``onceproof/toxiproxy``)
+``Database``       :mod:`onceproof.backends.docker.database` (``onceproof/postgres``)
 addresses          :mod:`onceproof.backends.docker.layout`
 labels, cleanup    :mod:`onceproof.backends.docker.site`, :mod:`onceproof.backends.docker.reaper`
 =================  ==========================================================================
@@ -29,6 +30,7 @@ from onceproof.backends.common import jars, toxiproxy
 from onceproof.backends.common.ports import free_base_port
 from onceproof.backends.docker import images
 from onceproof.backends.docker.cluster import DockerKafkaCluster, read_state
+from onceproof.backends.docker.database import DockerPostgres
 from onceproof.backends.docker.layout import DockerLayout
 from onceproof.backends.docker.network import DockerFaultNetwork
 from onceproof.backends.docker.site import DockerSite, engine_client
@@ -36,7 +38,7 @@ from onceproof.backends.docker.spark import DockerSpark
 
 
 def image_refs() -> dict[str, str]:
-    """``{"kafka"|"spark"|"toxiproxy": "onceproof/<name>:<version>"}``: the moving tags
+    """``{"kafka"|"spark"|"toxiproxy"|"postgres": "onceproof/<name>:<version>"}``: the moving tags
     ``backends/docker/images.py`` gives its builds (Kafka as ``deps/kafka/pom.xml`` pins it, PySpark as
     ``pyproject.toml`` does, toxiproxy as the harness builds it).
 
@@ -48,7 +50,8 @@ def image_refs() -> dict[str, str]:
         raise BackendError(str(e)) from e
     return {"kafka": f"{images.NAMESPACE}/kafka:{jars.kafka_version()}",
             "spark": f"{images.NAMESPACE}/spark:{pyspark}",
-            "toxiproxy": f"{images.NAMESPACE}/toxiproxy:{toxiproxy.TOXIPROXY_VERSION.lstrip('v')}"}
+            "toxiproxy": f"{images.NAMESPACE}/toxiproxy:{toxiproxy.TOXIPROXY_VERSION.lstrip('v')}",
+            "postgres": f"{images.NAMESPACE}/postgres:{images.POSTGRES_MAJOR}"}
 
 
 class DockerBackend:
@@ -64,6 +67,7 @@ class DockerBackend:
     user_pipelines = False  # the driver container runs onceproof.pipeline.job only (backends/docker/driver.py)
     file_sinks = False  # the worker containers do not mount the run directory
     capabilities = DERIVED
+    databases = frozenset({"postgres"})
 
     def __init__(self):
         self._client = None
@@ -108,6 +112,18 @@ class DockerBackend:
             raise BackendError("the fault network needs a cluster built with ClusterShape(proxied=True)")
         return DockerFaultNetwork(cluster.site, image_refs()["toxiproxy"], log_dir / "toxiproxy.log")
 
+    def database(self, kind: str, data_dir: Path, log_dir: Path) -> DockerPostgres:
+        """A PostgreSQL container on the network of the cluster built last (``backends/docker/database.py``),
+        its log in ``log_dir/postgres.log``; ``data_dir`` is unused (the data lives in the container).
+
+        Raises: ``ValueError`` for a kind other than ``postgres``; ``ClusterError`` when this backend built
+        no cluster yet."""
+        if kind not in self.databases:
+            raise ValueError(f"the docker backend starts {', '.join(sorted(self.databases))} servers, not {kind}")
+        if self._cluster is None:
+            raise ClusterError("the docker backend starts a database next to a cluster it built (call cluster() first)")
+        return DockerPostgres(self._cluster.site, image_refs()["postgres"], log_dir / f"{kind}.log")
+
     def spark(self, pipeline: PipelineArgs, log_dir: Path) -> DockerSpark:
         """The pipeline on a standalone Spark cluster on the network of the cluster built last (whose
         host-side bootstrap ``pipeline.bootstrap`` must be).
@@ -138,9 +154,9 @@ class DockerBackend:
         return out
 
     def prepare(self) -> list[str]:
-        """Build (or find by content hash) the kafka, spark and toxiproxy images (and their bases)."""
+        """Build (or find by content hash) the kafka, spark, toxiproxy and postgres images (and their bases)."""
         try:
-            built = images.build(self.client, ["kafka", "spark", "toxiproxy"])
+            built = images.build(self.client, ["kafka", "spark", "toxiproxy", "postgres"])
         except images.ImageBuildError as e:
             raise BackendError(str(e)) from e
         return [f"{b.name}: {b.tag} ({'built' if b.built else 'cached'}, {b.size_bytes / 1e6:.0f} MB)" for b in built]

@@ -1,6 +1,6 @@
 """Locally built images for the Docker backend, cached by a tag that hashes everything they are built from.
 
-No image registry is needed. Five images, each ``onceproof/<name>:<version>-<hash>`` (content-addressed)
+No image registry is needed. Six images, each ``onceproof/<name>:<version>-<hash>`` (content-addressed)
 plus a moving alias ``onceproof/<name>:<version>`` pointing at the newest build:
 
 =============  =================================================================================  ==========
@@ -11,9 +11,10 @@ image          what                                                             
 ``jre``        ``openjdk-17-jre-headless``; the layer ``kafka`` and ``spark`` share               base
 ``kafka``      the broker jars the harness resolves (``onceproof.backends.common.jars.kafka_classpath``), the       jre
                official image's layout and env convention (``docker/kafka/Dockerfile``)
-``spark``      Python 3.11 + a venv with the driver's pinned PySpark, py4j and confluent-kafka    jre
-               (wheels from pip's cache) + Spark's Kafka connector jars
+``spark``      Python 3.11 + a venv with the driver's pinned PySpark, py4j, confluent-kafka and   jre
+               psycopg (wheels from pip's cache) + Spark's Kafka connector jars
 ``toxiproxy``  the ``toxiproxy-server`` the harness builds (``common.toxiproxy.build_server``)        base
+``postgres``   Debian's ``postgresql-15`` server and its entrypoint (``docker/postgres/run``)      base
 =============  =================================================================================  ==========
 
 The hash (sha256, first 12 hex digits in the tag) covers the Dockerfile, every file of the build context
@@ -31,7 +32,7 @@ pinned PySpark (driver and cluster must run the same Spark).
 
 Command line (the Makefile's ``docker-images`` target)::
 
-    python -m onceproof.backends.docker.images build [base jre kafka spark toxiproxy] \
+    python -m onceproof.backends.docker.images build [base jre kafka spark toxiproxy postgres] \
         [--kafka-base IMG] [--spark-base IMG]
     python -m onceproof.backends.docker.images list
 """
@@ -71,7 +72,12 @@ DEBIAN_MIRROR = os.environ.get("ONCEPROOF_DEBIAN_MIRROR", "http://deb.debian.org
 SECURITY_MIRROR = os.environ.get("ONCEPROOF_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 JAVA_MAJOR = "17"
 CONTEXT_MTIME = 946684800  # 2000-01-01: fixed mtime of every build-context entry (reproducible tars)
-NAMES = ("base", "jre", "kafka", "spark", "toxiproxy")
+NAMES = ("base", "jre", "kafka", "spark", "toxiproxy", "postgres")
+POSTGRES_MAJOR = "15"
+"""The PostgreSQL server the postgres image installs (Debian 12's ``postgresql-15``)."""
+SPARK_PYTHON = ("pyspark", "py4j", "confluent-kafka", "psycopg", "psycopg-binary", "typing_extensions")
+"""The Python distributions the spark image's venv holds: the driver's Spark and Kafka client, and what
+the bundled PostgreSQL sinks write with (psycopg 3 and its one dependency below Python 3.13)."""
 OFFICIAL_RUN_AS = {"kafka": "appuser", "spark": "spark"}
 """The user the official apache/kafka and apache/spark images run as (restored after the root steps)."""
 
@@ -87,7 +93,7 @@ class Built:
     """One image after :func:`build`.
 
     Attributes:
-        name: ``base``, ``jre``, ``kafka``, ``spark`` or ``toxiproxy``.
+        name: one of :data:`NAMES`.
         tag: the content-addressed tag, ``onceproof/<name>:<version>-<hash12>``.
         alias: the moving tag ``onceproof/<name>:<version>`` (it points at ``tag`` after the call).
         image_id: ``sha256:...``.
@@ -488,14 +494,14 @@ def _kafka_recipe(jre_tag: str | None, official: str | None) -> _Recipe:
 
 
 def python_requirements() -> dict[str, str]:
-    """``{package: version}`` the spark image installs: PySpark, py4j and confluent-kafka exactly as the
-    running interpreter has them installed (the driver's: the cluster must run the driver's Spark; in a
-    checkout, ``make setup`` installs them from ``constraints.txt``).
+    """``{package: version}`` the spark image installs: :data:`SPARK_PYTHON` exactly as the running
+    interpreter has them installed (the driver's: the cluster must run the driver's Spark; in a checkout,
+    ``make setup`` installs them from ``constraints.txt``).
 
     Raises: ``ImageBuildError`` when one of them is not installed in the running interpreter.
     """
     try:
-        return {name: metadata.version(name) for name in ("pyspark", "py4j", "confluent-kafka")}
+        return {name: metadata.version(name) for name in SPARK_PYTHON}
     except metadata.PackageNotFoundError as e:
         raise ImageBuildError(f"{e.name} is not installed in {sys.executable}: run `make setup`") from None
 
@@ -573,6 +579,11 @@ def _toxiproxy_recipe(base_tag: str) -> _Recipe:
                    [_Entry("toxiproxy-server", path=binary, mode=0o755)], {"BASE": base_tag})
 
 
+def _postgres_recipe(base_tag: str) -> _Recipe:
+    return _Recipe("postgres", POSTGRES_MAJOR, DOCKER_DIR / "postgres" / "Dockerfile",
+                   [_Entry("run", path=DOCKER_DIR / "postgres" / "run", mode=0o755)], {"BASE": base_tag})
+
+
 def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_base: str | None = None,
           spark_base: str | None = None, force: Iterable[str] = (),
           log: Callable[[str], None] = _say) -> list[Built]:
@@ -600,7 +611,7 @@ def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_ba
         raise ImageBuildError(f"unknown image(s) {sorted(unknown)}: choose from {', '.join(NAMES)}")
     if "kafka" in want and not kafka_base or "spark" in want and not spark_base:
         want.add("jre")
-    if want & {"jre", "toxiproxy"}:
+    if want & {"jre", "toxiproxy", "postgres"}:
         want.add("base")
     force = set(force)
     out: list[Built] = []
@@ -621,6 +632,9 @@ def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_ba
                                      force="spark" in force, log=log, sha_cache=sha_cache))
         if "toxiproxy" in want:
             out.append(_build_recipe(client, _toxiproxy_recipe(base.tag), force="toxiproxy" in force, log=log,
+                                     sha_cache=sha_cache))
+        if "postgres" in want:
+            out.append(_build_recipe(client, _postgres_recipe(base.tag), force="postgres" in force, log=log,
                                      sha_cache=sha_cache))
     finally:
         _save_sha_cache(sha_cache)

@@ -49,7 +49,9 @@ DATA_DIR = "/var/lib/kafka/data"  # log.dirs inside a broker container (bind-mou
 WORKERS = 2
 
 # the last octet of each fixed address in the run's /24; driver containers take dynamic ones from .128/25
-_GATEWAY, _PROXY, _MASTER, _WORKER0, _BROKER0 = 1, 5, 20, 20, 10
+_GATEWAY, _PROXY, _DATABASE, _MASTER, _WORKER0, _BROKER0 = 1, 5, 6, 20, 20, 10
+DATABASE_HOST = "postgres"
+DATABASE_PORT = 5432
 
 
 def subnet_candidates(seed: int, count: int = 64) -> list[str]:
@@ -110,6 +112,11 @@ class DockerLayout:
     @property
     def proxy_ip(self) -> str:
         return self._ip(_PROXY)
+
+    @property
+    def database_ip(self) -> str:
+        """The database container's address (alias :data:`DATABASE_HOST`)."""
+        return self._ip(_DATABASE)
 
     @property
     def master_ip(self) -> str:

@@ -41,7 +41,8 @@ class LocalSpark(SupervisedSpark):
                 "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
             if pipeline.command else {}
         own = self._own_interpreter()
-        self.sup = DriverSupervisor(driver_argv(pipeline, own.python, own.jars_dir, own.pyspark_version), log_dir,
+        self.sup = DriverSupervisor(driver_argv(pipeline, own.python, own.jars_dir, own.pyspark_version,
+                                                own.deps_versions), log_dir,
                                     executor_dir=self.executor_dir, python=own.python, **user)
         self.pyspark_dirs = [own.pyspark_dir]  # every runtime's: where executor logs land
 
@@ -103,7 +104,8 @@ class LocalSpark(SupervisedSpark):
         """
         i = self._own_interpreter() if version is None else \
             _runtime_interpreter(runtimes.previous_version() if version == "previous" else version)
-        self.sup.use_runtime(driver_argv(self.pipeline, i.python, i.jars_dir, i.pyspark_version), i.python)
+        self.sup.use_runtime(driver_argv(self.pipeline, i.python, i.jars_dir, i.pyspark_version, i.deps_versions),
+                             i.python)
         if i.pyspark_dir not in self.pyspark_dirs:
             self.pyspark_dirs.append(i.pyspark_dir)
         return i.pyspark_version
