@@ -53,7 +53,7 @@ class DockerPostgres:
 
         Raises: ``BackendError`` when the image is missing (naming ``make docker-images``) or the server does
         not accept connections within ``timeout_s`` s (with the container's last lines)."""
-        lay = self.site.layout
+        lay = self.site.ensure_network()  # the network's subnet decides the address
         self._container = c = self.site.run(
             ROLE, self.image, ip=lay.database_ip, aliases=[DATABASE_HOST], env={},
             ports={f"{DATABASE_PORT}/tcp": ("127.0.0.1",)}, log_path=self.log_path)
