@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint postgres-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-postgres soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint postgres-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -92,9 +92,11 @@ bench-real-read: setup
 	$(BIN)/python bench/real_read_ratio.py --records 2000000 --json bench/real_read_ratio.json
 
 # issue 11: onceproof check --engine spark on 50M synthetic records (local[2]; see docs/performance.md)
-# a real PostgreSQL server, a 1M-row output table, its REPEATABLE READ read and the checker (~30 s)
-bench-postgres: setup postgres-prereqs
-	$(BIN)/python bench/postgres_read_bench.py --json bench/postgres_read.json
+# 1M-row output tables, a real PostgreSQL server's (REPEATABLE READ) and a Delta table's (its _delta_log,
+# 100 commits), each read by its output reader and checked (~1.5 min)
+bench-tables: setup postgres-prereqs
+	$(BIN)/python bench/table_read_bench.py --table postgres
+	$(BIN)/python bench/table_read_bench.py --table delta
 
 bench-spark-checker: setup
 	$(BIN)/python bench/spark_checker_bench.py --records 50000000 --engines spark --history none --timeout 3600

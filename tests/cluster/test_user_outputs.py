@@ -102,6 +102,8 @@ def test_a_users_delta_job_with_its_txn_action_is_valid(tmp_path):
     assert d["txn_count"] == d["version"] + 1, d  # one txn action per commit: no replay was committed
     assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev
     assert "delta table read at version" in out
+    driver_log = (tmp_path / "latest" / "logs" / "driver-1.log").read_text()
+    assert "delta_job: Delta's Spark connector in --jars: none" in driver_log, driver_log[-2000:]  # none for 4.3
 
 
 @pytest.mark.timeout(1200)
@@ -115,6 +117,9 @@ def test_a_users_delta_job_without_it_is_invalid_with_duplicate_rows(tmp_path):
     naive, _, out = _run(tmp_path, "delta", " --naive", ("--pipeline-python", str(rt.python)))
     driver_log = (tmp_path / "latest" / "logs" / "driver-1.log").read_text()
     assert f"delta_job: pyspark {rt.version} in {rt.python}" in driver_log, driver_log[-2000:]
+    # {jars}: Delta's connector built for that PySpark's Spark line
+    line = ".".join(rt.version.split(".")[:2])
+    assert f"in --jars: delta-spark_{line}_2.13-" in driver_log, driver_log[-2000:]
     assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
     assert naive["delta"]["txn_count"] == 0, naive["delta"]
 

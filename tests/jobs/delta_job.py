@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     print(f"delta_job: pyspark {pyspark.__version__} in {sys.executable}", flush=True)
+    delta_jars = sorted(j.rsplit("/", 1)[-1] for j in args.jars.split(",") if "/delta-spark_" in j)
+    print(f"delta_job: Delta's Spark connector in --jars: {', '.join(delta_jars) or 'none'}", flush=True)
 
     def write(df, batch_id: int) -> None:
         if not args.naive:
