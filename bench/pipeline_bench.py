@@ -7,7 +7,10 @@ Run from the repo root (``make bench-pipeline``)::
 
 Phases, one after another on this machine (each a real ``onceproof run`` with ``--nemesis none``: its own
 KRaft cluster and Spark ``local-cluster``; the run's stored ``output.parquet`` carries, per output
-record, its append time ``timestamp`` and its input record's append time ``in_ts``, both ms):
+record, its append time ``timestamp`` and its input record's append time ``in_ts``, both ms; a table
+sink's record is timed at its commit instead, see :func:`_output`). ``--sinks`` names the sinks each
+phase runs (default ``eos,at-least-once``; the table sinks ``delta``, ``delta-foreachbatch`` and
+``postgres`` too, each also reported as a ratio to eos's throughput):
 
 1. **saturate** ``eos`` and ``at-least-once``: ``--rate`` (default 8,000 records/s) offered for
    ``--saturate-s`` (60 s) with ``maxOffsetsPerTrigger`` lifted (``--max-offsets`` 1,000,000, so the
