@@ -95,7 +95,8 @@ def read_schedule(path: str | os.PathLike) -> list[dict]:
     """The faults of a schedule file (``onceproof run --schedule``; written by ``onceproof shrink``): JSON
     ``{"faults": [{"at_s": s, "f": "<fault[:target]>", "rng": "<target RNG key>"?}, ...]}``, ``at_s`` in
     seconds from the pipeline's first committed batch. ``rng`` (optional) seeds the fault's choice of
-    target (broker, sink partition) as in the run it came from (``nemesis/runner.py``).
+    target (broker, sink partition) as in the run it came from (``nemesis/runner.py``). ``hold_s``
+    (optional, s) is that fault's hold instead of ``--fault-hold`` (a session's ``--for``).
 
     Raises: ``ValueError`` naming the file and what is wrong with it.
     """
@@ -115,7 +116,11 @@ def read_schedule(path: str | os.PathLike) -> list[dict]:
                 or not math.isfinite(f["at_s"]) or not isinstance(f.get("f"), str):
             raise ValueError(f"{p}: fault {i} needs a number at_s ≥ 0 (s) and a fault name f, got {f!r}")
         catalog.parse(f["f"])  # ValueError naming the unknown fault or target
-        out.append({"at_s": float(f["at_s"]), "f": f["f"], "rng": f.get("rng")})
+        hold = f.get("hold_s")
+        if hold is not None and (not isinstance(hold, (int, float)) or not 0 < hold < math.inf):
+            raise ValueError(f"{p}: fault {i}'s hold_s must be a number > 0 (s), got {hold!r}")
+        out.append({"at_s": float(f["at_s"]), "f": f["f"], "rng": f.get("rng"),
+                    "hold_s": None if hold is None else float(hold)})
     return sorted(out, key=lambda f: f["at_s"])
 
 
@@ -489,6 +494,18 @@ class TestConfig:
         if why:
             raise ConfigError("--pipeline-python", why)
 
+    def check_fault(self, spec: str) -> None:
+        """One fault (``name`` or ``name:target``), injected by hand into a running session, checked as
+        ``--nemesis`` would check it on this run: a known fault and target, one the backend can perform and
+        the sink can take.
+
+        Raises: ``ConfigError`` for ``--nemesis`` naming why and what to ask for instead."""
+        try:
+            catalog.parse(spec)
+        except ValueError as e:
+            raise ConfigError("--nemesis", str(e)) from None
+        dataclasses.replace(self, nemesis=[spec], schedule="")._check_capabilities()
+
     def _check_capabilities(self) -> None:
         """Every fault (every target of a fault given without one) must be in the backend's capabilities,
         and every explicitly requested fault must be one the sink can take (its entry's capabilities; ``all``
@@ -548,6 +565,11 @@ class TestConfig:
         original run's, so a shrunk schedule hits the same brokers and partitions); ``None`` without
         ``--schedule`` (``nemesis/runner.py`` keys by seed and position)."""
         return [f["rng"] for f in read_schedule(self.schedule)] if self.schedule else None
+
+    def fault_holds(self) -> list[float | None] | None:
+        """Per planned fault, its own hold (s) when the ``--schedule`` file gives one (a session's
+        ``--for``), else ``None`` (``--fault-hold``); ``None`` without ``--schedule``."""
+        return [f["hold_s"] for f in read_schedule(self.schedule)] if self.schedule else None
 
     # ------------------------------------------------------------------ replay
     def option_text(self, f: dataclasses.Field) -> list[str]:

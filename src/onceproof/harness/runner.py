@@ -19,6 +19,7 @@ import os
 import platform
 import signal
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -216,10 +217,10 @@ def _early_exits(spark: SparkApp) -> str:
             f"(see {log})")
 
 
-def _run_phase(r: _Run) -> None:
-    """Workload, live reader and nemesis for the time limit (longer, up to ``max_run_factor``, until
-    every planned fault has had its turn)."""
-    cfg, console, td = r.cfg, r.console, r.td
+def start_services(r: _Run) -> None:
+    """The run phase's services, each with its stop pushed first: the live reader and the LSO sampler
+    (started), the workload (built, not started) and the faults' context ``r.ctx``."""
+    cfg, td = r.cfg, r.td
     r.live = live = LiveReader(r.cluster.bootstrap, OUTPUT)
     td.push("live reader stop", live.stop)
     live.start()
@@ -230,7 +231,7 @@ def _run_phase(r: _Run) -> None:
                                                                keys=cfg.keys, seed=cfg.seed, producer=cfg.producer)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     ctx_caps = cfg.sink_capabilities
-    r.ctx = ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
+    r.ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
                                  output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
                                  network=r.net,
                                  # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
@@ -239,15 +240,29 @@ def _run_phase(r: _Run) -> None:
                                  commit_window="hook" if DRIVER_HOOKS in ctx_caps else "watch",
                                  file_sink=r.file_sink, committed_end=lambda: r.sink.committed_ends(_output(r)))
 
-    def on_op(op):
+
+def on_op(r: _Run):
+    """The console line of each nemesis op (its outcome, target and evidence in brief)."""
+
+    def show(op):
         style = {"effective": "red", "not-effective": "yellow"}.get(op["outcome"], "dim")
-        console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
-                      f"{brief(op['evidence'])}")
+        r.console.print(f"  [{style}]nemesis {op['f']} → {op['outcome']}[/] {op['target']} "
+                        f"{brief(op['evidence'])}")
+
+    return show
+
+
+def _run_phase(r: _Run) -> None:
+    """Workload, live reader and nemesis for the time limit (longer, up to ``max_run_factor``, until
+    every planned fault has had its turn)."""
+    cfg, console, td = r.cfg, r.console, r.td
+    start_services(r)
+    workload, live, ctx = r.workload, r.live, r.ctx
 
     specs = sorted({f for _, f in r.plan})
     r.nem = nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms, partitions=cfg.partitions,
                                               max_offsets=cfg.max_offsets), r.plan, ctx, r.nem_hist,
-                                cfg.seed, on_op=on_op, rng_keys=cfg.rng_keys())
+                                cfg.seed, on_op=on_op(r), rng_keys=cfg.rng_keys(), holds=cfg.fault_holds())
     td.push("nemesis stop and heal", lambda: _heal_faults(r, teardown=True))
     workload.start()
     nem.start(progress=lambda: checkpoint.latest_commit(r.ckpt))
@@ -299,7 +314,7 @@ def _heal_faults(r: _Run, teardown: bool = False) -> list[str]:
 
 def _heal(r: _Run) -> None:
     console = r.console
-    console.print("time limit reached: stopping workload and healing faults")
+    console.print("stopping the workload and healing faults")
     r.workload.stop()
     errors = _heal_faults(r)
     if errors:
@@ -338,8 +353,9 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     return result
 
 
-def _phases(r: _Run) -> dict:
-    """Setup → run → heal → recover → check inside the teardown's ``ExitStack``; returns the result (verdict
+def _phases(r: _Run, drive: Callable[[_Run], None]) -> dict:
+    """Setup → ``drive`` (the run phase: :func:`_run_phase`, or a session's commands) → heal → recover →
+    check inside the teardown's ``ExitStack``; returns the result (verdict
     ``crashed`` on an exception or an interrupt). The teardown runs with SIGINT and SIGTERM ignored (a
     second Ctrl-C must not cut it short) and is bounded by the watchdog instead."""
     cfg, console, td = r.cfg, r.console, r.td
@@ -356,7 +372,7 @@ def _phases(r: _Run) -> dict:
                 td.push("remove broker data", r.cluster.clean)
             try:
                 _setup(r)
-                _run_phase(r)
+                drive(r)
                 _heal(r)
                 result = coverage.judge(_check(r, _recover(r)), r.plan, r.nem.ops)
             except KeyboardInterrupt as e:
@@ -468,8 +484,11 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
     return EXIT.get(result["verdict"], 255)
 
 
-def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
-    """Run one test: setup → run → heal → recover → check, then teardown on every path.
+def run(cfg: TestConfig, console: Console | None = None,
+        drive: Callable[[_Run], None] | None = None) -> tuple[int, Path]:
+    """Run one test: setup → run → heal → recover → check, then teardown on every path. ``drive``
+    replaces the run phase (default :func:`_run_phase`, the timed workload and fault plan): a session's
+    supervisor (``harness/session/supervisor.py``) drives it from commands instead.
 
     Returns ``(exit code, run directory)``; never raises for a failed or interrupted run (Ctrl-C and
     SIGTERM give verdict ``crashed``, exit 255). Teardown is bounded by ``TEARDOWN_BOUND_S`` seconds.
@@ -488,7 +507,7 @@ def run(cfg: TestConfig, console: Console | None = None) -> tuple[int, Path]:
         cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir=rd.logs,
                                                proxied=cfg.proxied))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
-        result = _phases(r)
+        result = _phases(r, drive or _run_phase)
     return _finish(r, result, t_start), rd.path
 
 

@@ -16,6 +16,7 @@ pipeline did not recover in time and the fault went ahead anyway).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -31,14 +32,17 @@ log = logging.getLogger("onceproof.nemesis")
 class NemesisRunner:
     """Runs ``schedule`` (``[(at_s, name)]``) against ``faults`` until done or :meth:`stop_and_heal`.
 
-    ``recover_max_s`` (s) bounds the wait for a committed batch between two faults (module docstring).
+    ``recover_max_s`` (s) bounds the wait for a committed batch between two faults (module docstring);
+    ``rng_keys`` and ``holds``, per op, its target RNG's key and its own hold (s; ``None``: ``ctx.hold_s``).
     """
 
     def __init__(self, faults: dict[str, Fault], schedule: list[tuple[float, str]], ctx: NemesisContext,
                  history: HistoryWriter, seed: int, on_op: Callable[[dict], None] | None = None,
-                 recover_max_s: float = 90.0, rng_keys: list[str | None] | None = None):
+                 recover_max_s: float = 90.0, rng_keys: list[str | None] | None = None,
+                 holds: list[float | None] | None = None):
         self.faults, self.schedule, self.ctx, self.history = faults, schedule, ctx, history
         self.rng_keys = rng_keys or []
+        self.holds = holds or []  # per op, its own hold (s) or None: ctx.hold_s
         self.seed, self.recover_max_s = seed, recover_max_s
         self.on_op = on_op or (lambda op: None)
         self._stop = threading.Event()
@@ -111,7 +115,9 @@ class NemesisRunner:
             self.in_flight = name
             self.history.append(invoke)
             try:
-                out = fault.invoke(self.ctx, random.Random(rng_key))
+                hold = self.holds[i] if i < len(self.holds) else None
+                ctx = self.ctx if hold is None else dataclasses.replace(self.ctx, hold_s=hold)  # stop shared
+                out = fault.invoke(ctx, random.Random(rng_key))
                 outcome = out.outcome
                 if self.ctx.stop.is_set() and outcome != "effective":
                     outcome = "skipped"  # cut short by the end of the run: not a fault that failed
