@@ -33,6 +33,7 @@ def _start(results, *options):
     return st
 
 
+@pytest.mark.extended
 @pytest.mark.timeout(1500)
 def test_an_eos_session_driven_by_hand_is_valid_and_its_schedule_replays(results_root):
     st = _start(results_root, "--sink", "eos")
