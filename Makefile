@@ -117,14 +117,14 @@ soak: setup
 certify-user: setup
 	ONCEPROOF_USER_SEEDS=1,2,3 $(BIN)/python -m pytest -v tests/cluster/test_user_certificate.py
 
-certify: setup
+certify: setup postgres-prereqs
 	$(BIN)/onceproof test-all --mutants --test-count 3
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit --test-count 2 --time-limit 60
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
 # Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under
 # ~/.cache/onceproof/docker) when no engine answers and leaves it running, then builds
-# onceproof/{base,jre,kafka,spark,toxiproxy}; an image whose content-hash tag exists is not rebuilt.
+# onceproof/{base,jre,kafka,spark,toxiproxy,postgres}; an image whose content-hash tag exists is not rebuilt.
 # KAFKA_BASE=apache/kafka:4.1.1 and SPARK_BASE=apache/spark:<tag> build on the official images instead.
 KAFKA_BASE ?=
 SPARK_BASE ?=
