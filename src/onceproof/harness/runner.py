@@ -232,13 +232,13 @@ def start_services(r: _Run) -> None:
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     ctx_caps = cfg.sink_capabilities
     r.ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
-                                 output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
-                                 network=r.net,
-                                 # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
-                                 # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside
-                                 sink_capabilities=None if cfg.pipeline_cmd else ctx_caps,
-                                 commit_window="hook" if DRIVER_HOOKS in ctx_caps else "watch",
-                                 file_sink=r.file_sink, committed_end=lambda: r.sink.committed_ends(_output(r)))
+                           output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
+                           network=r.net,
+                           # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
+                           # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside
+                           sink_capabilities=None if cfg.pipeline_cmd else ctx_caps,
+                           commit_window="hook" if DRIVER_HOOKS in ctx_caps else "watch",
+                           file_sink=r.file_sink, committed_end=lambda: r.sink.committed_ends(_output(r)))
 
 
 def on_op(r: _Run):

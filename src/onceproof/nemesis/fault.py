@@ -14,6 +14,7 @@ killed leader's partition moved, a killed coordinator's transactions moved. See 
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -28,6 +29,7 @@ from onceproof.sinks.base import CommittedEnd
 from onceproof.store.readers import read_sink
 
 EFFECTIVE, NOT_EFFECTIVE, SKIPPED = "effective", "not-effective", "skipped"
+log = logging.getLogger("onceproof.nemesis")
 
 
 @dataclass
@@ -83,6 +85,29 @@ class Fault(Protocol):
 
     def heal(self, ctx: NemesisContext) -> None:
         """Undo anything still in effect; must be safe to call at any time, repeatedly."""
+
+
+def perform(fault: Fault, ctx: NemesisContext, spec: str, rng_key: str, *, cut_short: str | None = None,
+            **fields: Any) -> dict:
+    """Invoke ``fault`` once (its RNG seeded by ``rng_key``) and return its completion op, Jepsen's
+    nemesis ``info``: ``{"process": "nemesis", "type": "info", "f": spec, "outcome", "target",
+    "exercised", "evidence", **fields}``, not yet in a history. A fault that raises is recorded (and
+    logged), never raised: outcome ``error``, ``evidence.error``. ``cut_short``: when ``ctx.stop`` was set
+    and the fault did not take effect, its outcome is ``skipped`` with this reason, not a fault that
+    failed."""
+    try:
+        out = fault.invoke(ctx, random.Random(rng_key))
+        outcome = out.outcome
+        if cut_short and ctx.stop.is_set() and outcome != EFFECTIVE:
+            outcome = SKIPPED
+            out.evidence.setdefault("reason", cut_short)
+        return {"process": "nemesis", "type": "info", "f": spec, **fields, "outcome": outcome,
+                "target": out.target, "exercised": out.was_exercised and outcome == EFFECTIVE,
+                "evidence": out.evidence}
+    except Exception as e:  # noqa: BLE001 - a nemesis bug must not kill the run; record it
+        log.exception("fault %s crashed", spec)
+        return {"process": "nemesis", "type": "info", "f": spec, **fields, "outcome": "error",
+                "target": "", "exercised": False, "evidence": {"error": repr(e)}}
 
 
 def sink_events(run_dir: Path, since: float) -> list[dict]:

@@ -12,17 +12,13 @@ a time (a second ``kill-broker`` while one holds is refused: the first one's hea
 from __future__ import annotations
 
 import dataclasses
-import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from onceproof.nemesis.fault import Fault, NemesisContext
+from onceproof.nemesis.fault import Fault, NemesisContext, perform
 from onceproof.store.history import HistoryWriter
-
-log = logging.getLogger("onceproof.nemesis")
 
 UNTIL_HEALED = 24 * 3600.0
 """The hold of a fault given without ``--for``: until ``onceproof heal`` or the end of the session (s)."""
@@ -107,15 +103,7 @@ class ManualNemesis:
         return invoke
 
     def _run(self, spec: str, fault: Fault, ctx: NemesisContext, rng_key: str) -> None:
-        try:
-            out = fault.invoke(ctx, random.Random(rng_key))
-            op = {"process": "nemesis", "type": "info", "f": spec, "manual": True, "outcome": out.outcome,
-                  "target": out.target, "exercised": out.was_exercised, "evidence": out.evidence}
-        except Exception as e:  # noqa: BLE001 - a nemesis bug must not kill the session; record it
-            log.exception("fault %s crashed", spec)
-            op = {"process": "nemesis", "type": "info", "f": spec, "manual": True, "outcome": "error",
-                  "target": "", "exercised": False, "evidence": {"error": repr(e)}}
-        op = self.history.append(op)
+        op = self.history.append(perform(fault, ctx, spec, rng_key, manual=True))
         with self._lock:
             self.ops.append(op)
             a = self._active.pop(spec, None)

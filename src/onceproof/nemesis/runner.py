@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 
-from onceproof.nemesis.fault import Fault, NemesisContext
+from onceproof.nemesis.fault import Fault, NemesisContext, perform
 from onceproof.store.history import HistoryWriter
 
 log = logging.getLogger("onceproof.nemesis")
@@ -114,22 +113,9 @@ class NemesisRunner:
             fault = self.faults[name]
             self.in_flight = name
             self.history.append(invoke)
-            try:
-                hold = self.holds[i] if i < len(self.holds) else None
-                ctx = self.ctx if hold is None else dataclasses.replace(self.ctx, hold_s=hold)  # stop shared
-                out = fault.invoke(ctx, random.Random(rng_key))
-                outcome = out.outcome
-                if self.ctx.stop.is_set() and outcome != "effective":
-                    outcome = "skipped"  # cut short by the end of the run: not a fault that failed
-                    out.evidence.setdefault("reason", "interrupted by the end of the run")
-                op = {"process": "nemesis", "type": "info", "f": name, "outcome": outcome,
-                      "target": out.target, "exercised": out.was_exercised and outcome == "effective",
-                      "evidence": out.evidence}
-            except Exception as e:  # noqa: BLE001 - a nemesis bug must not kill the run; record it
-                log.exception("fault %s crashed", name)
-                op = {"process": "nemesis", "type": "info", "f": name, "outcome": "error",
-                      "target": "", "exercised": False, "evidence": {"error": repr(e)}}
-            op = self.history.append(op)
+            hold = self.holds[i] if i < len(self.holds) else None
+            ctx = self.ctx if hold is None else dataclasses.replace(self.ctx, hold_s=hold)  # stop shared
+            op = self.history.append(perform(fault, ctx, name, rng_key, cut_short="interrupted by the end of the run"))
             self.ops.append(op)
             self.in_flight = None
             self.on_op(op)

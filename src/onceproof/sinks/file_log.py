@@ -613,8 +613,14 @@ def read_output(location: OutputLocation) -> OutputView:
     problems += list(st.get("problems") or [])
     return OutputView(committed=view, uncommitted=listing, problems=problems,
                       unsettled=[f"file sink: {p}" for p in problems if "torn" in p],
-                      stats={f"file_sink_{k}" if k != "orphan_files" else k: st.get(k) for k in SUMMARY_KEYS},
+                      stats=_run_stats(st),
                       summary={"read": read, **{k: st.get(k) for k in SUMMARY_KEYS}}, result_key="file_sink")
+
+
+def _run_stats(st: dict) -> dict:
+    """:data:`SUMMARY_KEYS` of :func:`stats` as ``result["stats"]`` keys: ``file_sink_<key>``, but
+    ``orphan_files``."""
+    return {f"file_sink_{k}" if k != "orphan_files" else k: st.get(k) for k in SUMMARY_KEYS}
 
 
 def has_log(path: str | os.PathLike) -> bool:
@@ -640,7 +646,7 @@ def _unlogged_output(path: str | os.PathLike) -> OutputView:
     st = {"committed_files": len(files), "data_files": len(files), "orphan_files": 0, "missing_files": 0,
           "committed_records": len(view), "listed_records": len(view), "last_batch": None}
     return OutputView(committed=view, uncommitted=view, problems=[note, *problems], unsettled=[],
-                      stats={f"file_sink_{k}" if k != "orphan_files" else k: st[k] for k in SUMMARY_KEYS},
+                      stats=_run_stats(st),
                       summary={"read": "listing (no log)", **st}, result_key="file_sink")
 
 

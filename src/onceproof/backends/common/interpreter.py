@@ -157,7 +157,7 @@ def deps_refusal(i: Interpreter, libraries: tuple[str, ...]) -> str | None:
     ``--output delta``) cannot match ``i``, naming the fix; ``None`` when they can. Only a library whose
     package the job's environment has (:data:`DEPS_PACKAGES`) is checked, for two things: the package's own
     ``pyspark`` requirement holds for ``i``'s PySpark (PEP 440, as pip would check it), and the library
-    builds for ``i``'s Spark line (``jars.spark_lines``). A job without the package (a Delta table written
+    builds for ``i``'s Spark line (``jars.spark_line``). A job without the package (a Delta table written
     with delta-rs) needs no jars and is not refused."""
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -175,10 +175,12 @@ def deps_refusal(i: Interpreter, libraries: tuple[str, ...]) -> str | None:
             if req.marker is None and not req.specifier.contains(i.pyspark_version, prereleases=True):
                 return (f"{i.python} has {dist} {version}, which needs {req}, and PySpark {i.pyspark_version}: "
                         f"install a matching pair there ({i.python} -m pip install '{req}')")
-        lines = jars.spark_lines(lib)
-        line = "{}.{}".format(*i.spark_major_minor)
-        if lines and line not in lines:
-            return (f"{i.python} has {dist} {version} on Spark {line}, and Delta's Spark connector that onceproof "
-                    f"resolves for {{jars}} builds for Spark {', '.join(lines)} only: run the job on one of those "
-                    f"(--pipeline-python with pyspark {lines[-1]}.x and a delta-spark for it)")
+        try:
+            jars.spark_line(lib, i.pyspark_version)
+        except jars.NoBuildForSpark:
+            lines = jars.spark_lines(lib)
+            return (f"{i.python} has {dist} {version} on Spark {'{}.{}'.format(*i.spark_major_minor)}, and Delta's "
+                    f"Spark connector that onceproof resolves for {{jars}} builds for Spark {', '.join(lines)} only: "
+                    f"run the job on one of those (--pipeline-python with pyspark {lines[-1]}.x and a delta-spark "
+                    f"for it)")
     return None

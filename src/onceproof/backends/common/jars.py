@@ -131,6 +131,21 @@ class NoBuildForSpark(ResolveError):
     """A ``deps/`` library has no build for the Spark line asked (its pom's ``<name.spark.lines>``)."""
 
 
+def spark_line(name: str, spark_version: str) -> str | None:
+    """The Spark line (``"4.2"``) whose build of ``deps/<name>`` a PySpark at ``spark_version`` needs, or
+    ``None`` when the library is not built per Spark line (:func:`spark_lines` is empty).
+
+    Raises: :class:`NoBuildForSpark` when the library builds for other lines only."""
+    lines = spark_lines(name)
+    if not lines:
+        return None
+    line = "{}.{}".format(*major_minor(spark_version))
+    if line not in lines:
+        raise NoBuildForSpark(f"{name} has no build for Spark {line} (it builds for Spark {', '.join(lines)}; "
+                              f"{DEPS / name / 'pom.xml'})")
+    return line
+
+
 def deps_classpath(name: str, pyspark_jars: Path | None = None, spark_version: str | None = None,
                    version: str | None = None) -> Classpath:
     """The classpath of ``deps/<name>/pom.xml``, e.g. ``"delta"``: Delta Lake's Spark connector for the
@@ -151,12 +166,8 @@ def deps_classpath(name: str, pyspark_jars: Path | None = None, spark_version: s
         raise ResolveError(f"no classpath named {name!r}: {pom} is missing")
     props = {f"{name}.version": version or _pom_property(pom, f"{name}.version")}
     label = props[f"{name}.version"]
-    lines = spark_lines(name)
-    if spark_version is not None and lines:
-        line = "{}.{}".format(*major_minor(spark_version))
-        if line not in lines:
-            raise NoBuildForSpark(f"{name} {props[f'{name}.version']} has no build for Spark {line} (it builds for "
-                                  f"Spark {', '.join(lines)}; {pom})")
+    line = spark_line(name, spark_version) if spark_version is not None else None
+    if line is not None:
         props[f"{name}.spark"] = line
         label = f"{label}-spark{line}"
     return _minus_shipped(_resolve(name, label, pom, props), pyspark_jars)

@@ -123,11 +123,11 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
         if not reason and time.monotonic() - last_cmd > max_idle_s:
             reason = f"no command for {max_idle_s:.0f}s (--max-idle)"
         now = time.monotonic()
+        s = _status(r, nem) if now >= min(next_status, next_report) else {}
         if now >= next_status:
-            st.update(**_status(r, nem))
+            st.update(**s)
             next_status = now + STATUS_EVERY_S
         if now >= next_report:
-            s = _status(r, nem)
             r.console.print(f"batch committed={s['batch_committed']} | driver restarts={s['driver_restarts']} | "
                             f"faults active={[f['f'] for f in s['faults']]} | ops={s['ops']}")
             next_report = now + REPORT_EVERY_S
