@@ -1,12 +1,14 @@
 """A chaos session driven the way a person drives one, each command a separate ``onceproof`` process as from
 a terminal, on the real local cluster: ``session start``, ``nemesis kill-broker:leader --for 10s``,
-``nemesis pause-broker`` then ``heal``, ``nemesis kill-driver``, a refused fault, ``session status``,
-``session stop`` → the verdict, with the manual faults in ``nemesis.jsonl`` and ``schedule.json``, and
-nothing left running. Then the session's schedule replayed by ``run --schedule``.
+``nemesis pause-broker``, the live view (``onceproof watch``, through textual's test pilot) captured while
+the broker is paused and its ``a`` key healing it, ``heal``, ``nemesis kill-driver``, a refused fault,
+``session status``, ``session stop`` → the verdict, with the manual faults in ``nemesis.jsonl`` and
+``schedule.json``, and nothing left running. Then the session's schedule replayed by ``run --schedule``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -33,6 +35,36 @@ def _start(results, *options):
     return st
 
 
+def _view(results, keys=(), svg_to: Path | None = None) -> tuple[str, str, dict]:
+    """The session's live view, driven by textual's pilot as a person at a terminal would: its screen
+    (SVG), the message after ``keys`` (waited for until the supervisor answered) and the snapshot drawn."""
+    from onceproof.harness.session import live
+    from onceproof.harness.session.state import find
+    from onceproof.harness.session.view import WatchApp
+
+    s = find(results)
+
+    async def drive():
+        app = WatchApp(s, refresh_s=0.2)
+        async with app.run_test(size=(150, 42)) as pilot:
+            await pilot.pause(2.5)  # two snapshots: the rates need two points
+            svg, snap, msg = app.export_screenshot(), live.read(s.live), ""
+            if keys:
+                await pilot.press(*keys)
+                for _ in range(1200):
+                    await pilot.pause(0.1)
+                    msg = str(app.query_one("#message").render())
+                    if "…" not in msg:
+                        break
+            await pilot.press("q")
+        return svg, msg, snap
+
+    svg, msg, snap = asyncio.run(drive())
+    if svg_to is not None:
+        svg_to.write_text(svg)
+    return svg, msg, snap
+
+
 @pytest.mark.extended
 @pytest.mark.timeout(1500)
 def test_an_eos_session_driven_by_hand_is_valid_and_its_schedule_replays(results_root):
@@ -46,8 +78,16 @@ def test_an_eos_session_driven_by_hand_is_valid_and_its_schedule_replays(results
         faults = json.loads(_cli(results_root, "session", "status", "--json")[1])["faults"]
         assert [f["f"].partition(":")[0] for f in faults] == ["pause-broker"], faults
         time.sleep(3)
+        svg, msg, snap = _view(results_root, keys=("a",), svg_to=Path(run_dir) / "watch.svg")
+        assert snap["input"]["rate_per_s"] > 0 and snap["output"]["seen"] > 0 and snap["batch"]["id"] is not None, snap
+        assert [b["status"] for b in snap["brokers"]].count("stopped") == 1, snap["brokers"]
+        assert [f["f"].partition(":")[0] for f in snap["faults"]] == ["pause-broker"], snap["faults"]
+        assert snap["anomalies"] == {"live-duplicate": 0, "live-aborted-read": 0}, snap["anomalies"]
+        for text in ("pause-broker", "paused", "live-duplicate", "open&#160;transactions"):
+            assert text in svg, text
+        assert "healed pause-broker" in msg, msg  # the view's `a` key: heal all
         code, out = _cli(results_root, "heal")
-        assert code == 0 and "healed pause-broker" in out, out
+        assert code == 0 and "no fault was in effect" in out, out
         code, out = _cli(results_root, "nemesis", "kill-driver", "--for", "5s")
         assert code == 0 and "kill-driver → effective" in out, out
         code, out = _cli(results_root, "nemesis", "no-such-fault")

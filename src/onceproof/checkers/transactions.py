@@ -239,6 +239,23 @@ def aborted_reads(records: pd.DataFrame, sink_log: pd.DataFrame) -> tuple[int, l
     return int(len(hit)), ex
 
 
+def aborted_read_count(attempts: pd.DataFrame, sink_log: pd.DataFrame | None) -> int:
+    """Records read at read_committed that belong to known-aborted attempts, counted from one row per
+    attempt seen: ``attempts`` has ``op.batch``, ``op.sink_partition``, ``op.attempt`` (and, when the
+    records carry it, ``op.incarnation``) plus ``n``, the records seen of that attempt. The same rule as
+    :func:`aborted_reads`, for a reader that keeps counts, not records (a session's live view)."""
+    if attempts is None or attempts.empty or not set(_PROV) <= set(attempts.columns):
+        return 0
+    by_inc = INCARNATION in attempts.columns
+    ab = aborted_attempts(sink_log, by_incarnation=by_inc)
+    if ab.empty:
+        return 0
+    r = _attempt_rows(attempts, ab, by_inc)
+    if r.empty:
+        return 0
+    return int(r.merge(ab[KEYS].drop_duplicates(), on=KEYS, how="inner")["n"].sum())
+
+
 def hidden_aborted(uncommitted: pd.DataFrame | None, committed: pd.DataFrame) -> int:
     """Records at read_uncommitted that read_committed did not return (by partition and offset).
 

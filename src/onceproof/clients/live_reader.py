@@ -42,6 +42,11 @@ class LiveReader:
         """Records received so far."""
         return len(self._rows)
 
+    def rows_since(self, start: int) -> list[tuple]:
+        """Rows received after the first ``start`` ones, as ``(partition, offset, key, value bytes,
+        seen_ms, headers)`` (a session's running anomaly counts read them as they come)."""
+        return self._rows[start:]
+
     def _run(self) -> None:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"onceproof-live-{time.time_ns()}",
                       "isolation.level": "read_committed", "auto.offset.reset": "earliest",

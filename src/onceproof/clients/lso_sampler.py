@@ -66,6 +66,13 @@ class LsoSampler:
         lso, hw = ends[IsolationLevel.READ_COMMITTED], ends[IsolationLevel.READ_UNCOMMITTED]
         return [(t_ms, p, lso[p], hw[p]) for p in parts if p in lso and p in hw]
 
+    def latest(self) -> dict[int, tuple[int, int, int]]:
+        """The newest sample per partition: ``{partition: (t_ms, lso, hw)}`` (``{}`` before the first)."""
+        out: dict[int, tuple[int, int, int]] = {}
+        for t_ms, p, lso, hw in reversed(self._rows[-256:]):
+            out.setdefault(p, (t_ms, lso, hw))
+        return out
+
     def stop(self) -> pd.DataFrame:
         """Stop (≤ 15 s) and return the samples (see the module docstring for the columns)."""
         self._stop.set()

@@ -39,6 +39,18 @@ def has_commit(checkpoint: Path, batch: int) -> bool:
     return (checkpoint / "commits" / str(batch)).exists()
 
 
+def batch_times(checkpoint: Path, batch: int) -> tuple[float | None, float | None]:
+    """When batch ``batch`` was planned and committed: the mtimes (epoch s) of ``offsets/N`` and
+    ``commits/N``, ``None`` for a missing file."""
+    out = []
+    for d in ("offsets", "commits"):
+        try:
+            out.append((checkpoint / d / str(batch)).stat().st_mtime)
+        except OSError:
+            out.append(None)
+    return out[0], out[1]
+
+
 def source_offsets(checkpoint: Path, batch: int) -> dict[str, dict[int, int]]:
     """End offsets of batch ``batch`` per topic and partition (``{topic: {partition: offset}}``).
 

@@ -4,13 +4,14 @@ Commands: ``run`` (a whole test), ``check`` (a stored run, or any pipeline's liv
 ``index``, ``prune`` (delete old runs), ``serve``, ``test-all`` (a matrix and its certificate),
 ``shrink`` (a failing schedule cut down), ``faults``, ``deps`` (resolve the jars ahead of time),
 ``cluster`` (``up`` / ``status`` / ``down``: a bare Kafka cluster), ``session`` (``start`` / ``status`` /
-``stop``: an ad hoc chaos session) with ``nemesis`` and ``heal`` (faults by hand). ``run``, ``session
+``stop``: an ad hoc chaos session) with ``nemesis`` and ``heal`` (faults by hand) and ``watch`` (its live
+view). ``run``, ``session
 start`` and the ``cluster`` commands take ``--backend`` (``backends/registry.py``).
 
 Modules: :mod:`.app` (the typer app, :func:`main` and its exit codes, usage and crash handling),
 :mod:`.run`, :mod:`.check`, :mod:`.results` (``report``, ``index``, ``prune``, ``serve``), :mod:`.suite`
 (``test-all``, ``shrink``), :mod:`.catalog` (``faults``), :mod:`.cluster` (``cluster``, ``deps``),
-:mod:`.session` (``session``, ``nemesis``, ``heal``).
+:mod:`.session` (``session``, ``nemesis``, ``heal``, ``watch``).
 This module registers the commands on the app, in the order ``onceproof --help`` lists them.
 
 Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 254 usage error (bad option or argument; one
@@ -41,5 +42,6 @@ app.command()(catalog.faults)
 app.command()(cluster.deps)
 app.command()(session.nemesis)
 app.command()(session.heal)
+app.command()(session.watch)
 app.add_typer(cluster.cluster_app, name="cluster")
 app.add_typer(session.session_app, name="session")

@@ -1,5 +1,5 @@
-"""Ad hoc chaos sessions from a terminal: ``session start|status|stop``, ``nemesis`` and ``heal``
-(:mod:`onceproof.harness.session`). Every command finds the session through its state file under
+"""Ad hoc chaos sessions from a terminal: ``session start|status|stop``, ``nemesis``, ``heal`` and
+``watch`` (:mod:`onceproof.harness.session`). Every command finds the session through its state file under
 ``--results`` (the newest live one, or ``--session ID``), so any terminal can drive it.
 
 Exit codes: ``session stop`` as ``run`` (0 valid, 1 invalid, 2 unknown, 255 crashed); a refused fault,
@@ -276,6 +276,22 @@ def heal(fault: str = typer.Argument(None, help="the fault to heal (default: eve
     console.print(reply.get("message", ""))
     if not reply.get("ok"):
         raise typer.Exit(EXIT_CRASHED)
+
+
+def watch(results: Path = typer.Option(Path("results"), help=_RESULTS_HELP),
+          session: str = typer.Option(None, help=_SESSION_HELP),
+          refresh: float = typer.Option(0.5, min=0.1, max=10.0, help="seconds between redraws")) -> None:
+    """A live view of the running session: rates, lag, LSO vs HW per partition, the last micro-batch,
+    the driver, executors and brokers, the faults in effect and the anomalies seen so far.
+
+    Keys: ↑↓ pick a fault, i inject it (until healed), t inject it for 10 s, h heal it, a heal all,
+    q or Ctrl-C leave the view (the session keeps running).
+    """
+    on_crash("watch", None)
+    s = _session(results, session)
+    from onceproof.harness.session.view import WatchApp  # textual is loaded for the view only
+
+    WatchApp(s, refresh).run()
 
 
 session_app.command("start")(start)

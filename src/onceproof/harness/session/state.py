@@ -1,7 +1,8 @@
 """A session's state file, ``<results root>/.sessions/<id>.json``, written by its supervisor and read by
 every CLI command: where the session is (run directory, bootstrap, Spark master), its supervisor's pid,
 its phase (``starting`` → ``up`` → ``stopping`` → ``finished``, or ``failed``) and, once finished, the
-verdict and exit code. Next to it: ``<id>.log`` (the supervisor's console) and ``<id>/`` (its command
+verdict and exit code. Next to it: ``<id>.log`` (the supervisor's console), ``<id>.live.json`` (the live
+snapshot ``onceproof watch`` draws, :mod:`onceproof.harness.session.live`) and ``<id>/`` (its command
 spool, :mod:`onceproof.harness.session.spool`).
 """
 
@@ -36,6 +37,7 @@ class SessionState:
         self.dir = sessions_dir(results_root)
         self.path = self.dir / f"{sid}.json"
         self.log = self.dir / f"{sid}.log"
+        self.live = self.dir / f"{sid}.live.json"
         self.spool_dir = self.dir / sid
 
     def read(self) -> dict:

@@ -27,8 +27,10 @@ import psutil
 from rich.console import Console
 
 from onceproof.backends import registry
+from onceproof.clients.lso_sampler import LsoSampler
 from onceproof.harness import runner, signals
 from onceproof.harness.config import ConfigError
+from onceproof.harness.session.live import LiveStatus
 from onceproof.harness.session.spool import Command, Spool
 from onceproof.harness.session.state import SessionState
 from onceproof.nemesis import catalog
@@ -85,6 +87,18 @@ def _status(r, nem: ManualNemesis) -> dict:
             "ops": len(nem.ops)}
 
 
+def faults_available(cfg) -> list[str]:
+    """The catalog's faults (by name; a target is drawn when injected) that this session can take."""
+    out = []
+    for name in catalog.FAULTS:
+        try:
+            cfg.check_fault(name)
+        except ConfigError:
+            continue
+        out.append(name)
+    return out
+
+
 def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
     """The run phase of a session (``runner.run``'s ``drive``): the services, then commands until
     ``stop`` or ``max_idle_s`` seconds without one; sets ``r.plan`` to the faults injected (coverage
@@ -102,9 +116,13 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
 
     r.nem = nem = ManualNemesis(r.ctx, r.nem_hist, build, elapsed, on_op=runner.on_op(r))
     r.td.push("nemesis stop and heal", lambda: runner._heal_faults(r, teardown=True))
+    input_hw = LsoSampler(r.cluster.bootstrap, runner.INPUT)
+    r.td.push("input sampler stop", input_hw.stop)
+    input_hw.start()
+    live = LiveStatus(r, nem, input_hw, st.live, runner.INPUT)
     r.workload.start()
     st.update(state="up", run_dir=str(r.rd.path), bootstrap=r.cluster.bootstrap, master=cfg.master,
-              backend=cfg.backend, up_at=time.time(), max_idle_s=max_idle_s)
+              backend=cfg.backend, up_at=time.time(), max_idle_s=max_idle_s, faults_available=faults_available(cfg))
     r.console.print(f"session up: bootstrap {r.cluster.bootstrap}, run directory {r.rd.path}")
     last_cmd = time.monotonic()
     next_status = next_report = time.monotonic()
@@ -126,6 +144,10 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
         s = _status(r, nem) if now >= min(next_status, next_report) else {}
         if now >= next_status:
             st.update(**s)
+            try:
+                live.tick()
+            except Exception as e:  # noqa: BLE001 - the view's snapshot must never end the session
+                r.console.print(f"[yellow]live snapshot failed: {type(e).__name__}: {e}[/]")
             next_status = now + STATUS_EVERY_S
         if now >= next_report:
             r.console.print(f"batch committed={s['batch_committed']} | driver restarts={s['driver_restarts']} | "
