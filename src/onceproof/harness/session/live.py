@@ -218,7 +218,7 @@ class LiveStatus:
                        "rate_per_s": self._out_rate.add(now, self.counts.records)},
             "lag": self._lag(), "batch": self._batch(now),
             "partitions": out_parts, "open_transactions": sum(1 for p in out_parts if p["open"] > 0),
-            "driver": {"pid": r.spark.driver_pid(), "restarts": r.spark.restarts()},
+            "driver": {"pid": r.spark.driver_pid, "restarts": r.spark.restarts()},
             "executors": self._executors,
             "executors_lost": sorted(self._executor_ids - {e["id"] for e in self._executors}),
             "brokers": self._brokers(), "faults": self.nem.active(),

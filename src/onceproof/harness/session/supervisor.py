@@ -124,6 +124,7 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
     st.update(state="up", run_dir=str(r.rd.path), bootstrap=r.cluster.bootstrap, master=cfg.master,
               backend=cfg.backend, up_at=time.time(), max_idle_s=max_idle_s, faults_available=faults_available(cfg))
     r.console.print(f"session up: bootstrap {r.cluster.bootstrap}, run directory {r.rd.path}")
+    snapshot_errors: set[str] = set()
     last_cmd = time.monotonic()
     next_status = next_report = time.monotonic()
     reason = ""
@@ -147,7 +148,10 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
             try:
                 live.tick()
             except Exception as e:  # noqa: BLE001 - the view's snapshot must never end the session
-                r.console.print(f"[yellow]live snapshot failed: {type(e).__name__}: {e}[/]")
+                if repr(e) not in snapshot_errors:  # once per distinct error, not once a second
+                    snapshot_errors.add(repr(e))
+                    r.console.print(f"[yellow]live snapshot failed (onceproof watch shows it stale): "
+                                    f"{type(e).__name__}: {e}[/]")
             next_status = now + STATUS_EVERY_S
         if now >= next_report:
             r.console.print(f"batch committed={s['batch_committed']} | driver restarts={s['driver_restarts']} | "
