@@ -209,15 +209,14 @@ class LiveStatus:
         self.counts.add(r.live.rows_since(self.counts.cursor))
         s = r.workload.stats
         self._executors_now(now)
-        out_parts = [{"partition": p, "lso": lso, "hw": hw, "open": hw - lso, "sampled_s": round(now - t / 1000, 1)}
-                     for p, (t, lso, hw) in sorted(r.lso.latest().items())]
+        out_parts = [_partition(p, t, lso, hw, now) for p, (t, lso, hw) in sorted(r.lso.latest().items())]
         return {
             "t": now, "up_s": round(now - self.started, 1),
             "input": {"acked": s.ok, "info": s.info, "fail": s.fail, "rate_per_s": self._in_rate.add(now, s.ok)},
             "output": {"seen": self.counts.records, "rereads": self.counts.rereads,
                        "rate_per_s": self._out_rate.add(now, self.counts.records)},
             "lag": self._lag(), "batch": self._batch(now),
-            "partitions": out_parts, "open_transactions": sum(1 for p in out_parts if p["open"] > 0),
+            "partitions": out_parts, "open_transactions": sum(1 for p in out_parts if (p["open"] or 0) > 0),
             "driver": {"pid": r.spark.driver_pid, "restarts": r.spark.restarts()},
             "executors": self._executors,
             "executors_lost": sorted(self._executor_ids - {e["id"] for e in self._executors}),
@@ -230,6 +229,15 @@ class LiveStatus:
         snap = self.snapshot()
         write(self.path, snap)
         return snap
+
+
+def _partition(p: int, t_ms: int, lso: int, hw: int, now: float) -> dict:
+    """One output partition's row; a negative offset (ListOffsets answered no offset: the partition's
+    leader is paused or gone) is unknown, ``None``."""
+    lso_, hw_ = (lso if lso >= 0 else None), (hw if hw >= 0 else None)
+    known = lso_ is not None and hw_ is not None
+    return {"partition": p, "lso": lso_, "hw": hw_, "open": hw_ - lso_ if known else None,
+            "sampled_s": round(now - t_ms / 1000, 1)}
 
 
 def write(path: Path, snap: dict) -> None:

@@ -31,6 +31,10 @@ STALE_S = 5.0
 """A snapshot older than this (s) is shown as stale: the supervisor is busy (stopping) or gone."""
 
 
+_UP = ("running", "sleeping", "disk-sleep", "idle")
+"""psutil's states of a process that is up (not paused, not gone)."""
+
+
 def _n(v, unit: str = "") -> str:
     if v is None:
         return "—"
@@ -75,7 +79,7 @@ def render_partitions(s: dict) -> Table:
     t = Table("partition", "LSO", "HW", "open (HW−LSO)", box=None, padding=(0, 1))
     for p in s.get("partitions") or []:
         t.add_row(str(p["partition"]), _n(p["lso"]), _n(p["hw"]),
-                  Text(_n(p["open"]), style="yellow" if p["open"] else ""))
+                  Text(_n(p["open"]), style="yellow" if p["open"] else "dim" if p["open"] is None else ""))
     t.caption = f"open transactions: {_n(s.get('open_transactions'))}"
     return t
 
@@ -92,8 +96,8 @@ def render_processes(s: dict) -> Table:
               f"lost {len(lost)}" + (f" ({', '.join(lost)})" if lost else ""))
     for b in s.get("brokers") or []:
         st = b.get("status", "?")
-        style = {"running": "", "sleeping": "", "disk-sleep": "", "stopped": "yellow"}.get(st, "red")
-        t.add_row(f"broker {b['node']}", Text("paused" if st == "stopped" else st, style=style), "")
+        shown = "up" if st in _UP else "paused" if st == "stopped" else st
+        t.add_row(f"broker {b['node']}", Text(shown, style={"up": "", "paused": "yellow"}.get(shown, "red")), "")
     return t
 
 
