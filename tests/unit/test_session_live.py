@@ -14,7 +14,7 @@ from onceproof.clients.live_reader import frame
 from onceproof.harness.session import live
 from onceproof.harness.session.live import LiveCounts, Rate
 from onceproof.harness.session.spool import Spool
-from onceproof.harness.session.state import SessionState
+from onceproof.harness.session.state import SessionState, find
 from tests.unit.test_transactions_checker import sink_log
 
 
@@ -131,6 +131,12 @@ def test_the_view_draws_every_panel_and_its_keys_send_spool_commands(tmp_path):
     assert [(c.cmd, c.args) for c in cmds] == [("nemesis", {"f": "pause-broker", "for_s": 10.0})]
     assert "injected pause-broker:minority" in msg
     assert [(c.cmd, c.args) for c in heal] == [("heal", {"f": None})]
+
+
+def test_a_snapshot_never_hides_its_session_from_the_commands(tmp_path):
+    s = _session(tmp_path)
+    (s.dir / "20991231T000000-9.live.json").write_text("{}")  # a stray file that sorts after the state
+    assert s.live.exists() and find(tmp_path).sid == s.sid
 
 
 def test_a_stale_snapshot_is_said_so(tmp_path):

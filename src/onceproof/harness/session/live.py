@@ -1,4 +1,4 @@
-"""A session's live snapshot, ``<results root>/.sessions/<id>.live.json``: what ``onceproof watch`` draws.
+"""A session's live snapshot, ``<results root>/.sessions/<id>/live.json``: what ``onceproof watch`` draws.
 
 The supervisor writes it once a second (:class:`LiveStatus`), from what it already owns: the workload's
 acknowledgements, the live reader (read_committed, from the start of the output topic), the LSO
@@ -242,6 +242,7 @@ def _partition(p: int, t_ms: int, lso: int, hw: int, now: float) -> dict:
 
 def write(path: Path, snap: dict) -> None:
     """``snap`` as JSON at ``path``, atomically (a reader never sees half a snapshot)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(snap))
     tmp.replace(path)

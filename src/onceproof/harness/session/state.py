@@ -1,9 +1,9 @@
 """A session's state file, ``<results root>/.sessions/<id>.json``, written by its supervisor and read by
 every CLI command: where the session is (run directory, bootstrap, Spark master), its supervisor's pid,
 its phase (``starting`` → ``up`` → ``stopping`` → ``finished``, or ``failed``) and, once finished, the
-verdict and exit code. Next to it: ``<id>.log`` (the supervisor's console), ``<id>.live.json`` (the live
-snapshot ``onceproof watch`` draws, :mod:`onceproof.harness.session.live`) and ``<id>/`` (its command
-spool, :mod:`onceproof.harness.session.spool`).
+verdict and exit code. Next to it: ``<id>.log`` (the supervisor's console) and ``<id>/``: its command
+spool (:mod:`onceproof.harness.session.spool`) and ``live.json``, the live snapshot ``onceproof watch``
+draws (:mod:`onceproof.harness.session.live`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class SessionState:
         self.dir = sessions_dir(results_root)
         self.path = self.dir / f"{sid}.json"
         self.log = self.dir / f"{sid}.log"
-        self.live = self.dir / f"{sid}.live.json"
         self.spool_dir = self.dir / sid
+        self.live = self.spool_dir / "live.json"
 
     def read(self) -> dict:
         """The state (``{}`` before the supervisor wrote any)."""
@@ -79,6 +79,8 @@ def find(results_root: str | os.PathLike, sid: str | None = None, live_only: boo
         s = SessionState(results_root, sid)
         return s if s.path.exists() else None
     for p in sorted(d.glob("*.json"), reverse=True) if d.is_dir() else []:
+        if "." in p.stem:  # not a state file (a temp file, another tool's)
+            continue
         s = SessionState(results_root, p.stem)
         if not live_only or (s.read().get("state") in LIVE and s.supervisor_alive()):
             return s
