@@ -9,7 +9,10 @@ DescribeTransactions call, so the lookup computes that partition and reads its l
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
 
 from onceproof.clients import topics
 
@@ -36,9 +39,20 @@ def txn_state_partition(transactional_id: str, partitions: int) -> int:
     return kafka_abs(java_hash(transactional_id)) % partitions
 
 
-def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    """``{partition: leader node id}`` (``-1`` for no leader) from cluster metadata."""
-    md = topics.admin(bootstrap).list_topics(topic, timeout=10).topics.get(topic)
+def partition_leaders(bootstrap: str, topic: str, attempts: int = 3) -> dict[int, int]:
+    """``{partition: leader node id}`` (``-1`` for no leader) from cluster metadata.
+
+    A request that went to a broker just killed fails at once (librdkafka: ``_TRANSPORT``, "Broker
+    transport failure") although the others answer: it is asked again through a new client, at most
+    ``attempts`` times, 0.5 s apart. Raises: ``KafkaException`` when every attempt failed."""
+    for i in range(attempts):
+        try:
+            md = topics.admin(bootstrap).list_topics(topic, timeout=10).topics.get(topic)
+            break
+        except KafkaException:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.5)
     if md is None or md.error is not None:
         return {}
     return {p: m.leader for p, m in md.partitions.items()}
