@@ -152,3 +152,12 @@ def test_a_stale_snapshot_is_said_so(tmp_path):
             return app.sub_title
 
     assert "snapshot stale" in asyncio.run(drive())
+
+
+def test_the_input_end_is_one_past_the_highest_acknowledged_offset():
+    from onceproof.workloads.keyed import SendStats
+
+    s = SendStats()
+    for p, o in [(0, 5), (0, 3), (1, 0), (0, 9)]:  # delivery reports may come out of order
+        s.acked(p, o)
+    assert s.ok == 4 and s.ends == {0: 10, 1: 1}

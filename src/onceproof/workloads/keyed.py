@@ -51,12 +51,21 @@ def sequences(keys: int, seed: int) -> Iterator[tuple[str, int]]:
 
 @dataclass
 class SendStats:
-    """Counts of completed sends by type (records)."""
+    """Counts of completed sends by type (records), and ``ends``: per input partition, one past the
+    highest offset acknowledged (``{partition: offset + 1}``; a session's live view reads the input's
+    end from it instead of asking the brokers)."""
 
     invoke: int = 0
     ok: int = 0
     fail: int = 0
     info: int = 0
+    ends: dict[int, int] = field(default_factory=dict)
+
+    def acked(self, partition: int, offset: int) -> None:
+        """One record acknowledged at ``partition``/``offset``."""
+        self.ok += 1
+        if offset >= self.ends.get(partition, 0):
+            self.ends[partition] = offset + 1
 
 
 @dataclass
@@ -112,7 +121,7 @@ class KeyedWorkload:
 
     def _complete(self, key: str, seq: int, err, msg) -> None:
         if err is None:
-            self.stats.ok += 1
+            self.stats.acked(msg.partition(), msg.offset())
             self.history.append({"process": 0, "type": "ok", "f": "send", "key": key, "seq": seq,
                                  "partition": msg.partition(), "offset": msg.offset()})
         else:

@@ -152,7 +152,10 @@ class TransactionalWorkload(KeyedWorkload):
                 outcome_r, why_r = "info", "committed without a delivery report"
             else:
                 outcome_r, why_r = outcome, why
-            setattr(self.stats, outcome_r, getattr(self.stats, outcome_r) + 1)
+            if outcome_r == "ok":
+                self.stats.acked(part, off)
+            else:
+                setattr(self.stats, outcome_r, getattr(self.stats, outcome_r) + 1)
             op = {"process": 0, "type": outcome_r, "f": "send", "key": key, "seq": seq}
             op.update({"partition": part, "offset": off} if outcome_r == "ok" else {"error": why_r})
             self.history.append(op)

@@ -1,9 +1,10 @@
 """A session's live snapshot, ``<results root>/.sessions/<id>/live.json``: what ``onceproof watch`` draws.
 
 The supervisor writes it once a second (:class:`LiveStatus`), from what it already owns: the workload's
-acknowledgements, the live reader (read_committed, from the start of the output topic), the LSO
-sampler of the output topic, a second sampler of the input topic's high watermarks, the checkpoint's
-offset and commit logs, the Spark app and the cluster. The view owns no client of its own: any number
+acknowledgements (with the input's end per partition), the live reader (read_committed, from the start
+of the output topic), the LSO sampler of the output topic, the checkpoint's offset and commit logs, the
+Spark app and the cluster. It opens no Kafka client of its own: a client whose broker is down costs CPU
+(librdkafka reconnects), and a session on 2 cores has none to spare. The view owns no client of its own: any number
 of views (or none) cost the system under test nothing, and a view can be opened from any terminal that
 sees the results directory.
 
@@ -12,7 +13,7 @@ Snapshot (all times epoch s, durations s, counts in records)::
     {"t", "up_s",
      "input":  {"acked", "info", "fail", "rate_per_s"},           # the workload's sends
      "output": {"seen", "rate_per_s", "rereads"},                 # the live reader, distinct positions
-     "lag":    {"records", "batch"},       # Σ input HW − the last committed batch's end offsets
+     "lag":    {"records", "batch"},       # Σ input end acked − the last committed batch's end offsets
      "batch":  {"id", "duration_s", "age_s", "planned"},          # offsets/N → commits/N
      "partitions": [{"partition", "lso", "hw", "open": hw − lso, "sampled_s"}],   # the output topic
      "open_transactions",                  # partitions whose LSO is below their HW (KIP-98)
@@ -137,12 +138,11 @@ class LiveCounts:
 
 class LiveStatus:
     """Builds and writes the snapshot (module docstring) of the running session ``r`` (the runner's run
-    state, after ``runner.start_services``), its manual nemesis ``nem`` and ``input_hw`` (an
-    :class:`onceproof.clients.lso_sampler.LsoSampler` of the input topic) to ``path`` on each
+    state, after ``runner.start_services``) and its manual nemesis ``nem`` to ``path`` on each
     :meth:`tick`."""
 
-    def __init__(self, r, nem, input_hw, path: Path, input_topic: str, clock=time.time):
-        self.r, self.nem, self.input_hw, self.path, self.input_topic = r, nem, input_hw, Path(path), input_topic
+    def __init__(self, r, nem, path: Path, input_topic: str, clock=time.time):
+        self.r, self.nem, self.path, self.input_topic = r, nem, Path(path), input_topic
         self.clock = clock
         self.started = clock()
         self.counts = LiveCounts()
@@ -173,15 +173,18 @@ class LiveStatus:
         return self._aborted
 
     def _lag(self) -> dict:
-        hw = self.input_hw.latest()
+        """Records acknowledged to the input that the last committed batch had not reached: per partition
+        one past the highest acknowledged offset minus the batch's end offset (a transactional input's
+        commit marker takes an offset after its records: ≤ 1 record off per partition, never below 0)."""
+        ends = getattr(self.r.workload.stats, "ends", None)
         n = checkpoint.latest_commit(self.r.ckpt)
         try:
             done = checkpoint.source_offsets(self.r.ckpt, n).get(self.input_topic, {}) if n is not None else {}
         except (OSError, ValueError):
             done = {}
-        if not hw:
+        if not ends:
             return {"records": None, "batch": n}
-        return {"records": int(sum(max(0, h - done.get(p, 0)) for p, (_t, _lso, h) in hw.items())), "batch": n}
+        return {"records": int(sum(max(0, e - done.get(p, 0)) for p, e in dict(ends).items())), "batch": n}
 
     def _batch(self, now: float) -> dict:
         n = checkpoint.latest_commit(self.r.ckpt)

@@ -27,7 +27,6 @@ import psutil
 from rich.console import Console
 
 from onceproof.backends import registry
-from onceproof.clients.lso_sampler import LsoSampler
 from onceproof.harness import runner, signals
 from onceproof.harness.config import ConfigError
 from onceproof.harness.session.live import LiveStatus
@@ -116,10 +115,7 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
 
     r.nem = nem = ManualNemesis(r.ctx, r.nem_hist, build, elapsed, on_op=runner.on_op(r))
     r.td.push("nemesis stop and heal", lambda: runner._heal_faults(r, teardown=True))
-    input_hw = LsoSampler(r.cluster.bootstrap, runner.INPUT)
-    r.td.push("input sampler stop", input_hw.stop)
-    input_hw.start()
-    live = LiveStatus(r, nem, input_hw, st.live, runner.INPUT)
+    live = LiveStatus(r, nem, st.live, runner.INPUT)
     r.workload.start()
     st.update(state="up", run_dir=str(r.rd.path), bootstrap=r.cluster.bootstrap, master=cfg.master,
               backend=cfg.backend, up_at=time.time(), max_idle_s=max_idle_s, faults_available=faults_available(cfg))

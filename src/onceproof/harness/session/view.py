@@ -50,7 +50,7 @@ def render_flow(s: dict) -> Table:
     t.add_row("input", _n(i.get("rate_per_s"), "/s"), f"acked {_n(i.get('acked'))}",
               f"info {_n(i.get('info'))} · fail {_n(i.get('fail'))}")
     t.add_row("output", _n(o.get("rate_per_s"), "/s"), f"seen {_n(o.get('seen'))}", "")
-    t.add_row("lag", _n(lag.get("records")), "records", "behind input HW")
+    t.add_row("lag", _n(lag.get("records")), "records", "acked, not yet in a committed batch")
     return t
 
 
