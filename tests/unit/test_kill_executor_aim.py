@@ -205,3 +205,33 @@ def test_unread_bytes_sum_the_receive_queues_of_the_executors_own_sockets_to_the
 ])
 def test_the_driver_port_comes_from_the_executors_driver_url(cmd, port):
     assert driver_port(cmd.split()) == port
+
+
+class FailingKillSpark(LostTaskSpark):
+    """A backend whose kill raises (a bug, a lost permission): the freeze must not outlive it."""
+
+    __slots__ = ()
+
+    def kill_executor(self, executor: Executor) -> str | None:
+        self.calls.append(("kill_executor", executor.id))
+        raise RuntimeError("kill failed")
+
+
+def test_a_kill_that_raises_leaves_no_executor_frozen(tmp_path):
+    (tmp_path / "control").mkdir()
+    spark = FailingKillSpark(tmp_path)
+    stop, in_flight = threading.Event(), threading.Event()
+    for e in ("0", "1"):
+        spark.unread[e] = lambda frozen, e=e: LAUNCH if e in frozen and in_flight.is_set() else 0
+    ctx = NemesisContext(spark=spark, control=tmp_path / "control", checkpoint=tmp_path, sink_ids=["a"],
+                         sink_capabilities=frozenset())
+    th = threading.Thread(target=_batches, args=(tmp_path, 1.0, 0.9, stop, in_flight), daemon=True)
+    th.start()
+    fault = KillExecutor(retry_wait_s=10)
+    try:
+        with pytest.raises(RuntimeError, match="kill failed"):
+            fault.invoke(ctx, random.Random(2))
+    finally:
+        stop.set()
+        th.join()
+    assert ("kill_executor", "0") in spark.calls and spark.frozen == set() and fault._frozen == {}, spark.calls

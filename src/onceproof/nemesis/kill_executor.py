@@ -46,7 +46,7 @@ where CPU times cannot be read, a seeded one after a seeded delay (:data:`BATCH_
 
 Either way the turn is exercised only when Spark's driver log reports a task lost on the killed executor
 (``TaskSetManager: Lost task ... (executor <id>)``); a kill that lost no task is retried in a later
-batch, at most :data:`BATCH_ATTEMPTS` kills (and :data:`FREEZES` freezes) within ``retry_wait_s``. A turn
+batch, at most :data:`BATCH_ATTEMPTS` kills (and :data:`TRIES` attempts) within ``retry_wait_s``. A turn
 whose kills all lost no task stays effective and not exercised. Evidence: ``aim`` (names the micro-batch)
 and per attempt the batch, ``aim`` (``frozen``, ``frozen-blind``, ``busy``, ``delay``), the executors
 frozen, their unread bytes (B) when the launch was seen and after how long (s), the victim's drain time
@@ -68,8 +68,9 @@ from onceproof.store import checkpoint
 
 BATCH_ATTEMPTS = 4
 """Kills per turn aimed at a micro-batch in flight before the turn gives up (each waits for a new batch)."""
-FREEZES = 2 * BATCH_ATTEMPTS
-"""Freezes per turn (a freeze that saw no task launch kills nothing)."""
+TRIES = 2 * BATCH_ATTEMPTS
+"""Attempts per turn, each in its own micro-batch (one that saw no task launch on a frozen executor, or no
+busy executor, kills nothing)."""
 LAUNCH_WAIT_S = 3.0
 """How long the executors stay frozen waiting for the driver to launch a task on one (s)."""
 LAUNCH_BYTES = 1000
@@ -263,7 +264,7 @@ class KillExecutor:
 
     def _in_batch(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         """Kill an executor while a micro-batch is in flight (module docstring), retried until Spark reports a
-        task lost, at most :data:`BATCH_ATTEMPTS` kills (and :data:`FREEZES` freezes) within
+        task lost, at most :data:`BATCH_ATTEMPTS` kills (and :data:`TRIES` attempts) within
         ``retry_wait_s`` s."""
         attempts: list[dict] = []
         deadline = time.monotonic() + self.retry_wait_s
@@ -271,7 +272,7 @@ class KillExecutor:
         ev = {"aim": "executor holding a launched task of a micro-batch (offsets/N logged, commits/N not; "
                      "executors frozen until the kill)" if frozen else
                      "executor during a micro-batch (offsets/N logged, commits/N not)", "attempts": attempts}
-        while sum("executor_id" in a for a in attempts) < BATCH_ATTEMPTS and len(attempts) < FREEZES:
+        while sum("executor_id" in a for a in attempts) < BATCH_ATTEMPTS and len(attempts) < TRIES:
             batch = _new_batch(ctx, deadline)
             if batch is None:
                 break
@@ -347,7 +348,7 @@ class KillExecutor:
             return victim
         finally:
             for e in held:
-                if e is not victim:
+                if e is not victim or "executor_id" not in a:  # all but the victim once the kill was tried
                     ctx.spark.thaw_executor(e)
                 self._frozen.pop(e.pid, None)
             a["frozen_s"] = round(time.monotonic() - t0, 3)
@@ -371,9 +372,10 @@ class KillExecutor:
                 ctx.stop.wait(SETTLE_S)  # the other executors' launches follow within milliseconds
                 unread = {e.id: ctx.spark.executor_unread_bytes(e) for e in held}
                 ids = launched_on(unread)
-                a["unread_bytes"] = unread
-                a["launch_seen_after_s"] = round(time.monotonic() - t0, 3)
-                return pick_victim([e for e in held if e.id in ids], rng)
+                if ids:  # else the executor went away meanwhile: look again
+                    a["unread_bytes"] = unread
+                    a["launch_seen_after_s"] = round(time.monotonic() - t0, 3)
+                    return pick_victim([e for e in held if e.id in ids], rng)
             if checkpoint.has_commit(ctx.checkpoint, batch):
                 a["missed"] = "commits/N logged before a task launched on a frozen executor"
                 return None
