@@ -157,7 +157,7 @@ class StandInNetwork(_OnlyTheProtocol):
 class CoreStandInSpark(_OnlyTheProtocol):
     """The core :class:`~onceproof.backends.base.SparkApp` only."""
 
-    __slots__ = ("calls", "_driver", "_checkpoint", "_executors", "runtimes", "runtime", "cpu")
+    __slots__ = ("calls", "_driver", "_checkpoint", "_executors", "runtimes", "runtime", "cpu", "unread", "frozen")
 
     OWN, PREVIOUS = "4.3.0-stand-in", "4.2.1-stand-in"
 
@@ -169,6 +169,10 @@ class CoreStandInSpark(_OnlyTheProtocol):
         self.runtimes: dict = {None: self.OWN, "previous": self.PREVIOUS}
         self.runtime = self.OWN  # what the next driver start would run
         self.cpu: dict = {}  # executor id -> callable giving its CPU seconds now; none = unreadable
+        # executor id -> callable giving the bytes it has not read now (the stand-in's frozen ids passed in);
+        # none = unreadable
+        self.unread: dict = {}
+        self.frozen: set[str] = set()  # executor ids frozen now
 
     checkpoint = property(lambda self: self._checkpoint)
     driver_pid = property(lambda self: self._driver)
@@ -219,6 +223,7 @@ class ExecutorStandInSpark(CoreStandInSpark):
     def kill_executor(self, executor: Executor) -> str | None:
         self.calls.append(("kill_executor", executor.id))
         self._executors.remove(executor)
+        self.frozen.discard(executor.id)
         return None
 
     def executor_cpu_s(self, executor: Executor) -> float | None:
@@ -240,6 +245,21 @@ class StandInSpark(ExecutorStandInSpark):
             raise got
         self.runtime = got
         return got
+
+    def freeze_executor(self, executor: Executor) -> bool:
+        self.calls.append(("freeze_executor", executor.id))
+        if executor not in self._executors:
+            return False
+        self.frozen.add(executor.id)
+        return True
+
+    def thaw_executor(self, executor: Executor) -> None:
+        self.calls.append(("thaw_executor", executor.id))
+        self.frozen.discard(executor.id)
+
+    def executor_unread_bytes(self, executor: Executor) -> int | None:
+        f = self.unread.get(executor.id)
+        return None if f is None or executor not in self._executors else f(self.frozen)
 
     def freeze_driver(self, pid: int) -> bool:
         self.calls.append(("freeze_driver", pid))

@@ -105,6 +105,10 @@ def test_capabilities_follow_the_protocols_a_backend_implements():
     for proto in (base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes):
         assert issubclass(LocalSpark, proto) and issubclass(StandInSpark, proto), proto
     assert issubclass(DockerSpark, base.DriverPause) and issubclass(DockerSpark, base.ExecutorFaults)
+    # freezing executors sharpens kill-executor's aim and adds no fault: a backend without it keeps them all
+    assert issubclass(LocalSpark, base.ExecutorPause) and issubclass(DockerSpark, base.ExecutorPause)
+    assert issubclass(StandInSpark, base.ExecutorPause)
+    assert not any(base.ExecutorPause in needs for needs in capabilities.NEEDS.values())
     assert not issubclass(DockerSpark, base.TaskKill) and not issubclass(DockerSpark, base.Runtimes)
     assert StandInBackend().capabilities == LOCAL
     core = {s for s, needs in capabilities.NEEDS.items() if not needs}
@@ -135,6 +139,9 @@ def _members(proto: type) -> set[str]:
     ("Cluster", "onceproof.backends.local.kafka:KafkaCluster"),
     ("SparkApp", "onceproof.backends.local.spark:LocalSpark"),
     ("SparkApp", "onceproof.backends.docker.spark:DockerSpark"),
+    ("ExecutorPause", "onceproof.backends.local.spark:LocalSpark"),
+    ("ExecutorPause", "onceproof.backends.docker.spark:DockerSpark"),
+    ("ExecutorPause", "tests.stand_in_backend:StandInSpark"),
     ("FaultNetwork", "onceproof.backends.local.faultproxy:ProxyNetwork"),
     ("FaultNetwork", "onceproof.backends.docker.network:DockerFaultNetwork"),
     ("Backend", "onceproof.backends.local.backend:LocalBackend"),
@@ -340,4 +347,5 @@ def test_no_nemesis_reaches_past_the_protocols(path):
 
 # ctx.spark in a nemesis: the core or an optional protocol (the one its fault's capabilities.NEEDS names)
 SERVICES = {"cluster": (base.Cluster,), "network": (base.FaultNetwork,),
-            "spark": (base.SparkApp, base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes)}
+            "spark": (base.SparkApp, base.DriverPause, base.ExecutorFaults, base.ExecutorPause, base.TaskKill,
+                      base.Runtimes)}

@@ -26,7 +26,7 @@ from onceproof.pipeline.transactional_sink import append_event
 from onceproof.report import junit
 from onceproof.sinks import base as sink_base
 from onceproof.sinks import registry as sinks
-from tests.stand_in_backend import StandInSpark
+from tests.stand_in_backend import ExecutorStandInSpark, StandInSpark
 
 NO_TXN = {"kill-broker:txn-coordinator", "pause-broker:txn-coordinator", "commit-delay:precommit",
           "commit-delay:txn-timeout"}
@@ -85,16 +85,29 @@ def test_every_fault_need_is_a_known_capability():
                                                   sink_base.DRIVER_HOOKS}
 
 
+def _lost_task_log(checkpoint: Path) -> Path:
+    log = checkpoint / "driver.log"
+    log.write_text("".join(f"WARN TaskSetManager: Lost task 0.0 in stage 3.0 (TID 7) (127.0.0.1 executor {e})\n"
+                           for e in ("0", "1")))
+    return log
+
+
 class LoggingSpark(StandInSpark):
-    """A stand-in Spark whose driver log reports a task lost on each executor."""
+    """A stand-in Spark (every optional protocol) whose driver log reports a task lost on each executor."""
 
     __slots__ = ()
 
     def driver_log(self) -> Path:
-        log = self.checkpoint / "driver.log"
-        log.write_text("".join(f"WARN TaskSetManager: Lost task 0.0 in stage 3.0 (TID 7) (127.0.0.1 executor {e})\n"
-                               for e in ("0", "1")))
-        return log
+        return _lost_task_log(self.checkpoint)
+
+
+class CpuLoggingSpark(ExecutorStandInSpark):
+    """As :class:`LoggingSpark`, with executor faults but no ``ExecutorPause``: the CPU aim."""
+
+    __slots__ = ()
+
+    def driver_log(self) -> Path:
+        return _lost_task_log(self.checkpoint)
 
 
 def _batches(checkpoint: Path, n: int, every_s: float, commit_after_s: float, stop: threading.Event) -> None:
@@ -111,16 +124,18 @@ def _batches(checkpoint: Path, n: int, every_s: float, commit_after_s: float, st
             return
 
 
-def _batch_ctx(tmp_path: Path, caps) -> NemesisContext:
+def _batch_ctx(tmp_path: Path, caps, spark=CpuLoggingSpark) -> NemesisContext:
     (tmp_path / "control").mkdir(exist_ok=True)
-    return NemesisContext(spark=LoggingSpark(tmp_path), control=tmp_path / "control", checkpoint=tmp_path,
+    return NemesisContext(spark=spark(tmp_path), control=tmp_path / "control", checkpoint=tmp_path,
                           sink_ids=["a", "b"], sink_capabilities=caps)
 
 
-def test_kill_executor_against_a_sink_without_the_hook_kills_inside_a_batch_window(tmp_path):
+@pytest.mark.parametrize("spark", [CpuLoggingSpark, LoggingSpark], ids=["cpu-aim", "frozen-blind"])
+def test_kill_executor_against_a_sink_without_the_hook_kills_inside_a_batch_window(tmp_path, spark):
     """No sink task will announce itself, so the kill waits for a new offsets/N (not for a task) and lands
-    before its commits/N; a task lost on the killed executor makes the turn exercised."""
-    ctx, stop = _batch_ctx(tmp_path, sinks.get("at-least-once").capabilities), threading.Event()
+    before its commits/N; a task lost on the killed executor makes the turn exercised. Neither stand-in
+    reads CPU times or unread bytes: a seeded executor after a seeded delay, or after a blind freeze."""
+    ctx, stop = _batch_ctx(tmp_path, sinks.get("at-least-once").capabilities, spark), threading.Event()
     th = threading.Thread(target=_batches, args=(tmp_path, 30, 1.0, 0.9, stop), daemon=True)
     th.start()
     t = time.monotonic()

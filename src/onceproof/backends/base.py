@@ -15,7 +15,8 @@ and optional protocols for what only some backends can do, as Jepsen's ``Kill``,
 * on the backend: :class:`NetworkFaults` (a :class:`FaultNetwork`, every path cut or slowed one at a
   time), :class:`Prepare` (fetch jars, build images ahead of time);
 * on its :class:`SparkApp`: :class:`DriverPause` (freeze and thaw the driver), :class:`ExecutorFaults`
-  (find and kill executors), :class:`TaskKill` (kill a task process that outlived its executor),
+  (find and kill executors), :class:`ExecutorPause` (freeze and thaw one executor, see what it has not
+  read), :class:`TaskKill` (kill a task process that outlived its executor),
   :class:`Runtimes` (another PySpark for the next driver start).
 
 The runner and ``nemesis/`` use nothing else of a backend: no pid set by hand, no port read from a
@@ -306,6 +307,28 @@ class ExecutorFaults(Protocol):
         """User + system CPU time (s) ``executor``'s JVM has used so far; ``None`` when it cannot be read
         (gone, its pid reused, or a process this backend cannot see). Sampled twice, its growth tells a
         busy executor (running a task) from an idle one (heartbeats only)."""
+
+
+@runtime_checkable
+class ExecutorPause(Protocol):
+    """Optional to a :class:`SparkApp` with :class:`ExecutorFaults`: an executor frozen where it is and
+    thawed (Jepsen ``Pause``, one executor at a time), and what its driver sent it that it has not read.
+    ``kill-executor`` uses it to hold a micro-batch's tasks in flight (``nemesis/kill_executor.py``): the
+    driver's launch of a task on a frozen executor is a message the executor cannot read, so the task
+    stays launched there until the executor is thawed or killed."""
+
+    def freeze_executor(self, executor: Executor) -> bool:
+        """SIGSTOP ``executor``'s JVM alone (not its worker, not its Python workers); False when it is gone
+        or its pid now belongs to another process."""
+
+    def thaw_executor(self, executor: Executor) -> None:
+        """SIGCONT what :meth:`freeze_executor` stopped (no-op when it is gone or was never frozen)."""
+
+    def executor_unread_bytes(self, executor: Executor) -> int | None:
+        """Bytes the driver sent ``executor`` over its scheduler connection that the executor has not read
+        yet (the kernel's receive queue of its sockets to the driver's RPC port); ``None`` when they cannot
+        be read (gone, pid reused, no socket table visible). On a frozen executor a task launch shows as a
+        few KB (the serialized task description); heartbeat replies are tens of bytes."""
 
 
 @runtime_checkable

@@ -9,6 +9,8 @@ processes; a backend's subclass starts, stops and signals its own driver.
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 from pathlib import Path
 
@@ -87,6 +89,41 @@ class SupervisedSpark:
             return None
         return t.user + t.system
 
+    def freeze_executor(self, executor: Executor) -> bool:
+        """SIGSTOP the executor JVM alone (its worker keeps running, so Spark sees no exit)."""
+        p = _process(executor)
+        if p is None:
+            return False
+        try:
+            p.suspend()
+        except psutil.Error:
+            return False
+        return True
+
+    def thaw_executor(self, executor: Executor) -> None:
+        p = _process(executor)
+        if p is not None:
+            try:
+                p.resume()
+            except psutil.Error:
+                pass
+
+    def executor_unread_bytes(self, executor: Executor) -> int | None:
+        """The receive queues of the executor's established sockets to its driver's RPC port (the port of
+        its ``--driver-url``), summed; ``None`` when the process or its tables cannot be read."""
+        p = _process(executor)
+        if p is None:
+            return None
+        try:
+            port = driver_port(p.cmdline())
+            inodes = socket_inodes(executor.pid)
+            tables = [Path(f"/proc/{executor.pid}/net/{t}").read_text() for t in ("tcp", "tcp6")]
+        except (psutil.Error, OSError):
+            return None
+        if port is None:
+            return None
+        return unread_bytes(tables, inodes, port)
+
     def driver_log(self) -> Path | None:
         """The most recently written ``driver-<n>.log``."""
         logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
@@ -100,3 +137,62 @@ def host_executor(p: psutil.Process) -> Executor:
     except psutil.Error:
         started = 0.0
     return Executor(executor_id(p), p.pid, started)
+
+
+def _process(executor: Executor) -> psutil.Process | None:
+    """``executor``'s JVM, ``None`` when it is gone or its pid now belongs to another process."""
+    try:
+        p = psutil.Process(executor.pid)
+        if executor.started and abs(p.create_time() - executor.started) > 1e-3:
+            return None
+    except psutil.Error:
+        return None
+    return p
+
+
+_DRIVER_URL = re.compile(r"CoarseGrainedScheduler@\[?[^\s\]]*\]?:(\d+)")
+
+
+def driver_port(cmdline: list[str]) -> int | None:
+    """The driver's RPC port from an executor's ``--driver-url spark://CoarseGrainedScheduler@host:port``
+    (``None`` without one)."""
+    m = _DRIVER_URL.search(" ".join(cmdline))
+    return int(m.group(1)) if m else None
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets process ``pid`` holds open (``/proc/<pid>/fd/* -> socket:[<inode>]``).
+    Raises ``OSError`` when its fd table cannot be read."""
+    out = set()
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            link = os.readlink(f"{fds}/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+_ESTABLISHED = "01"
+
+
+def unread_bytes(tables: list[str], inodes: set[int], port: int) -> int:
+    """Sum of ``rx_queue`` over the established sockets of ``tables`` (the text of ``/proc/<pid>/net/tcp``
+    and ``tcp6``: a header line, then ``sl local rem st tx_queue:rx_queue tr:when retrnsmt uid timeout
+    inode ...``, addresses ``HEXADDR:HEXPORT``, queues in hex bytes) whose inode is in ``inodes`` and whose
+    remote port is ``port``."""
+    total = 0
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            f = line.split()
+            if len(f) < 10 or f[3] != _ESTABLISHED:
+                continue
+            try:
+                if int(f[9]) not in inodes or int(f[2].rsplit(":", 1)[1], 16) != port:
+                    continue
+                total += int(f[4].split(":")[1], 16)
+            except (ValueError, IndexError):
+                continue
+    return total

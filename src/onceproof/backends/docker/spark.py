@@ -18,7 +18,9 @@ in-network ``APP`` listener (``backends/docker/layout.py``).
 hook), a sink task's pid in ``sink.jsonl``, the executor JVMs. So the process-level methods shared with the
 local backend (:class:`onceproof.backends.common.spark.SupervisedSpark`) apply: ``executor_of`` walks a task's
 parents up to its executor JVM, ``kill_executor`` SIGKILLs that JVM (inside its worker container; the worker
-reports it lost and the master starts a replacement), ``driver_log`` / ``ready`` read the run's files.
+reports it lost and the master starts a replacement), ``freeze_executor`` SIGSTOPs it and
+``executor_unread_bytes`` reads its sockets in its container's network namespace (``/proc/<pid>/net``),
+``driver_log`` / ``ready`` read the run's files.
 Executors are the ``CoarseGrainedExecutorBackend`` processes ``docker top`` lists in the workers, for the
 current application. A driver kill is ``docker kill`` of its container.
 
@@ -103,7 +105,8 @@ class DockerSpark(SupervisedSpark):
     """The supervised pipeline ``pipeline`` on a standalone cluster of ``image`` on ``site``'s network;
     logs in ``log_dir``. Nothing runs until :meth:`start`.
 
-    Implements :class:`~onceproof.backends.base.SparkApp`, ``DriverPause`` and ``ExecutorFaults``; not
+    Implements :class:`~onceproof.backends.base.SparkApp`, ``DriverPause``, ``ExecutorFaults`` and
+    ``ExecutorPause`` (shared with the local backend; its freeze has not been run on Docker yet); not
     ``TaskKill`` (``zombie-task`` has not been verified on this backend) nor ``Runtimes`` (its driver runs
     the one PySpark of the ``onceproof/spark`` image; ``upgrade:pyspark`` is for the local backend).
     """

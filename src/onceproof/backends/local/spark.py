@@ -29,7 +29,7 @@ from onceproof.pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
 class LocalSpark(SupervisedSpark):
     """The supervised pipeline ``pipeline``, logging to ``log_dir``. Not started until :meth:`start`.
     Implements :class:`~onceproof.backends.base.SparkApp` and every optional protocol of it (``DriverPause``,
-    ``ExecutorFaults``, ``TaskKill``, ``Runtimes``)."""
+    ``ExecutorFaults``, ``ExecutorPause``, ``TaskKill``, ``Runtimes``)."""
 
     def __init__(self, pipeline: PipelineArgs, log_dir: Path):
         self.pipeline = pipeline
