@@ -29,6 +29,9 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "zombie-task:*": (ExecutorFaults, TaskKill),  # its executor killed, then the task that outlived it
     "restart-mid-txn": (),  # SparkApp.kill_driver (core) and the pipeline's hooks
     "upgrade:*": (Runtimes,),  # upgrade:pyspark restarts the driver on another PySpark
+    "bounce-broker:*": (),  # Cluster.stop(clean=True)/start (core)
+    "rolling-restart": (),  # Cluster.stop(clean=True)/start (core), one broker at a time
+    "elect-leaders": (),  # the Admin API (ElectLeaders, KIP-460)
 }
 
 

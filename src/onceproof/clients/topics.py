@@ -59,6 +59,30 @@ def create_topics(bootstrap: str, specs: dict[str, int], replication: int = 3,
     raise TopicError(f"topics {list(specs)} have no leaders after {timeout_s}s")
 
 
+def replica_view(bootstrap: str, timeout_s: float = 10.0) -> dict[str, dict[int, dict]]:
+    """Every topic's partitions (internal topics included) from cluster metadata:
+    ``{topic: {partition: {"leader": node id (-1: none), "replicas": [ids], "isr": [ids]}}}``.
+
+    Raises: ``KafkaException`` when no broker answered."""
+    md = admin(bootstrap).list_topics(timeout=timeout_s)
+    return {t: {p: {"leader": m.leader, "replicas": list(m.replicas), "isr": list(m.isrs)}
+                for p, m in tm.partitions.items()}
+            for t, tm in md.topics.items() if tm.error is None}
+
+
+def elect_preferred_leaders(bootstrap: str, timeout_s: float = 30.0) -> dict[str, str | None]:
+    """Preferred leader election on every partition (KIP-460, ``ElectLeaders`` with ``PREFERRED``):
+    ``{"topic:partition": None (elected) or the broker's error}``; ``ELECTION_NOT_NEEDED`` for a
+    partition already led by its preferred replica. Unclean election is never asked for.
+
+    Raises: ``KafkaException`` when the request failed as a whole."""
+    from confluent_kafka import ElectionType
+
+    fut = admin(bootstrap).elect_leaders(ElectionType.PREFERRED, None, request_timeout=timeout_s)
+    return {f"{tp.topic}:{tp.partition}": (None if err is None else str(err))
+            for tp, err in fut.result(timeout=timeout_s + 5).items()}
+
+
 def partitions(bootstrap: str, topic: str) -> list[int]:
     """Partition ids of ``topic``. Raises ``TopicError`` when the topic does not exist."""
     md = admin(bootstrap).list_topics(topic, timeout=10).topics.get(topic)

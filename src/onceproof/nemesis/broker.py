@@ -60,6 +60,28 @@ class _BrokerFault:
         tid = choice.why.get("transactional_id")
         return targets.txn_coordinator(ctx.cluster.bootstrap, tid)[0] if tid else None
 
+    def _wait_moved(self, ctx: NemesisContext, choice: targets.Choice, ev: dict, max_s: float = 25.0) -> bool:
+        """Keep the broker down until the partition it led (``leader``) or the ``__transaction_state``
+        partition of the chosen transactional id (``txn-coordinator``) has a new live leader: only then
+        did the pipeline have to fail over (KRaft notices a dead broker after
+        ``broker.session.timeout.ms``, 9 s by default). ≤ ``max_s`` s; records the new leader."""
+        t = time.monotonic()
+        gone = set(choice.nodes)
+        while True:
+            if "transactional_id" in choice.why:
+                now = self._coordinator(ctx, choice)
+                ev["coordinator_during"] = now
+            else:
+                leaders = targets.partition_leaders(ctx.cluster.bootstrap, ctx.output_topic)
+                now = leaders.get(choice.why["partition"], -1)
+                ev["leader_during"] = now
+            if now is not None and now >= 0 and now not in gone:
+                ev["moved_after_s"] = round(time.monotonic() - t, 1)
+                return True
+            if time.monotonic() - t >= max_s or ctx.stop.wait(0.5):
+                ev["moved_after_s"] = None
+                return False
+
 
 class KillBroker(_BrokerFault):
     """SIGKILL the target broker(s), wait ``ctx.hold_s``, restart them on their data, wait for rejoin."""
@@ -89,28 +111,6 @@ class KillBroker(_BrokerFault):
         ev["rejoined_after_s"] = self._restart(ctx, choice.nodes)
         ok = all(k["status_after"] == "gone" for k in ev["killed"].values())
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev, exercised=moved)
-
-    def _wait_moved(self, ctx: NemesisContext, choice: targets.Choice, ev: dict, max_s: float = 25.0) -> bool:
-        """Keep the broker down until the partition it led (``leader``) or the ``__transaction_state``
-        partition of the chosen transactional id (``txn-coordinator``) has a new live leader: only then
-        did the pipeline have to fail over (KRaft notices a dead broker after
-        ``broker.session.timeout.ms``, 9 s by default). ≤ ``max_s`` s; records the new leader."""
-        t = time.monotonic()
-        gone = set(choice.nodes)
-        while True:
-            if "transactional_id" in choice.why:
-                now = self._coordinator(ctx, choice)
-                ev["coordinator_during"] = now
-            else:
-                leaders = targets.partition_leaders(ctx.cluster.bootstrap, ctx.output_topic)
-                now = leaders.get(choice.why["partition"], -1)
-                ev["leader_during"] = now
-            if now is not None and now >= 0 and now not in gone:
-                ev["moved_after_s"] = round(time.monotonic() - t, 1)
-                return True
-            if time.monotonic() - t >= max_s or ctx.stop.wait(0.5):
-                ev["moved_after_s"] = None
-                return False
 
     def _restart(self, ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> dict:
         t0 = time.monotonic()

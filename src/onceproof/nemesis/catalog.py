@@ -12,6 +12,7 @@ from onceproof.nemesis.fault import Fault
 from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.kill_executor import KillExecutor
 from onceproof.nemesis.network import Partition, SlowNetwork
+from onceproof.nemesis.operator import BounceBroker, ElectLeaders, RollingRestart
 from onceproof.nemesis.restart_mid_txn import RestartMidTxn
 from onceproof.nemesis.upgrade import Upgrade
 from onceproof.nemesis.zombie import ZombieTask
@@ -28,6 +29,9 @@ FAULTS = {
     ZombieTask.name: ZombieTask,
     Upgrade.name: Upgrade,
     RestartMidTxn.name: RestartMidTxn,
+    BounceBroker.name: BounceBroker,
+    RollingRestart.name: RollingRestart,
+    ElectLeaders.name: ElectLeaders,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiproxy
@@ -36,6 +40,9 @@ NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiprox
 # test-all package (nemesis/packages.py); ``all`` stays the general faults, so that its runs keep their
 # length (and make test its budget).
 TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name}
+# Operators' restarts (nemesis/operator.py): run when named or in the ``operator`` package, not in ``all``
+# (whose runs and make test's budget they would lengthen by a minute or more per turn).
+OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:
@@ -60,8 +67,8 @@ def target_choices(capabilities: frozenset[str] | None = None) -> dict[str, tupl
 def all_specs() -> list[str]:
     """What ``--nemesis all`` means: every general fault family and every target, each its own spec
     (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``); not the :data:`TARGETED`
-    faults."""
-    return [s for n in FAULTS if n not in TARGETED for s in expand(n)]
+    faults, nor the :data:`OPERATOR` ones."""
+    return [s for n in FAULTS if n not in TARGETED | OPERATOR for s in expand(n)]
 
 
 def expand(spec: str) -> list[str]:

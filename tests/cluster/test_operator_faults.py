@@ -1,0 +1,41 @@
+"""Operators' restarts (``nemesis/operator.py``, the ``operator`` package) on the real local cluster, one
+run carrying every assertion: under ``bounce-broker:leader,rolling-restart,elect-leaders`` the eos sink is
+valid, each fault effective with its evidence (a clean stop that the broker's own log shows as a
+controlled shutdown, every broker back in every ISR before the next one went down, the election's
+answer), the leader move that exercised the bounce, and the cluster healthy afterwards.
+
+About 4 minutes on 2 cores; ``make test-extended``.
+"""
+
+import pytest
+
+from tests.conftest import load_run, our_processes, run_cli
+
+pytestmark = [pytest.mark.cluster, pytest.mark.extended]
+
+
+@pytest.mark.timeout(1200)
+def test_eos_is_valid_under_an_operators_restarts_with_evidence(results_root):
+    p = run_cli(["run", "--sink", "eos", "--nemesis", "bounce-broker:leader,rolling-restart,elect-leaders",
+                 "--time-limit", "90", "--seed", "1", "--results", str(results_root)], timeout=1100)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 0 and result["verdict"] == "valid", (result.get("unknown_reasons"), result["counts"],
+                                                                p.stdout[-3000:])
+    done = {o["f"]: o for o in ops if o["type"] == "info" and o.get("f") != "heal"}
+    assert set(done) == {"bounce-broker:leader", "rolling-restart", "elect-leaders"}, list(done)
+    assert all(o["outcome"] == "effective" for o in done.values()), done
+
+    b = done["bounce-broker:leader"]["evidence"]
+    assert b["gone"] and b["clean"] and b["stop_s"] < 15, b
+    assert b["moved_after_s"] is not None and b["rejoined_after_s"] is not None, b
+    assert b["shutdown_log"], f"the bounced broker's log shows no controlled shutdown: {b}"
+
+    r = done["rolling-restart"]["evidence"]
+    assert sorted(r["order"]) == [1, 2, 3] and len(r["brokers"]) == 3, r
+    for node, e in r["brokers"].items():
+        assert e["clean"] and e["in_sync_after_s"] is not None and e["shutdown_log"], (node, e)
+
+    e = done["elect-leaders"]["evidence"]
+    assert e["elected_count"] + e["not_needed"] > 0 and not e["errors"], e
+    assert result["stats"]["input_records"] == result["stats"]["output_records"] > 1000, result["stats"]
+    assert not our_processes(str(run_dir))
