@@ -62,7 +62,7 @@ class StandInCluster(_OnlyTheProtocol):
         self.calls.append(("start", node))
         self._procs[node] = NodeState(next(self._pids), "sleeping")
 
-    def stop(self, node: int, clean: bool = True) -> None:
+    def stop(self, node: int, clean: bool = True, grace_s: float = 15.0) -> None:
         self.calls.append(("stop", node, clean))
         self._procs[node] = NodeState(None, GONE)
 

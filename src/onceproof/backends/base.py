@@ -206,8 +206,8 @@ class Cluster(Protocol):
     def start(self, node: int) -> None:
         """Start (or restart) ``node`` on its data."""
 
-    def stop(self, node: int, clean: bool = True) -> None:
-        """Stop ``node``: ``clean`` = SIGTERM, then SIGKILL after a grace period; else as :meth:`kill`."""
+    def stop(self, node: int, clean: bool = True, grace_s: float = 15.0) -> None:
+        """Stop ``node``: ``clean`` = SIGTERM, then SIGKILL after ``grace_s`` seconds; else as :meth:`kill`."""
 
     def kill(self, node: int) -> NodeState:
         """SIGKILL ``node`` and everything it started. Returns the killed process: its pid and its status

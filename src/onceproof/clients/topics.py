@@ -78,7 +78,8 @@ def elect_preferred_leaders(bootstrap: str, timeout_s: float = 30.0) -> dict[str
     Raises: ``KafkaException`` when the request failed as a whole."""
     from confluent_kafka import ElectionType
 
-    fut = admin(bootstrap).elect_leaders(ElectionType.PREFERRED, None, request_timeout=timeout_s)
+    fut = admin(bootstrap).elect_leaders(ElectionType.PREFERRED, None)  # confluent-kafka 2.x rejects its
+    # request_timeout keyword here ("more argument specifiers than keyword list entries")
     return {f"{tp.topic}:{tp.partition}": (None if err is None else str(err))
             for tp, err in fut.result(timeout=timeout_s + 5).items()}
 

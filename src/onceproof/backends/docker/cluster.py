@@ -186,14 +186,14 @@ class DockerKafkaCluster:
         self._container(node).start()
         self.save_state()
 
-    def stop(self, node: int, clean: bool = True) -> None:
-        """``clean``: ``docker stop`` (SIGTERM, SIGKILL after 15 s); else :meth:`kill`."""
+    def stop(self, node: int, clean: bool = True, grace_s: float = 15.0) -> None:
+        """``clean``: ``docker stop`` (SIGTERM, SIGKILL after ``grace_s`` s); else :meth:`kill`."""
         if not clean:
             self.kill(node)
             return
         c = self._container(node)
         self._unpause(c)
-        c.stop(timeout=15)
+        c.stop(timeout=int(grace_s))
 
     def kill(self, node: int) -> NodeState:
         """``docker kill`` (SIGKILL) node ``node`` and wait for its container to exit (≤ 5 s). Returns the

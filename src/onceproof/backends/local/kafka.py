@@ -257,10 +257,10 @@ class KafkaCluster:
         """Start (or restart) ``node`` on its data."""
         self.start_node(node)
 
-    def stop(self, node: int, clean: bool = True) -> None:
-        """``clean``: SIGTERM, SIGKILL after 15 s (:meth:`stop_node`); else :meth:`kill`."""
+    def stop(self, node: int, clean: bool = True, grace_s: float = 15.0) -> None:
+        """``clean``: SIGTERM, SIGKILL after ``grace_s`` s (:meth:`stop_node`); else :meth:`kill`."""
         if clean:
-            self.stop_node(node)
+            self.stop_node(node, grace_s=grace_s)
         else:
             self.kill(node)
 
