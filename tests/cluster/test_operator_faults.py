@@ -26,7 +26,7 @@ def test_eos_is_valid_under_an_operators_restarts_with_evidence(results_root):
     assert all(o["outcome"] == "effective" for o in done.values()), done
 
     b = done["bounce-broker:leader"]["evidence"]
-    assert b["gone"] and b["clean"] and b["stop_s"] < 15, b
+    assert b["gone"] and b["clean"], b
     assert b["moved_after_s"] is not None and b["rejoined_after_s"] is not None, b
     assert b["shutdown_log"], f"the bounced broker's log shows no controlled shutdown: {b}"
 

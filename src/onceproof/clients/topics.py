@@ -78,8 +78,9 @@ def elect_preferred_leaders(bootstrap: str, timeout_s: float = 30.0) -> dict[str
     Raises: ``KafkaException`` when the request failed as a whole."""
     from confluent_kafka import ElectionType
 
-    fut = admin(bootstrap).elect_leaders(ElectionType.PREFERRED, None)  # confluent-kafka 2.x rejects its
-    # request_timeout keyword here ("more argument specifiers than keyword list entries")
+    a = admin(bootstrap)  # kept until the answer: a collected client fails its futures (_DESTROY)
+    fut = a.elect_leaders(ElectionType.PREFERRED, None)  # confluent-kafka 2.x rejects its request_timeout
+    # keyword here ("more argument specifiers than keyword list entries")
     return {f"{tp.topic}:{tp.partition}": (None if err is None else str(err))
             for tp, err in fut.result(timeout=timeout_s + 5).items()}
 
