@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Static
 
 from onceproof.harness.session import live
@@ -164,7 +165,14 @@ class WatchApp(App):
         self.set_interval(self.refresh_s, self.refresh_view)
 
     def refresh_view(self) -> None:
-        """Re-read the state and the snapshot; redraw every panel."""
+        """Re-read the state and the snapshot; redraw every panel (nothing once the view is closing: its
+        interval can fire after the panels were removed)."""
+        try:
+            self._redraw()
+        except NoMatches:
+            return
+
+    def _redraw(self) -> None:
         st = self.state.read()
         snap = live.read(self.state.live)
         age = time.time() - snap["t"] if snap.get("t") else None
