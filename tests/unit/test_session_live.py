@@ -100,26 +100,26 @@ def test_the_view_draws_every_panel_and_its_keys_send_spool_commands(tmp_path):
     s = _session(tmp_path)
     spool = Spool(s.spool_dir)
 
+    async def pending(pilot):
+        """The spool's unanswered commands, once the view's worker has written one (≤ 5 s)."""
+        for _ in range(50):
+            if spool.pending():
+                break
+            await pilot.pause(0.1)
+        return spool.pending()
+
     async def drive():
         app = WatchApp(s, refresh_s=0.1)
         async with app.run_test(size=(140, 40)) as pilot:
             await pilot.pause(0.3)
             svg = app.export_screenshot()
             await pilot.press("down", "t")  # pause-broker, for 10 s
-            for _ in range(50):
-                if spool.pending():
-                    break
-                await pilot.pause(0.1)
-            cmds = spool.pending()
+            cmds = await pending(pilot)
             spool.answer(cmds[0].name, {"ok": True, "message": "injected pause-broker:minority"})
             await pilot.pause(0.5)
             msg = str(app.query_one("#message").render())
             await pilot.press("a")
-            for _ in range(50):
-                if spool.pending():
-                    break
-                await pilot.pause(0.1)
-            heal = spool.pending()
+            heal = await pending(pilot)
             spool.answer(heal[0].name, {"ok": True, "message": "healed pause-broker:minority"})
             await pilot.press("q")
         return svg, cmds, msg, heal

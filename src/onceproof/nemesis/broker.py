@@ -31,6 +31,21 @@ def _registered(bootstrap: str, node: int) -> bool:
         return False
 
 
+def restart(ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> dict:
+    """Start ``nodes`` on their data and wait (≤ ``timeout_s`` s, until teardown) for each to register in
+    the cluster's metadata: ``{node: seconds to rejoin, or None}``."""
+    t0 = time.monotonic()
+    for n in nodes:
+        ctx.cluster.start(n)
+    out = {}
+    for n in nodes:
+        while not _registered(ctx.cluster.bootstrap, n) and time.monotonic() - t0 < timeout_s:
+            if ctx.teardown.wait(0.5):
+                break
+        out[n] = round(time.monotonic() - t0, 1) if _registered(ctx.cluster.bootstrap, n) else None
+    return out
+
+
 class _BrokerFault:
     name = ""
     target_choices = targets.TARGETS
@@ -108,21 +123,9 @@ class KillBroker(_BrokerFault):
         ev["held_s"] = round(waited + hold(ctx, max(0.0, ctx.hold_s - (time.monotonic() - t_kill))), 2)
         if ctx.teardown.is_set():
             return Outcome(SKIPPED, f"{target}: broker {choice.nodes}", {**ev, "reason": "run interrupted"})
-        ev["rejoined_after_s"] = self._restart(ctx, choice.nodes)
+        ev["rejoined_after_s"] = restart(ctx, choice.nodes)
         ok = all(k["status_after"] == "gone" for k in ev["killed"].values())
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev, exercised=moved)
-
-    def _restart(self, ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> dict:
-        t0 = time.monotonic()
-        for n in nodes:
-            ctx.cluster.start(n)
-        out = {}
-        for n in nodes:
-            while not _registered(ctx.cluster.bootstrap, n) and time.monotonic() - t0 < timeout_s:
-                if ctx.teardown.wait(0.5):
-                    break
-            out[n] = round(time.monotonic() - t0, 1) if _registered(ctx.cluster.bootstrap, n) else None
-        return out
 
     def heal(self, ctx: NemesisContext) -> None:
         """Restart every broker that is not running, unless an interrupted run is tearing the cluster down."""
@@ -130,7 +133,7 @@ class KillBroker(_BrokerFault):
             return
         dead = [n for n in ctx.cluster.nodes if not ctx.cluster.state(n).alive]
         if dead:
-            self._restart(ctx, dead)
+            restart(ctx, dead)
 
 
 class PauseBroker(_BrokerFault):

@@ -27,7 +27,7 @@ import time
 
 from onceproof.clients import topics
 from onceproof.nemesis import targets
-from onceproof.nemesis.broker import _BrokerFault, _live, _registered
+from onceproof.nemesis.broker import _BrokerFault, _live, restart
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 STOP_GRACE_S = 20.0
@@ -99,13 +99,7 @@ def _bounce(ctx: NemesisContext, node: int) -> dict:
 def _rejoin(ctx: NemesisContext, node: int, wait_isr: bool) -> dict:
     """Start ``node`` and wait for it to register (and, with ``wait_isr``, to be back in every ISR)."""
     t0 = time.monotonic()
-    ctx.cluster.start(node)
-    out: dict = {"rejoined_after_s": None}
-    while time.monotonic() - t0 < ISR_WAIT_S and not ctx.teardown.is_set():
-        if _registered(ctx.cluster.bootstrap, node):
-            out["rejoined_after_s"] = round(time.monotonic() - t0, 1)
-            break
-        ctx.teardown.wait(0.5)
+    out: dict = {"rejoined_after_s": restart(ctx, [node], ISR_WAIT_S)[node]}
     if not wait_isr or out["rejoined_after_s"] is None:
         return out
     lagging: list[str] | None = None

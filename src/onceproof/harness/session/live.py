@@ -172,12 +172,11 @@ class LiveStatus:
             self._aborted = self.counts.aborted_reads(log)
         return self._aborted
 
-    def _lag(self) -> dict:
+    def _lag(self, n: int | None) -> dict:
         """Records acknowledged to the input that the last committed batch had not reached: per partition
         one past the highest acknowledged offset minus the batch's end offset (a transactional input's
         commit marker takes an offset after its records: ≤ 1 record off per partition, never below 0)."""
         ends = getattr(self.r.workload.stats, "ends", None)
-        n = checkpoint.latest_commit(self.r.ckpt)
         try:
             done = checkpoint.source_offsets(self.r.ckpt, n).get(self.input_topic, {}) if n is not None else {}
         except (OSError, ValueError):
@@ -186,8 +185,7 @@ class LiveStatus:
             return {"records": None, "batch": n}
         return {"records": int(sum(max(0, e - done.get(p, 0)) for p, e in dict(ends).items())), "batch": n}
 
-    def _batch(self, now: float) -> dict:
-        n = checkpoint.latest_commit(self.r.ckpt)
+    def _batch(self, n: int | None, now: float) -> dict:
         planned = checkpoint.latest_offset_batch(self.r.ckpt)
         if n is None:
             return {"id": None, "duration_s": None, "age_s": None, "planned": planned}
@@ -212,13 +210,14 @@ class LiveStatus:
         self.counts.add(r.live.rows_since(self.counts.cursor))
         s = r.workload.stats
         self._executors_now(now)
+        committed = checkpoint.latest_commit(r.ckpt)  # the last committed batch, read once for lag and batch
         out_parts = [_partition(p, t, lso, hw, now) for p, (t, lso, hw) in sorted(r.lso.latest().items())]
         return {
             "t": now, "up_s": round(now - self.started, 1),
             "input": {"acked": s.ok, "info": s.info, "fail": s.fail, "rate_per_s": self._in_rate.add(now, s.ok)},
             "output": {"seen": self.counts.records, "rereads": self.counts.rereads,
                        "rate_per_s": self._out_rate.add(now, self.counts.records)},
-            "lag": self._lag(), "batch": self._batch(now),
+            "lag": self._lag(committed), "batch": self._batch(committed, now),
             "partitions": out_parts, "open_transactions": sum(1 for p in out_parts if (p["open"] or 0) > 0),
             "driver": {"pid": r.spark.driver_pid, "restarts": r.spark.restarts()},
             "executors": self._executors,
