@@ -77,7 +77,7 @@ def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target
     assert registry.get("no-network").capabilities == {"kill-executor", "kill-driver", "kill-broker:one",
                                                        "kill-broker:minority", "pause-broker:*", "commit-delay:*",
                                                        "restart-mid-txn", "bounce-broker:*", "rolling-restart",
-                                                       "elect-leaders"}
+                                                       "elect-leaders", "reassign-partitions:*"}
     TestConfig(backend="no-network", nemesis=["kill-broker:one", "kill-broker:minority", "pause-broker",
                                               "kill-executor"], time_limit=300).validate()
     with pytest.raises(ConfigError) as e:
@@ -88,7 +88,7 @@ def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target
 
 LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
                    "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*",
-                   "restart-mid-txn", "bounce-broker:*", "rolling-restart", "elect-leaders"})
+                   "restart-mid-txn", "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*"})
 
 
 def test_the_local_backend_performs_every_fault_and_target():
@@ -114,7 +114,7 @@ def test_capabilities_follow_the_protocols_a_backend_implements():
     assert StandInBackend().capabilities == LOCAL
     core = {s for s, needs in capabilities.NEEDS.items() if not needs}
     assert core == {"kill-driver", "kill-broker:*", "pause-broker:*", "commit-delay:*", "restart-mid-txn",
-                    "bounce-broker:*", "rolling-restart", "elect-leaders"}
+                    "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*"}
     assert NoNetworkStandIn().capabilities == core | {"kill-executor"}
     for spec in capabilities.NEEDS:  # every spec names a fault (and a target) that exists
         name, _, target = spec.partition(":")

@@ -32,6 +32,7 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "bounce-broker:*": (),  # Cluster.stop(clean=True)/start (core)
     "rolling-restart": (),  # Cluster.stop(clean=True)/start (core), one broker at a time
     "elect-leaders": (),  # the Admin API (ElectLeaders, KIP-460)
+    "reassign-partitions:*": (),  # Kafka's reassignment tool against the bootstrap (KIP-455)
 }
 
 

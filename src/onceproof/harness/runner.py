@@ -232,7 +232,7 @@ def start_services(r: _Run) -> None:
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     ctx_caps = cfg.sink_capabilities
     r.ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
-                           output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
+                           input_topic=INPUT, output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
                            network=r.net,
                            # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
                            # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside

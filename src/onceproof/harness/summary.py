@@ -15,7 +15,8 @@ from onceproof.sinks import user_outputs
 
 def brief(ev: dict) -> str:
     """The evidence keys worth a console line (batch, pid, executor, ...), as ``k=v`` words."""
-    keys = ("batch", "pid", "executor_id", "offsets_logged", "commit_logged_after_kill", "reason")
+    keys = ("batch", "pid", "executor_id", "offsets_logged", "commit_logged_after_kill", "shrink_s", "restore_s",
+            "reason")
     return " ".join(f"{k}={ev[k]}" for k in keys if k in ev)
 
 

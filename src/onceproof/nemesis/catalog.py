@@ -13,6 +13,7 @@ from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.kill_executor import KillExecutor
 from onceproof.nemesis.network import Partition, SlowNetwork
 from onceproof.nemesis.operator import BounceBroker, ElectLeaders, RollingRestart
+from onceproof.nemesis.reassign import ReassignPartitions
 from onceproof.nemesis.restart_mid_txn import RestartMidTxn
 from onceproof.nemesis.upgrade import Upgrade
 from onceproof.nemesis.zombie import ZombieTask
@@ -32,6 +33,7 @@ FAULTS = {
     BounceBroker.name: BounceBroker,
     RollingRestart.name: RollingRestart,
     ElectLeaders.name: ElectLeaders,
+    ReassignPartitions.name: ReassignPartitions,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiproxy
@@ -42,7 +44,7 @@ NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiprox
 TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name}
 # Operators' restarts (nemesis/operator.py): run when named or in the ``operator`` package, not in ``all``
 # (whose runs and make test's budget they would lengthen by a minute or more per turn).
-OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name}
+OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignPartitions.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:

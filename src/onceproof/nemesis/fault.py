@@ -59,6 +59,7 @@ class NemesisContext:
     checkpoint: Path
     cluster: Cluster | None = None
     output_topic: str = "output"
+    input_topic: str = "input"
     sink_ids: list[str] = field(default_factory=list)  # the sink's transactional.ids
     hold_s: float = 6.0  # how long a start/stop fault stays in effect, seconds
     # the sink's capabilities (sinks/base.py); None: unknown, a fault tries its hooks anyway

@@ -90,6 +90,31 @@ def kafka_classpath() -> Classpath:
     return _resolve("kafka", kafka_version(), DEPS / "kafka" / "pom.xml")
 
 
+def kafka_tools_classpath() -> Classpath:
+    """Kafka's command-line tools (``kafka-tools``: ``org.apache.kafka.tools.reassign.ReassignPartitionsCommand``
+    and the others of the distribution's ``bin/kafka-*.sh``) at the broker's pinned version
+    (``deps/kafka-tools/pom.xml``), resolved on first use (about 15 s, 82 jars); ``$KAFKA_HOME/libs`` when
+    set (a distribution ships them).
+
+    Raises: ``ResolveError``.
+    """
+    if os.environ.get("KAFKA_HOME"):
+        return kafka_classpath()
+    version = kafka_version()
+    return _resolve("kafka-tools", version, DEPS / "kafka-tools" / "pom.xml", {"kafka.version": version})
+
+
+def java_binary() -> str:
+    """``$JAVA_HOME/bin/java``, else the ``java`` on ``PATH``.
+
+    Raises: ``ResolveError`` naming the fix when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    java = Path(home, "bin", "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise ResolveError("no `java` found: install Java 17+ or set JAVA_HOME")
+    return str(java)
+
+
 def connector_version(spark_version: str | None = None) -> str:
     """The ``spark-sql-kafka-0-10_2.13`` version for a PySpark at ``spark_version``: the pinned one
     (``deps/spark-kafka/pom.xml``) for that Spark minor or a newer one (``None``: this interpreter's), the

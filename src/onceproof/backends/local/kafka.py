@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -99,11 +98,10 @@ class KafkaCluster:
         return self.spec.data_dir / "cluster.json"
 
     def _java(self) -> str:
-        home = os.environ.get("JAVA_HOME")
-        java = Path(home, "bin", "java") if home else shutil.which("java")
-        if not java or not Path(java).exists():
-            raise ClusterError("no `java` found: install Java 17+ or set JAVA_HOME")
-        return str(java)
+        try:
+            return jars.java_binary()
+        except jars.ResolveError as e:
+            raise ClusterError(str(e)) from None
 
     def _jvm(self, cp: jars.Classpath, log4j: Path, heap_mb: int) -> list[str]:
         return [self._java(), f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",

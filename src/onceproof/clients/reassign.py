@@ -1,0 +1,89 @@
+"""Partition reassignment with Kafka's own tool, as an operator does it: ``kafka-reassign-partitions.sh``,
+i.e. ``org.apache.kafka.tools.reassign.ReassignPartitionsCommand`` (KIP-455's
+``AlterPartitionReassignments`` underneath), run from the tools classpath
+(:func:`onceproof.backends.common.jars.kafka_tools_classpath`).
+
+Why the tool and not a Python client: confluent-kafka 2.16 has no ``alter_partition_reassignments``
+(librdkafka does not implement KIP-455's Admin call), and the tool is what operators run.
+
+A *plan* is ``{(topic, partition): [replica broker ids, preferred leader first]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from onceproof.backends.common import jars
+from onceproof.clients import topics
+
+TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+Plan = dict[tuple[str, int], list[int]]
+
+
+class ReassignError(RuntimeError):
+    """The tool refused the plan or did not finish (its exit code and output in the message)."""
+
+
+def plan_json(plan: Plan) -> dict:
+    """The tool's ``--reassignment-json-file`` document for ``plan``: ``{"version": 1, "partitions":
+    [{"topic", "partition", "replicas"}]}`` (Kafka docs, "Reassigning partitions"), sorted."""
+    return {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                         for (t, p), r in sorted(plan.items())]}
+
+
+def execute(bootstrap: str, plan: Plan, json_path: Path, *, additional: bool = False,
+            timeout_s: float = 90.0) -> str:
+    """Write ``plan`` to ``json_path`` and run the tool's ``--execute`` against ``bootstrap``; with
+    ``additional`` (``--additional``), on top of a reassignment still in progress. Returns the tool's
+    last output lines (≤ 1,000 characters). The reassignment then runs in the cluster: see
+    :func:`wait_done`.
+
+    Raises: :class:`ReassignError` (non-zero exit or timeout, with its output);
+    ``onceproof.backends.common.jars.ResolveError`` when the tools cannot be resolved or there is no java.
+    """
+    json_path.write_text(json.dumps(plan_json(plan)))
+    argv = [jars.java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jars.kafka_tools_classpath().as_java(),
+            TOOL, "--bootstrap-server", bootstrap, "--reassignment-json-file", str(json_path), "--execute",
+            *(["--additional"] if additional else [])]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise ReassignError(f"the reassignment tool did not answer within {timeout_s:.0f} s") from e
+    out = (p.stdout + p.stderr).strip()
+    if p.returncode != 0:
+        raise ReassignError(f"the reassignment tool exited {p.returncode}: {out[-1000:]}")
+    return out[-1000:]
+
+
+def pending(view: dict[str, dict[int, dict]], plan: Plan) -> list[str]:
+    """The ``topic:partition`` of ``plan`` whose replicas (in ``view``, :func:`topics.replica_view`'s shape)
+    are not yet exactly the planned set, or whose ISR is not all of it: a reassignment is complete when the
+    adding replicas have caught up and the removing ones are gone."""
+    out = []
+    for (t, p), want in sorted(plan.items()):
+        m = view.get(t, {}).get(p)
+        if m is None or sorted(m["replicas"]) != sorted(want) or sorted(m["isr"]) != sorted(want):
+            out.append(f"{t}:{p}")
+    return out
+
+
+def wait_done(bootstrap: str, plan: Plan, timeout_s: float, stop: threading.Event | None = None
+              ) -> tuple[float | None, list[str]]:
+    """Poll the metadata every 0.5 s until every partition of ``plan`` is assigned as planned
+    (:func:`pending`). Returns ``(seconds it took, [])``, or ``(None, the partitions still pending)`` after
+    ``timeout_s`` s or once ``stop`` is set."""
+    t0 = time.monotonic()
+    left: list[str] = [f"{t}:{p}" for t, p in sorted(plan)]
+    while time.monotonic() - t0 < timeout_s and not (stop is not None and stop.is_set()):
+        try:
+            left = pending(topics.replica_view(bootstrap), plan)
+        except Exception:  # noqa: BLE001 - a broker busy with the move: ask again
+            pass
+        if not left:
+            return round(time.monotonic() - t0, 2), []
+        time.sleep(0.5)
+    return None, left
