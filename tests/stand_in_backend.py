@@ -93,13 +93,31 @@ class StandInCluster(_OnlyTheProtocol):
 
 
 class StandInNetwork(_OnlyTheProtocol):
-    __slots__ = ("calls", "_cut", "_slow", "_nodes")
+    __slots__ = ("calls", "_cut", "_slow", "_nodes", "loss", "no_loss")
 
     def __init__(self, nodes: list[int]):
         self.calls: list[tuple] = []
         self._cut: set[str] = set()
         self._slow: dict[str, list[str]] = {}
         self._nodes = nodes
+        self.loss: dict = {}  # the packet loss in effect: {"node", "probability"}
+        self.no_loss: str | None = None  # why this stand-in cannot drop packets (None: it can)
+
+    def loss_unavailable(self) -> str | None:
+        return self.no_loss
+
+    def drop(self, node: int, probability: float) -> dict:
+        self.calls.append(("drop", node, probability))
+        self.loss = {"node": node, "probability": probability}
+        return {"chain": "OP-standin", "ports": [node], "rules": []}
+
+    def dropped(self) -> dict:
+        # synthetic counters: 1000 packets seen, the drop probability's share dropped
+        return {"seen": 1000, "dropped": int(1000 * self.loss["probability"])} if self.loss else {}
+
+    def undrop(self) -> None:
+        self.calls.append(("undrop",))
+        self.loss = {}
 
     def start(self) -> None:
         self.calls.append(("start",))
@@ -136,8 +154,9 @@ class StandInNetwork(_OnlyTheProtocol):
     def cut_paths(self) -> list[str]:
         return sorted(self._cut)
 
-    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
-        self.calls.append(("slow", path, kind, direction))
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream",
+             toxicity: float = 1.0) -> str:
+        self.calls.append(("slow", path, kind, direction) + ((toxicity,) if toxicity != 1.0 else ()))
         self._slow.setdefault(path, []).append(name)
         return name
 
@@ -152,6 +171,7 @@ class StandInNetwork(_OnlyTheProtocol):
         self.calls.append(("heal",))
         self._cut.clear()
         self._slow.clear()
+        self.loss = {}
 
 
 class CoreStandInSpark(_OnlyTheProtocol):

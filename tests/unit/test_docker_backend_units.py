@@ -225,7 +225,9 @@ def test_executors_are_the_current_apps_executor_jvms_in_docker_top():
 # Every general fault, every target (each verified by a run on this backend); not zombie-task nor upgrade.
 CAPABILITIES = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
                           "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*", "restart-mid-txn",
-                          "bounce-broker:*", "rolling-restart", "elect-leaders"})
+                          "bounce-broker:*", "rolling-restart", "elect-leaders",
+                          # toxics only: its network drops no packets (no PacketLoss)
+                          "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data"})
 
 
 def test_the_backend_is_registered_and_declares_only_faults_that_exist():

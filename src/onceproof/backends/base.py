@@ -14,6 +14,7 @@ and optional protocols for what only some backends can do, as Jepsen's ``Kill``,
 
 * on the backend: :class:`NetworkFaults` (a :class:`FaultNetwork`, every path cut or slowed one at a
   time), :class:`Prepare` (fetch jars, build images ahead of time);
+* on its :class:`FaultNetwork`: :class:`PacketLoss` (drop packets at random);
 * on its :class:`SparkApp`: :class:`DriverPause` (freeze and thaw the driver), :class:`ExecutorFaults`
   (find and kill executors), :class:`ExecutorPause` (freeze and thaw one executor, see what it has not
   read), :class:`TaskKill` (kill a task process that outlived its executor),
@@ -392,11 +393,14 @@ class FaultNetwork(Protocol):
     def cut_paths(self) -> list[str]:
         """The paths cut now, sorted."""
 
-    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
-        """Slow ``path`` with a toxic ``kind`` (``latency``: ``latency`` ± ``jitter`` ms; ``bandwidth``:
-        ``rate`` KB/s; ``slicer``: ``average_size`` ± ``size_variation`` bytes, ``delay`` µs apart) in
-        ``direction`` (``downstream`` = towards the client, ``upstream`` = towards the node). Returns the
-        slowdown's name."""
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream",
+             toxicity: float = 1.0) -> str:
+        """Slow or break ``path`` with a toxic ``kind`` (toxiproxy README, "Toxics": ``latency``: ``latency`` ±
+        ``jitter`` ms; ``bandwidth``: ``rate`` KB/s; ``slicer``: ``average_size`` ± ``size_variation`` bytes,
+        ``delay`` µs apart; ``reset_peer``: TCP RST ``timeout`` ms after data; ``timeout``: data stops, the
+        connection closes after ``timeout`` ms; ``limit_data``: the connection closes after ``bytes`` bytes)
+        in ``direction`` (``downstream`` = towards the client, ``upstream`` = towards the node), on each
+        connection with probability ``toxicity`` (0..1). Returns the slowdown's name."""
 
     def slowdowns(self, path: str) -> list[str]:
         """Names of the slowdowns on ``path`` now."""
@@ -406,6 +410,27 @@ class FaultNetwork(Protocol):
 
     def heal(self) -> None:
         """Restore every path and remove every slowdown."""
+
+
+@runtime_checkable
+class PacketLoss(Protocol):
+    """Optional to a :class:`FaultNetwork`: random loss of the packets to one node's data paths
+    (``lossy-link:drop``; on the local backend iptables' ``statistic`` match, ``backends/common/iptables.py``).
+    One loss at a time."""
+
+    def loss_unavailable(self) -> str | None:
+        """``None`` when this host can drop packets now, else why not (no binary, not root, the kernel)."""
+
+    def drop(self, node: int, probability: float) -> dict:
+        """Drop each packet to ``node``'s client and inter-broker listeners with ``probability`` (0 < p < 1)
+        until :meth:`undrop`. Returns ``{"chain", "ports", "rules"}`` (what was installed). Raises
+        ``BackendError`` naming the failed command; ``ValueError`` for a probability outside (0, 1)."""
+
+    def dropped(self) -> dict:
+        """``{"seen", "dropped"}`` packets of the loss in effect (its rules' counters); ``{}`` when none."""
+
+    def undrop(self) -> None:
+        """Remove the loss (safe when there is none)."""
 
 
 class Backend(Protocol):

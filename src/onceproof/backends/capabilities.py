@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import typing
 
-from onceproof.backends.base import DriverPause, ExecutorFaults, NetworkFaults, Runtimes, TaskKill
+from onceproof.backends.base import DriverPause, ExecutorFaults, NetworkFaults, PacketLoss, Runtimes, TaskKill
 
 BACKEND_PROTOCOLS = (NetworkFaults,)
-"""Optional protocols a backend class implements; the others are its ``SparkApp``'s."""
+"""Optional protocols a backend class implements; the others are its ``SparkApp``'s or its network's."""
+NETWORK_PROTOCOLS = (PacketLoss,)
+"""Optional protocols of the :class:`FaultNetwork` class a backend's ``network()`` returns."""
 
 NEEDS: dict[str, tuple[type, ...]] = {
     "kill-executor": (ExecutorFaults,),
@@ -26,6 +28,10 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "commit-delay:*": (),  # the pipeline's hooks in the run's control directory (PipelineArgs.control)
     "partition:*": (NetworkFaults,),
     "slow-network:*": (NetworkFaults,),
+    "lossy-link:reset-peer": (NetworkFaults,),  # toxiproxy toxics through FaultNetwork.slow
+    "lossy-link:timeout": (NetworkFaults,),
+    "lossy-link:limit-data": (NetworkFaults,),
+    "lossy-link:drop": (NetworkFaults, PacketLoss),  # packets dropped at random (iptables on the local backend)
     "zombie-task:*": (ExecutorFaults, TaskKill),  # its executor killed, then the task that outlived it
     "restart-mid-txn": (),  # SparkApp.kill_driver (core) and the pipeline's hooks
     "upgrade:*": (Runtimes,),  # upgrade:pyspark restarts the driver on another PySpark
@@ -47,9 +53,21 @@ def spark_class(backend: type) -> type:
     return got
 
 
+def network_class(backend: type) -> type | None:
+    """The class ``backend.network()`` returns, from its return annotation; ``None`` without a ``network``."""
+    if not hasattr(backend, "network"):
+        return None
+    got = typing.get_type_hints(backend.network).get("return")
+    return got if isinstance(got, type) else None
+
+
 def implements(backend: type, protocol: type) -> bool:
     """True when ``backend`` (a backend class) implements the optional ``protocol``: itself for
-    :data:`BACKEND_PROTOCOLS`, else through its :func:`spark_class`."""
+    :data:`BACKEND_PROTOCOLS`, its :func:`network_class` for :data:`NETWORK_PROTOCOLS`, else through its
+    :func:`spark_class`."""
+    if protocol in NETWORK_PROTOCOLS:
+        net = network_class(backend)
+        return net is not None and issubclass(net, protocol)
     return issubclass(backend if protocol in BACKEND_PROTOCOLS else spark_class(backend), protocol)
 
 

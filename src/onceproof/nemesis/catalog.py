@@ -11,6 +11,7 @@ from onceproof.nemesis.commit_window import KillDriverInCommitWindow
 from onceproof.nemesis.fault import Fault
 from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.kill_executor import KillExecutor
+from onceproof.nemesis.lossy import LossyLink
 from onceproof.nemesis.network import Partition, SlowNetwork
 from onceproof.nemesis.operator import BounceBroker, ElectLeaders, RollingRestart
 from onceproof.nemesis.reassign import ReassignPartitions
@@ -27,6 +28,7 @@ FAULTS = {
     CommitDelay.name: CommitDelay,
     Partition.name: Partition,
     SlowNetwork.name: SlowNetwork,
+    LossyLink.name: LossyLink,
     ZombieTask.name: ZombieTask,
     Upgrade.name: Upgrade,
     RestartMidTxn.name: RestartMidTxn,
@@ -36,7 +38,7 @@ FAULTS = {
     ReassignPartitions.name: ReassignPartitions,
 }
 
-NETWORK = {Partition.name, SlowNetwork.name}  # need the cluster behind toxiproxy
+NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name}  # need the cluster behind toxiproxy
 # Targeted faults: each aims at one protocol flaw (a zombie attempt, a restart into a changed split) and
 # costs a parked task plus an executor or driver restart per turn. They run when named, or in their
 # test-all package (nemesis/packages.py); ``all`` stays the general faults, so that its runs keep their
@@ -45,6 +47,9 @@ TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name}
 # Operators' restarts (nemesis/operator.py): run when named or in the ``operator`` package, not in ``all``
 # (whose runs and make test's budget they would lengthen by a minute or more per turn).
 OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignPartitions.name}
+# Lossy links (nemesis/lossy.py): run when named or in the ``lossy`` package, not in ``all``: four more turns
+# would lengthen every ``all`` run (and make test's budget) by about a minute, and ``drop`` needs root.
+LOSSY = {LossyLink.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:
@@ -69,8 +74,8 @@ def target_choices(capabilities: frozenset[str] | None = None) -> dict[str, tupl
 def all_specs() -> list[str]:
     """What ``--nemesis all`` means: every general fault family and every target, each its own spec
     (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``); not the :data:`TARGETED`
-    faults, nor the :data:`OPERATOR` ones."""
-    return [s for n in FAULTS if n not in TARGETED | OPERATOR for s in expand(n)]
+    faults, nor the :data:`OPERATOR` or :data:`LOSSY` ones."""
+    return [s for n in FAULTS if n not in TARGETED | OPERATOR | LOSSY for s in expand(n)]
 
 
 def expand(spec: str) -> list[str]:

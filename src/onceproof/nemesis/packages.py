@@ -5,6 +5,9 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
   driver killed mid-transaction whose restart is slow to reach that partition (``restart-mid-txn``);
 * ``pause`` – brokers paused (SIGSTOP) and resumed;
 * ``network`` – partitions and slow links (toxiproxy);
+* ``lossy`` – links that reset, stall, cut or drop (``lossy-link``: toxiproxy's ``reset_peer``, ``timeout``,
+  ``limit_data``; iptables' random drop); a package of its own so that ``network`` suites keep their length
+  and need no root;
 * ``commit`` – the commit window and every commit-delay target;
 * ``operator`` – what an operator does on purpose: a broker's clean bounce (controlled shutdown), a
   rolling restart of every broker, a preferred leader election (``nemesis/operator.py``), a partition
@@ -23,6 +26,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
                 "restart-mid-txn"),
     "pause": ("pause-broker",),
     "network": ("partition", "slow-network"),
+    "lossy": ("lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop"),
     "commit": ("kill-driver-in-commit-window", "commit-delay:precommit", "commit-delay:notify",
                "commit-delay:txn-timeout"),
     "operator": ("bounce-broker:leader", "bounce-broker:txn-coordinator", "rolling-restart", "elect-leaders",

@@ -9,8 +9,9 @@ the output topic (seen for over a minute, into the next run's brokers on the sam
 first. It polls the harness every ``POLL_S`` s; once the harness is gone it SIGKILLs every process whose
 ``ONCEPROOF_RUN`` is that run directory (:func:`processes.run_processes`) until none is left or
 ``SWEEP_S`` s have passed, removes the scratch directories the run noted outside its directory
-(:func:`note_scratch`, e.g. a PostgreSQL data directory), and exits. A run that tears down normally stops
-it (:func:`stop_watcher`).
+(:func:`note_scratch`, e.g. a PostgreSQL data directory) and the iptables chains it noted with their
+jumps (``lossy-link:drop``, :func:`onceproof.backends.common.iptables.remove_noted`), and exits. A run
+that tears down normally stops it (:func:`stop_watcher`).
 
 The Docker backend's reaper (:mod:`onceproof.backends.docker.reaper`) is the same kind of watcher for
 containers, started with :func:`start_watcher` too.
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.common import processes
+from onceproof.backends.common import iptables, processes
 from onceproof.checkout import IMPORT_ROOT
 
 POLL_S = 0.5
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(POLL_S)
     left = sweep(a.run_dir, a.start)
     remove_scratch(a.run_dir)
+    for chain in iptables.remove_noted(a.run_dir):
+        print(f"reaper: removed iptables chain {chain}", file=sys.stderr)
     for p in left:
         print(f"reaper: left behind: pid {p.pid}", file=sys.stderr)
     return 1 if left else 0

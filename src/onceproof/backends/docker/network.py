@@ -164,12 +164,14 @@ class DockerFaultNetwork:
         return sorted(cut)
 
     # ------------------------------------------------------------------ slow
-    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
-        """Add toxic ``kind`` with ``attrs`` to proxy ``path`` (toxiproxy's attributes and units)."""
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream",
+             toxicity: float = 1.0) -> str:
+        """Add toxic ``kind`` with ``attrs`` to proxy ``path`` (toxiproxy's attributes and units), applied to
+        each connection with probability ``toxicity``."""
         if path.startswith(NODE):
             raise BackendError(f"{path} is a network attachment, it cannot be slowed; slow a proxy path "
                                "(client-, app-, internal-<i>)")
-        return self.api.add_toxic(path, kind, attrs, stream=direction, name=name)["name"]
+        return self.api.add_toxic(path, kind, attrs, stream=direction, name=name, toxicity=toxicity)["name"]
 
     def slowdowns(self, path: str) -> list[str]:
         return [] if path.startswith(NODE) else [t["name"] for t in self.api.toxics(path)]

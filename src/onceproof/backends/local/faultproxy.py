@@ -11,6 +11,11 @@ Brokers advertise the ``client-`` and ``internal-`` proxy ports (``backends/loca
 clients, which connect to whatever the metadata advertises, always go through them. :class:`ProxyNetwork`
 is the local backend's :class:`onceproof.backends.base.FaultNetwork`; a slowdown is a toxiproxy toxic.
 
+Packet loss (:class:`onceproof.backends.base.PacketLoss`, ``lossy-link:drop``) is iptables' ``statistic`` match
+on the TCP packets to one broker's own client and inter-broker ports (the toxiproxy → broker legs), in a
+chain named after the run (``backends/common/iptables.py``); :meth:`ProxyNetwork.heal`, :meth:`~ProxyNetwork.stop`
+and :meth:`~ProxyNetwork.kill` remove it, and the process reaper does when the harness is SIGKILLed.
+
 Limit: the inter-broker listener is advertised once for all peers, so ``internal-<i>`` carries every
 peer's fetches *to* ``i``; broker ``i``'s own fetches from other leaders go through their proxies.
 Isolating ``i`` therefore cuts everything into ``i`` and all of ``i``'s quorum links, which fences it
@@ -19,9 +24,12 @@ Isolating ``i`` therefore cuts everything into ``i`` and all of ``i``'s quorum l
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onceproof.backends.base import BackendError
+from onceproof.backends.common import iptables
 from onceproof.backends.common.layout import ClusterSpec
 from onceproof.backends.common.toxiproxy import ToxiproxyClient, ToxiproxyServer, build_server
 
@@ -35,6 +43,7 @@ class ProxyNetwork:
     log_path: Path
     server: ToxiproxyServer = field(default_factory=ToxiproxyServer)
     names: list[str] = field(default_factory=list)
+    loss: str = ""  # the iptables chain of the packet loss in effect, "" when none
 
     def start(self) -> ProxyNetwork:
         """Build (cached) and start toxiproxy, then create every proxy.
@@ -93,10 +102,12 @@ class ProxyNetwork:
         """Names of proxies currently cut."""
         return sorted(n for n, p in self.client.proxies().items() if not p.get("enabled", True))
 
-    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream") -> str:
+    def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream",
+             toxicity: float = 1.0) -> str:
         """Add toxic ``kind`` with ``attrs`` (toxiproxy's attributes and units) to proxy ``path`` on stream
-        ``direction``; returns the toxic's name as the server reports it."""
-        return self.client.add_toxic(path, kind, attrs, stream=direction, name=name)["name"]
+        ``direction``, applied to each connection with probability ``toxicity``; returns the toxic's name as
+        the server reports it."""
+        return self.client.add_toxic(path, kind, attrs, stream=direction, name=name, toxicity=toxicity)["name"]
 
     def slowdowns(self, path: str) -> list[str]:
         """Names of the toxics on proxy ``path``."""
@@ -105,14 +116,59 @@ class ProxyNetwork:
     def unslow(self, path: str, name: str) -> None:
         self.client.remove_toxic(path, name)
 
+    # -- packet loss (PacketLoss)
+
+    def loss_unavailable(self) -> str | None:
+        """``None`` when iptables can drop packets here (root, binary, kernel; probed once), else why not."""
+        return iptables.unavailable()
+
+    def drop(self, node: int, probability: float) -> dict:
+        """Drop each TCP packet to ``node``'s own client and inter-broker ports with ``probability``, in the
+        run's chain (:func:`iptables.chain_name` of ``$ONCEPROOF_RUN``, else of the cluster's data directory).
+
+        Raises: ``BackendError`` naming the failed iptables command, or when a loss is already in effect;
+        ``ValueError`` for a probability outside (0, 1)."""
+        if self.loss:
+            raise BackendError(f"a packet loss is already in effect ({self.loss}); undrop() it first")
+        n = self.spec.node(node)
+        ports = [n.client_port, n.internal_port]
+        chain = iptables.chain_name(os.environ.get("ONCEPROOF_RUN") or str(self.spec.data_dir))
+        self.loss = chain  # before install: a heal during a half-made install still removes it
+        try:
+            shown = iptables.install(chain, ports, probability)
+        except iptables.IptablesError as e:
+            self.loss = ""
+            raise BackendError(str(e)) from None
+        return {"chain": chain, "ports": ports, "rules": shown}
+
+    def dropped(self) -> dict:
+        """``{"seen", "dropped"}`` packets of the loss in effect; ``{}`` when none."""
+        return iptables.counters(self.loss) if self.loss else {}
+
+    def undrop(self) -> None:
+        """Remove the loss's chain and its jump (safe when none)."""
+        if self.loss:
+            errors = iptables.remove(self.loss)
+            if errors:
+                raise BackendError(f"could not remove iptables chain {self.loss}: {'; '.join(errors)}")
+            self.loss = ""
+
     def heal(self) -> None:
-        """Re-enable every proxy and remove every toxic (``POST /reset``)."""
+        """Remove the packet loss, re-enable every proxy and remove every toxic (``POST /reset``)."""
+        self.undrop()
         if self.server.running:
             self.client.reset()
 
     def stop(self) -> None:
-        self.server.stop()
+        """Remove the packet loss, then stop the server (its proxies and toxics die with it)."""
+        try:
+            self.undrop()
+        finally:
+            self.server.stop()
 
     def kill(self) -> None:
-        """SIGKILL the server at once (the teardown watchdog's last resort)."""
-        self.server.kill()
+        """Remove the packet loss and SIGKILL the server at once (the teardown watchdog's last resort)."""
+        try:
+            self.undrop()
+        finally:
+            self.server.kill()
