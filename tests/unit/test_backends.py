@@ -77,7 +77,8 @@ def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target
     assert registry.get("no-network").capabilities == {"kill-executor", "kill-driver", "kill-broker:one",
                                                        "kill-broker:minority", "pause-broker:*", "commit-delay:*",
                                                        "restart-mid-txn", "bounce-broker:*", "rolling-restart",
-                                                       "elect-leaders", "reassign-partitions:*"}
+                                                       "elect-leaders", "reassign-partitions:*",
+                                                       "add-input-partitions"}
     TestConfig(backend="no-network", nemesis=["kill-broker:one", "kill-broker:minority", "pause-broker",
                                               "kill-executor"], time_limit=300).validate()
     with pytest.raises(ConfigError) as e:
@@ -89,7 +90,8 @@ def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target
 LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
                    "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*",
                    "restart-mid-txn", "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
-                   "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop"})
+                   "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop",
+                   "add-input-partitions"})
 
 
 def test_the_local_backend_performs_every_fault_and_target():
@@ -115,7 +117,8 @@ def test_capabilities_follow_the_protocols_a_backend_implements():
     assert StandInBackend().capabilities == LOCAL
     core = {s for s, needs in capabilities.NEEDS.items() if not needs}
     assert core == {"kill-driver", "kill-broker:*", "pause-broker:*", "commit-delay:*", "restart-mid-txn",
-                    "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*"}
+                    "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
+                    "add-input-partitions"}
     assert NoNetworkStandIn().capabilities == core | {"kill-executor"}
     for spec in capabilities.NEEDS:  # every spec names a fault (and a target) that exists
         name, _, target = spec.partition(":")
@@ -352,3 +355,16 @@ def test_no_nemesis_reaches_past_the_protocols(path):
 SERVICES = {"cluster": (base.Cluster,), "network": (base.FaultNetwork,),
             "spark": (base.SparkApp, base.DriverPause, base.ExecutorFaults, base.ExecutorPause, base.TaskKill,
                       base.Runtimes)}
+
+
+def test_the_fault_list_names_the_backends_that_can_perform_each_fault():
+    from onceproof.harness.cli.catalog import backends_of
+
+    real = ("local", "docker")  # this module's stand-in backends are registered too
+
+    def of(name):
+        return [b for b in backends_of(name) if b.partition(" ")[0] in real]
+
+    assert of("kill-broker") == ["local", "docker"]
+    assert of("zombie-task") == ["local"]  # the docker backend's Spark cannot kill one task
+    assert of("add-input-partitions") == ["local", "docker"]

@@ -113,6 +113,28 @@ def test_nonmonotonic_reordering_within_a_key():
     assert r["counts"]["lost"] == 0 and r["counts"]["duplicate"] == 0
 
 
+def test_order_is_owed_per_input_partition_when_a_key_moved_to_a_new_partition():
+    """The input topic grew mid-run: k0's seq 0-2 are in partition 0, its seq 3-5 in new partition 2 (its
+    producer's partitioner mapped it anew). Spark reads the two partitions in separate tasks, so the new
+    partition's records may reach the output first: no order is owed across them. Within one input
+    partition a step back is still nonmonotonic."""
+    rows = [{"key": "k0", "seq": s, "partition": 0 if s < 3 else 2, "offset": s if s < 3 else s - 3}
+            for s in range(6)]
+    inp = pd.DataFrame(rows)
+
+    def out_of(order):
+        out = pd.DataFrame([{"key": "k0", "seq": s, "partition": 0, "offset": i, "op.batch": "1", "op.attempt": "0",
+                             "op.input": f"{rows[s]['partition']}:{rows[s]['offset']}"} for i, s in enumerate(order)])
+        out["seq"] = out["seq"].astype("Int64")
+        return out
+
+    r = check(history_for(inp), inp, out_of([3, 4, 0, 5, 1, 2]))  # partitions interleaved, each in order
+    assert r["counts"]["nonmonotonic"] == 0 and r["verdict"] == "valid", r["counts"]
+    r = check(history_for(inp), inp, out_of([3, 0, 2, 1, 4, 5]))  # seq 1 after seq 2, both of partition 0
+    assert r["counts"]["nonmonotonic"] == 1 and r["verdict"] == "invalid", r["counts"]
+    assert (r["anomalies"]["nonmonotonic"][0]["seq"], r["anomalies"]["nonmonotonic"][0]["prev_seq"]) == (1, 2)
+
+
 def test_lost_write_is_an_acknowledged_send_missing_from_input():
     inp = make_input()
     hist = history_for(inp)

@@ -30,3 +30,16 @@ def test_the_seen_case_an_empty_partition_is_a_shortfall():
         "input partition 5: 11 rows for offsets [50, 60) (10 planned)", "input partition 2: 3 rows, none planned"]
 
 
+
+
+def test_a_partition_added_mid_run_is_held_to_its_end_offset_only(tmp_path):
+    """Batch 3 is the first to name input partition 6 (the topic grew): Spark reads it from its earliest
+    offset, which the log does not say. Seen for real: the guard refused that batch ("135 rows, none
+    planned") and the query failed on every restart."""
+    _offsets(tmp_path, 2, {0: 100, 5: 50})
+    _offsets(tmp_path, 3, {0: 110, 5: 50, 6: 135, 7: 0})
+    exp = completeness.expected_ranges(tmp_path, 3, "input")
+    assert exp == {0: (100, 110), 6: (None, 135)}  # 7 is new but empty
+    assert completeness.shortfalls(exp, {0: 10, 6: 135}) == []
+    assert completeness.shortfalls(exp, {0: 10, 6: 140}) == [
+        "input partition 6 (new): 140 rows, more than its end offset 135"]

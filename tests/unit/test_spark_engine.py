@@ -120,10 +120,13 @@ def everything_run(d: Path) -> Path:
     without copy; one of an input-duplicate pair's two records), unexpected (a pair not in the input, an
     unknown key, op.input naming nothing, op.input naming another pair, a value without seq),
     nonmonotonic, lost-write, failed-write-visible, input-duplicate, aborted-read, stuck, live-duplicate,
-    live-aborted-read, a torn last history line, faults near the examples."""
+    live-aborted-read, a torn last history line, faults near the examples; and a key whose last records
+    went to a partition added mid-run, copied before its older ones (no order is owed across partitions)."""
     inp = _input()
     inp = _append(inp, [{"key": "k1", "seq": 3, "partition": 1},          # input-duplicate k1/3
-                        {"key": "k0", "seq": pd.NA, "partition": 0}])     # an input value without seq
+                        {"key": "k0", "seq": pd.NA, "partition": 0},      # an input value without seq
+                        {"key": "k0", "seq": SEQS, "partition": PARTS},   # k0 moved to an added partition
+                        {"key": "k0", "seq": SEQS + 1, "partition": PARTS}])
     inp["seq"] = inp["seq"].astype("Int64")
     rows = inp.dropna(subset=["seq"]).to_dict("records")
     by = {}
@@ -139,6 +142,10 @@ def everything_run(d: Path) -> Path:
                 copies.append(_copy(r, ref=False))                        # one unpaired copy for two records
             continue
         copies.append(_copy(r, batch=1 + s // 3))
+    moved = [i for i, c in enumerate(copies) if c["key"] == "k0" and c["seq"] >= SEQS]
+    copies = [copies[i] for i in moved] + [c for i, c in enumerate(copies) if i not in moved]  # read first
+    for c in copies[:len(moved)]:
+        c["partition"] = 0  # the output topic did not grow
     # nonmonotonic: k4's 6 and 7 swapped
     i6 = next(i for i, c in enumerate(copies) if (c["key"], c["seq"]) == ("k4", 6))
     i7 = next(i for i, c in enumerate(copies) if (c["key"], c["seq"]) == ("k4", 7))

@@ -39,6 +39,7 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "rolling-restart": (),  # Cluster.stop(clean=True)/start (core), one broker at a time
     "elect-leaders": (),  # the Admin API (ElectLeaders, KIP-460)
     "reassign-partitions:*": (),  # Kafka's reassignment tool against the bootstrap (KIP-455)
+    "add-input-partitions": (),  # the Admin API (CreatePartitions, KIP-195)
 }
 
 

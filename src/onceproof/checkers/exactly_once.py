@@ -32,8 +32,12 @@ Anomalies (docs/architecture.md, "Anomalies"; Jepsen's names where they fit):
 * ``unexpected`` – an output (key, seq) not in the input log (counted per pair), an output value
   without key/seq, or a copy whose ``op.input`` names no input record or one holding a different (key,
   seq) (counted per copy; such a copy pays for no input record). Examples say ``why``.
-* ``nonmonotonic`` – per key, the output's *first* occurrences go backwards relative to the input
-  order (a re-emitted copy is a ``duplicate``, not also a reordering).
+* ``nonmonotonic`` – per key and input partition, the output's *first* occurrences go backwards
+  relative to the input order (a re-emitted copy is a ``duplicate``, not also a reordering). Kafka
+  orders a key's records within one partition only, and Spark reads each partition in its own task: a
+  key whose records span partitions (an input topic that grew, so its producer's partitioner mapped
+  the key anew) has no order across them. With a fixed partition count a key lives in one partition,
+  so this is per key.
 * ``input-duplicate`` – the same (key, seq) at two or more input offsets (counted as pairs;
   ``input-duplicate-records`` counts the extra input records). A fact about the input log, not the
   pipeline: the pipeline owes each copy once. Our workload sends each (key, seq) once through an
@@ -387,14 +391,53 @@ def _input_duplicates(w: _Work) -> None:
         w.idup_first = np.zeros(0, np.int64)
         w.counts["input-duplicate"] = w.counts["input-duplicate-records"] = 0
         w.anomalies["input-duplicate"] = []
-    del in_first, d_in
+    del in_first
+    w.part_of = _partition_of_ids(d_in, inp["partition"], w.n_ids)
+    del d_in
     w.cnt_in = w.d_in = None
 
 
+def _partition_of_ids(d_in: np.ndarray, partition: pd.Series, n_ids: int) -> np.ndarray | None:
+    """Per pair id, a code of the input partition holding it (a pair at several input places: any one of
+    them), or ``None`` when the input has one partition (or none)."""
+    if not len(d_in):
+        return None
+    if _is_exact_int(partition):
+        lo = min(int(_int_rows(partition, slice(a, b)).min()) for a, b in _blocks(len(d_in)))
+        hi = max(int(_int_rows(partition, slice(a, b)).max()) for a, b in _blocks(len(d_in)))
+        if hi == lo:
+            return None
+        out = np.zeros(n_ids, np.int32)
+        for a, b in _blocks(len(d_in)):
+            out[d_in[a:b]] = _int_rows(partition, slice(a, b)) - lo
+        return out
+    codes, uniq = pd.factorize(partition)
+    if len(uniq) < 2:
+        return None
+    out = np.zeros(n_ids, np.int32)
+    out[d_in] = codes
+    return out
+
+
+def _order_groups(k_out: np.ndarray, seen: np.ndarray, d_out: np.ndarray, part_of: np.ndarray | None
+                  ) -> np.ndarray:
+    """Per output row, the group whose rows keep the input's order: the key code, or with several input
+    partitions ``key code × partitions + the input partition of the row's pair`` (rows not ``seen``: 0)."""
+    if part_of is None:
+        return k_out
+    g = np.zeros(len(k_out), np.int64)
+    rows = np.flatnonzero(seen)
+    g[rows] = k_out[rows].astype(np.int64) * (int(part_of.max()) + 1) + part_of[d_out[rows]]
+    return g
+
+
 def _nonmonotonic(w: _Work) -> None:
-    """nonmonotonic: per key, first occurrences in output order whose input position goes back."""
-    w.back_rows, prev_rows = _backwards(w.k_out, w.places_out, w.seen, w.d_out, w.first_in)
-    w.seen = w.first_in = w.d_out = None
+    """nonmonotonic: per key and input partition (:func:`_order_groups`), first occurrences in output order
+    whose input position goes back."""
+    groups = _order_groups(w.k_out, w.seen, w.d_out, w.part_of)
+    w.back_rows, prev_rows = _backwards(groups, w.places_out, w.seen, w.d_out, w.first_in)
+    del groups
+    w.seen = w.first_in = w.d_out = w.part_of = None
     w.counts["nonmonotonic"] = int(len(w.back_rows))
     if len(w.back_rows):
         output = w.output

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from onceproof.store.columns import Chunks, release_freed_memory
 
@@ -49,6 +49,13 @@ def create_topics(bootstrap: str, specs: dict[str, int], replication: int = 3,
             if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise TopicError(f"creating topic {topic!r} failed: {e}") from e
     # Wait until every partition has a leader, so the first produce does not race the metadata.
+    wait_for_leaders(bootstrap, specs, timeout_s, a)
+
+
+def wait_for_leaders(bootstrap: str, specs: dict[str, int], timeout_s: float, a: AdminClient | None = None) -> None:
+    """Wait until each topic of ``specs`` (``{topic: partitions}``) has that many partitions, each with a
+    leader. Raises: ``TopicError`` after ``timeout_s`` s."""
+    a = a or admin(bootstrap)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         md = a.list_topics(timeout=10).topics
@@ -83,6 +90,18 @@ def elect_preferred_leaders(bootstrap: str, timeout_s: float = 30.0) -> dict[str
     # keyword here ("more argument specifiers than keyword list entries")
     return {f"{tp.topic}:{tp.partition}": (None if err is None else str(err))
             for tp, err in fut.result(timeout=timeout_s + 5).items()}
+
+
+def add_partitions(bootstrap: str, topic: str, total: int, timeout_s: float = 30.0) -> None:
+    """Grow ``topic`` to ``total`` partitions (``CreatePartitions``, KIP-195; a topic never shrinks) and
+    wait until each has a leader.
+
+    Raises: ``KafkaException`` when the request failed (e.g. ``total`` not above the current count);
+    ``TopicError`` when the new partitions have no leader within ``timeout_s`` s."""
+    a = admin(bootstrap)  # kept until the answer (a collected client fails its futures)
+    for fut in a.create_partitions([NewPartitions(topic, total)], request_timeout=timeout_s).values():
+        fut.result(timeout=timeout_s + 5)
+    wait_for_leaders(bootstrap, {topic: total}, timeout_s, a)
 
 
 def partitions(bootstrap: str, topic: str) -> list[int]:

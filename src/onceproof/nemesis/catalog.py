@@ -9,6 +9,7 @@ from onceproof.nemesis.broker import KillBroker, PauseBroker
 from onceproof.nemesis.commit_delay import CommitDelay
 from onceproof.nemesis.commit_window import KillDriverInCommitWindow
 from onceproof.nemesis.fault import Fault
+from onceproof.nemesis.grow import AddInputPartitions
 from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.kill_executor import KillExecutor
 from onceproof.nemesis.lossy import LossyLink
@@ -36,6 +37,7 @@ FAULTS = {
     RollingRestart.name: RollingRestart,
     ElectLeaders.name: ElectLeaders,
     ReassignPartitions.name: ReassignPartitions,
+    AddInputPartitions.name: AddInputPartitions,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name}  # need the cluster behind toxiproxy
@@ -46,7 +48,8 @@ NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name}  # need the cluster
 TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name}
 # Operators' restarts (nemesis/operator.py): run when named or in the ``operator`` package, not in ``all``
 # (whose runs and make test's budget they would lengthen by a minute or more per turn).
-OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignPartitions.name}
+OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignPartitions.name,
+            AddInputPartitions.name}
 # Lossy links (nemesis/lossy.py): run when named or in the ``lossy`` package, not in ``all``: four more turns
 # would lengthen every ``all`` run (and make test's budget) by about a minute, and ``drop`` needs root.
 LOSSY = {LossyLink.name}

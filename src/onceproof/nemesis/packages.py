@@ -11,7 +11,8 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
 * ``commit`` – the commit window and every commit-delay target;
 * ``operator`` – what an operator does on purpose: a broker's clean bounce (controlled shutdown), a
   rolling restart of every broker, a preferred leader election (``nemesis/operator.py``), a partition
-  reassignment of the output and of the input topic with Kafka's own tool (``nemesis/reassign.py``);
+  reassignment of the output and of the input topic with Kafka's own tool (``nemesis/reassign.py``), the input
+  topic grown (``nemesis/grow.py``);
 * ``upgrade`` – a driver stopped mid-batch (killed, or ``query.stop()``) and restarted from its checkpoint
   into a changed configuration or the previous PySpark;
 * ``all`` – every fault of every package.
@@ -30,7 +31,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "commit": ("kill-driver-in-commit-window", "commit-delay:precommit", "commit-delay:notify",
                "commit-delay:txn-timeout"),
     "operator": ("bounce-broker:leader", "bounce-broker:txn-coordinator", "rolling-restart", "elect-leaders",
-                 "reassign-partitions:output", "reassign-partitions:input"),
+                 "reassign-partitions:output", "reassign-partitions:input", "add-input-partitions"),
     "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),
 }
 

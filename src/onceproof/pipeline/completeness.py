@@ -17,7 +17,10 @@ and ``offsets/N``; Spark's own plan of the batch). The batch is cached, counted 
 only then written, from the same cached rows. A shortfall fails the batch before any sink transaction
 begins, so the query restarts and Spark replays it from the same offsets.
 
-Limits: batch 0 has no previous entry in the offset log and is not checked. A transactional input
+Limits: batch 0 has no previous entry in the offset log and is not checked. A partition added to the
+input while the query runs (``nemesis/grow.py``) first appears in an entry without a previous offset:
+Spark reads it from its earliest offset, which the log does not record, so it is only held to at most
+``until`` rows. A transactional input
 topic has offsets without records (commit markers, aborted data), so ``--no-input-contiguous``
 turns the guard off for such inputs.
 """
@@ -49,25 +52,30 @@ def _source_offsets(ckpt: Path, batch_id: int, topic: str) -> dict[int, int] | N
     return None
 
 
-def expected_ranges(ckpt: Path, batch_id: int, topic: str) -> dict[int, tuple[int, int]] | None:
+def expected_ranges(ckpt: Path, batch_id: int, topic: str) -> dict[int, tuple[int | None, int]] | None:
     """``{input partition: (from, until)}`` of batch ``batch_id`` (offsets, until exclusive), only the
-    non-empty ranges; ``None`` when it cannot be known (batch 0, or an offset log entry missing)."""
+    non-empty ranges; ``from`` is ``None`` for a partition new in this batch (read from its earliest
+    offset, which the log does not say). ``None`` when it cannot be known (batch 0, or an offset log entry
+    missing)."""
     if batch_id <= 0:
         return None
     end, start = _source_offsets(ckpt, batch_id, topic), _source_offsets(ckpt, batch_id - 1, topic)
     if end is None or start is None:
         return None
-    # a partition new in this batch starts at its earliest offset, which the log does not say: skip it
-    return {p: (start[p], u) for p, u in end.items() if p in start and u > start[p]}
+    return {p: (start.get(p), u) for p, u in end.items() if u > start.get(p, 0)}
 
 
-def shortfalls(expected: dict[int, tuple[int, int]], observed: dict[int, int]) -> list[str]:
+def shortfalls(expected: dict[int, tuple[int | None, int]], observed: dict[int, int]) -> list[str]:
     """One line per input partition whose row count differs from its planned range (``observed``:
-    ``{input partition: rows}``); rows from a partition outside the plan count as a difference too."""
+    ``{input partition: rows}``; a new partition, ``from`` = ``None``: more than ``until`` rows); rows
+    from a partition outside the plan count as a difference too."""
     out = []
     for p, (lo, hi) in sorted(expected.items()):
         got = observed.get(p, 0)
-        if got != hi - lo:
+        if lo is None:
+            if got > hi:
+                out.append(f"input partition {p} (new): {got} rows, more than its end offset {hi}")
+        elif got != hi - lo:
             out.append(f"input partition {p}: {got} rows for offsets [{lo}, {hi}) ({hi - lo} planned)")
     for p in sorted(set(observed) - set(expected)):
         out.append(f"input partition {p}: {observed[p]} rows, none planned")

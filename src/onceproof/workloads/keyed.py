@@ -33,6 +33,10 @@ from confluent_kafka import KafkaError, Producer
 from onceproof.store.history import HistoryWriter
 from onceproof.workloads import producers
 
+METADATA_REFRESH_MS = 5000
+"""The workload producers' ``topic.metadata.refresh.interval.ms`` (librdkafka's default is 300,000): a
+partition added to the input mid-run (``nemesis/grow.py``) is written to within about 5 s."""
+
 # Delivery errors after which the record is certainly absent from the log. Everything else is
 # indeterminate: e.g. _MSG_TIMED_OUT may come after the broker appended the record.
 _DEFINITE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -142,6 +146,7 @@ class KeyedWorkload:
         self._fatal.clear()
         return Producer({"bootstrap.servers": self.bootstrap, **self.PRODUCER_CONFIG,
                          "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
+                         "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
                          "partitioner": "murmur2_random", "error_cb": self._on_error,
                          "logger": logging.getLogger("onceproof.librdkafka.workload")})
 

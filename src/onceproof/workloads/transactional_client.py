@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from onceproof.workloads.keyed import KeyedWorkload
+from onceproof.workloads.keyed import METADATA_REFRESH_MS, KeyedWorkload
 
 TXN_MS = 200
 """Milliseconds of sends per transaction (60 records at the default 300 records/s)."""
@@ -63,6 +63,7 @@ class TransactionalWorkload(KeyedWorkload):
         prod = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
                          "acks": "all", "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
                          "transaction.timeout.ms": TXN_TIMEOUT_MS, "partitioner": "murmur2_random",
+                         "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
                          "error_cb": self._on_error, "logger": logging.getLogger("onceproof.librdkafka.workload")})
         while not self._stop.is_set():
             try:

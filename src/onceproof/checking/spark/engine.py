@@ -108,6 +108,13 @@ class _Pos:
                 F.shiftright(c, rb).bitwiseAND((1 << ob) - 1).alias(f"{name}_o"),
                 c.bitwiseAND((1 << rb) - 1).alias(f"{name}_r")]
 
+    def partition_of(self, c):
+        """The partition of position column ``c``."""
+        if self.widths is None:
+            return c["partition"]
+        _, ob, rb = self.widths
+        return F.shiftright(c, ob + rb)
+
     def unpack_place(self, c, name: str):
         if self.widths is None:
             return [c["partition"].alias(f"{name}_p"), c["offset"].alias(f"{name}_o")]
@@ -255,7 +262,7 @@ def _anomaly_frames(w: _Work) -> None:
     """One frame per anomaly of the output and input: lost (unclaimed records beyond their pair's
     unpaired copies, in (partition, offset) order), duplicate, absent (output pairs not in the input:
     unexpected, counted per pair), input duplicates, mismatched ``op.input``, values without seq, and
-    reorderings (per key, with one window)."""
+    reorderings (per key and input partition, with one window: the local checker's rule)."""
     P, OA, pos = w.P, w.OA, w.pos
     short = P.where(F.col("unclaimed") > F.col("n_free")).select("key_s", "seq", "n_free")
     rank = F.row_number().over(Window.partitionBy("key_s", "seq").orderBy(pos.of())) - 1
@@ -267,7 +274,7 @@ def _anomaly_frames(w: _Work) -> None:
     w.MIS = OA.where("mismatch").join(P.where(F.col("cnt_in") > 0).select("key_s", "seq"), ["key_s", "seq"],
                                       "left_semi")
     w.BAD = OA.where(~F.col("ok"))
-    by_out = Window.partitionBy("key_s").orderBy("first_out")
+    by_out = Window.partitionBy("key_s", pos.partition_of(F.col("first_in"))).orderBy("first_out")
     w.BACK = P.where((F.col("cnt_in") > 0) & (F.col("cnt_out") > 0)).select(
         "key_s", "seq", "first_out", "first_in", F.lag("first_in").over(by_out).alias("prev_in"),
         F.lag("seq").over(by_out).alias("prev_seq")).where(F.col("first_in") < F.col("prev_in"))
