@@ -222,10 +222,12 @@ def test_executors_are_the_current_apps_executor_jvms_in_docker_top():
     assert executors_in({"Titles": ["UID", "CMD"], "Processes": [["0", main]]}, "a") == []
 
 
-# Every general fault, every target (each verified by a run on this backend); not zombie-task nor upgrade.
+# Every general fault, every target (each verified by a run on this backend, but reassign-partitions and
+# add-input-partitions: Admin requests from the host, not yet run here); not zombie-task nor upgrade.
 CAPABILITIES = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
                           "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*", "restart-mid-txn",
-                          "bounce-broker:*", "rolling-restart", "elect-leaders",
+                          "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
+                          "add-input-partitions",
                           # toxics only: its network drops no packets (no PacketLoss)
                           "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data"})
 
