@@ -118,7 +118,7 @@ certify-user: setup
 	ONCEPROOF_USER_SEEDS=1,2,3 $(BIN)/python -m pytest -v tests/cluster/test_user_certificate.py
 
 certify: setup postgres-prereqs
-	$(BIN)/onceproof test-all --mutants --test-count 3
+	$(BIN)/onceproof test-all --mutants --test-count 3 --stop-when-caught
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit --test-count 2 --time-limit 60
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs

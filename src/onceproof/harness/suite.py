@@ -218,6 +218,18 @@ def new_run(results_root: Path, test: str, before: list[Path]) -> Path | None:
     return next((r for r in runs_of(results_root, test) if r not in before), None)
 
 
+def rest_of_group(cells: list[Cell], i: int) -> tuple[list[Cell], list[dict]]:
+    """After cell ``i`` caught its mutant: ``(cells without the later seeds of cell i's (sink, workload,
+    package), those seeds as not-needed records {"sink", "workload", "package", "seed", "caught_at_seed"})``.
+    The claim "caught within N seeds" is settled by the first catch, so ``--stop-when-caught`` skips the rest."""
+    c = cells[i]
+    same = [j for j in range(i + 1, len(cells))
+            if (cells[j].sink, cells[j].workload, cells[j].package) == (c.sink, c.workload, c.package)]
+    dropped = [{"sink": cells[j].sink, "workload": cells[j].workload, "package": cells[j].package,
+                "seed": cells[j].seed, "caught_at_seed": c.seed} for j in same]
+    return [x for j, x in enumerate(cells) if j not in set(same)], dropped
+
+
 def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
     """The ``onceproof run`` argv of ``cell`` (as this Python runs it), results under ``runs_dir``;
     ``extra``: the user's further ``run`` options, passed as they are."""
@@ -243,8 +255,11 @@ class Suite:
     """Runs ``cells`` and keeps ``<dir>/suite.json`` and the certificate up to date after each."""
 
     def __init__(self, name: str, cells: list[Cell], results_root: Path, command: str, backend: str,
-                 extra: list[str], console: Console, left_out: list[dict] | None = None):
+                 extra: list[str], console: Console, left_out: list[dict] | None = None,
+                 stop_when_caught: bool = False):
         self.name, self.cells, self.command, self.extra, self.console = name, cells, command, extra, console
+        self.stop_when_caught = stop_when_caught  # skip a mutant's further seeds once one caught it
+        self.not_needed: list[dict] = []  # the seeds so skipped (rest_of_group)
         self.left_out = list(left_out or [])  # faults of the packages the system under test cannot take
         self.dir = RunDir(results_root, name).path
         self.runs_dir = self.dir / "runs"
@@ -259,7 +274,7 @@ class Suite:
         return {"suite": self.name, "started": self.started,
                 "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "command": self.command, "versions": self.versions, "planned": [asdict(c) for c in self.cells],
-                "left_out": self.left_out,
+                "left_out": self.left_out, "not_needed": self.not_needed,
                 "cells": self.records, "result": certificate.suite_result(self.records)}
 
     def _save(self) -> dict[str, Path]:
@@ -302,7 +317,10 @@ class Suite:
         interrupted = False
         with Live(self._table(None, time.monotonic()), console=self.console, refresh_per_second=1,
                   transient=not self.console.is_terminal) as live:
-            for i, cell in enumerate(self.cells):
+            i = -1
+            while i + 1 < len(self.cells):
+                i += 1
+                cell = self.cells[i]
                 t0, before = time.monotonic(), runs_of(self.runs_dir, cell.name)
                 log = self.dir / "cells" / f"{i + 1:03d}-{cell.name}-seed{cell.seed}.log"
                 log.parent.mkdir(exist_ok=True)
@@ -329,6 +347,9 @@ class Suite:
                                                 suite_dir=self.dir)
                 rec["log"] = str(log.relative_to(self.dir))
                 self.records.append(rec)
+                if self.stop_when_caught and cell.expect == "invalid" and rec.get("caught"):
+                    self.cells, skipped = rest_of_group(self.cells, i)
+                    self.not_needed += skipped
                 self._save()
                 live.update(self._table(None, t0))
                 if not self.console.is_terminal:

@@ -271,6 +271,18 @@ def suite_exit_code(cells: list[dict]) -> int:
     return max(0 if c.get("passed") else FAILED_EXIT.get(str(c.get("verdict")), 255) for c in cells)
 
 
+NOT_NEEDED_NOTE = "Seeds not run once a seed had caught the mutant (`--stop-when-caught`):"
+
+
+def not_needed_text(skipped: list[dict]) -> str:
+    """``"eos-no-marker × commit: seeds 2, 3 (caught at seed 1); ..."`` for a suite's ``not_needed`` records."""
+    groups: dict[tuple, list] = {}
+    for d in skipped:
+        groups.setdefault((d.get("sink"), d.get("package"), d.get("caught_at_seed")), []).append(d.get("seed"))
+    return "; ".join(f"{s} × {p}: seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} "
+                     f"(caught at seed {at})" for (s, p, at), seeds in groups.items())
+
+
 def detection_table(cells: list[dict]) -> list[dict]:
     """How well the harness catches each mutant: the cells expecting ``invalid``, one row per (sink,
     fault package) in first-seen order::
@@ -437,6 +449,8 @@ def certificate_md(suite: dict) -> str:
                            [[_md(d["mutant"]), _md(d["package"]), f"{d['caught']}/{d['runs']}",
                              _md(anomalies_text(d["anomalies"])), _md(_seconds(d["first_anomaly_s_median"])),
                              _md(", ".join(f"{s}: {v}" for s, v in zip(d["seeds"], d["verdicts"])))] for d in det])
+        if suite.get("not_needed"):
+            lines += ["", f"{NOT_NEEDED_NOTE} {_md(not_needed_text(suite['not_needed']))}."]
     found = [c for c in cells if c.get("platform_findings")]
     if found:
         lines += ["", "## Platform findings", "", PLATFORM_NOTE, ""]
@@ -525,6 +539,8 @@ def certificate_html(suite: dict) -> str:
             f"<td>{', '.join(f'{esc(s)}: {_verdict(v)}' for s, v in zip(d['seeds'], d['verdicts']))}</td></tr>"
             for d in det)
         body.append(f"<table class=data><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        if suite.get("not_needed"):
+            body.append(f"<p class=muted>{esc(NOT_NEEDED_NOTE)} {esc(not_needed_text(suite['not_needed']))}.</p>")
     found = [c for c in cells if c.get("platform_findings")]
     if found:
         body.append(f"<h2>Platform findings</h2><p class=muted>{esc(PLATFORM_NOTE)}</p><table class=data><thead>"

@@ -42,6 +42,10 @@ def test_all(
     results: Path = typer.Option(DEFAULT_ROOT, help="results root directory"),
     backend: str = typer.Option(registry.DEFAULT, help="the backend of every run: " + ", ".join(registry.names())),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the cells and stop"),
+    stop_when_caught: bool = typer.Option(False, "--stop-when-caught",
+                                          help="once a seed catches a mutant (or weak sink) under a package, skip "
+                                               "its further seeds there: 'caught within --test-count seeds' is "
+                                               "settled; the certificate lists the seeds not run"),
     pipeline_cmd: str = typer.Option("", help="certify your own PySpark job instead of a bundled sink (as `run "
                                               "--pipeline-cmd`): cells are labelled user:<script>, each package is "
                                               "narrowed to the faults your job can take (the certificate lists "
@@ -88,7 +92,8 @@ def test_all(
     name = suite_name or ("mutants" if mutants else "test-all")
     command = (shlex.join(["onceproof", "test-all", *sys.argv[2:]]) if sys.argv[1:2] == ["test-all"]
                else "onceproof test-all")
-    code = suite.Suite(name, cells, results, command, backend, extra, console, left_out=dropped).run()
+    code = suite.Suite(name, cells, results, command, backend, extra, console, left_out=dropped,
+                       stop_when_caught=stop_when_caught).run()
     raise typer.Exit(code)
 
 
