@@ -72,6 +72,7 @@ def test_scrub_text_replaces_every_form_and_leaves_the_rest():
     assert PW not in clean and "ScramLoginModule" not in clean and "user=op" in clean
     assert base64.b64encode(PW.encode()).decode()[:16] not in clean
     assert scrub_text("nothing here", s) == "nothing here"
+    assert scrub_text(f"a {PW} b", PW) == f"a {MASK} b" and scrub_text("a b", "a b c") == "a b"  # one value, not chars
 
 
 def test_secrets_register_the_json_escaped_form():

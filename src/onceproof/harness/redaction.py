@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hmac
 import json
 import logging
 import os
@@ -75,7 +76,6 @@ class Secret:
         return bool(self._value)
 
     def __eq__(self, other: object) -> bool:
-        import hmac
         return isinstance(other, Secret) and hmac.compare_digest(self._value.encode(), other._value.encode())
 
     def __hash__(self) -> int:
@@ -156,8 +156,10 @@ class Secrets:
         raise TypeError("Secrets are not pickled")
 
 
-def _as_secrets(values: Secrets | Iterable[str | Secret]) -> Secrets:
-    return values if isinstance(values, Secrets) else Secrets(values)
+def _as_secrets(values: Secrets | str | Secret | Iterable[str | Secret]) -> Secrets:
+    if isinstance(values, Secrets):
+        return values
+    return Secrets([values] if isinstance(values, (str, Secret)) else values)  # a str is one value, not its chars
 
 
 def scrub_text(text: str, secrets: Secrets | Iterable[str | Secret]) -> str:
