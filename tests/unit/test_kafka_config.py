@@ -19,7 +19,7 @@ from onceproof.clients.kafka_config import (
     configure,
     spark_options,
 )
-from onceproof.harness.redaction import Secret, SecretKeyError, find_secrets
+from onceproof.secrets import Secret, SecretKeyError, find_secrets
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "onceproof"
 PW = "Sup3r-s3cret-kafka-pw"
@@ -140,7 +140,7 @@ def test_no_kafka_client_builds_its_own_bootstrap_dict():
     assert offenders == []
 
 
-@pytest.mark.parametrize("module", ["clients/kafka_config.py", "harness/redaction.py"])
+@pytest.mark.parametrize("module", ["clients/kafka_config.py", "secrets.py"])
 def test_the_seam_imports_the_standard_library_only(module):
     """The pipeline imports kafka_config on Spark's Python, which need not have the harness's packages."""
     tree = ast.parse((SRC / module).read_text())
@@ -150,7 +150,7 @@ def test_the_seam_imports_the_standard_library_only(module):
     assert outside <= {"onceproof"}
     froms = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
              and n.module.startswith("onceproof")}
-    assert froms <= {"onceproof.harness.redaction"}
+    assert froms <= {"onceproof.secrets"}
 
 
 def test_the_harness_clients_take_the_configured_security(monkeypatch):

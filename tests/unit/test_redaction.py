@@ -13,7 +13,7 @@ import pickle
 
 import pytest
 
-from onceproof.harness.redaction import (
+from onceproof.secrets import (
     MASK,
     RedactingFilter,
     Secret,
@@ -156,7 +156,7 @@ def test_find_secrets_walks_every_file_gz_included_and_scrub_file_cleans_them(tm
 
 
 def test_a_secret_across_a_chunk_boundary_is_found(tmp_path, monkeypatch):
-    from onceproof.harness import redaction
+    from onceproof import secrets as redaction
     monkeypatch.setattr(redaction, "CHUNK", 7)
     f = tmp_path / "a.log"
     f.write_text("0123456789" + PW + "tail")

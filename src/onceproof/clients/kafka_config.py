@@ -25,7 +25,7 @@ Protocol sources:
   (SCRAM-SHA-256/512, KIP-84; KIP-554 manages the credentials through the Admin API);
   ``ssl.truststore.type=PEM`` with ``ssl.truststore.location`` a PEM CA file (KIP-651).
 
-Standard library (plus ``harness.redaction``) only: the pipeline imports this module on Spark's Python.
+Standard library (plus ``onceproof.secrets``) only: the pipeline imports this module on Spark's Python.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from onceproof.harness.redaction import Secret, Secrets, check_secret_keys, read_secret
+from onceproof.secrets import Secret, Secrets, check_secret_keys, read_secret
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 """``security.protocol`` values (librdkafka and the Java client take the same names)."""
