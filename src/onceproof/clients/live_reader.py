@@ -21,6 +21,8 @@ from pathlib import Path
 import pandas as pd
 from confluent_kafka import Consumer, KafkaError
 
+from onceproof.clients.kafka_config import client_config
+
 
 class LiveReader:
     """Consumes ``topic`` at read_committed from the beginning in a thread until :meth:`stop`."""
@@ -48,10 +50,10 @@ class LiveReader:
         return self._rows[start:]
 
     def _run(self) -> None:
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"onceproof-live-{time.time_ns()}",
-                      "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                      "enable.auto.commit": False,
-                      "logger": logging.getLogger("onceproof.librdkafka.live")})
+        c = Consumer(client_config(self.bootstrap, {"group.id": f"onceproof-live-{time.time_ns()}",
+                                                    "isolation.level": "read_committed",
+                                                    "auto.offset.reset": "earliest", "enable.auto.commit": False},
+                                    logger=logging.getLogger("onceproof.librdkafka.live")))
         c.subscribe([self.topic])
         try:
             while not self._stop.is_set():

@@ -21,6 +21,8 @@ import pandas as pd
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from onceproof.clients.kafka_config import client_config
+
 COLUMNS = ["t_ms", "partition", "lso", "hw"]
 INTERVAL_S = 1.0
 """Seconds between samples: a pin shorter than this may be missed, one longer is measured ±1 s."""
@@ -41,8 +43,8 @@ class LsoSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        a = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
-                         "logger": logging.getLogger("onceproof.librdkafka.lso")})
+        a = AdminClient(client_config(self.bootstrap, {"socket.timeout.ms": 5000},
+                                      logger=logging.getLogger("onceproof.librdkafka.lso")))
         parts: list[int] = []
         while not self._stop.is_set():
             t0 = time.monotonic()

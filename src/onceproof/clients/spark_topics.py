@@ -23,6 +23,8 @@ the workloads write integers.
 
 from __future__ import annotations
 
+from onceproof.clients.kafka_config import spark_options
+
 VALUE_SCHEMA = "key string, seq string"
 
 
@@ -39,7 +41,7 @@ def read(spark, bootstrap: str, topic: str, *, committed: bool = True, headers: 
 
     try:
         raw = (spark.read.format("kafka")
-               .option("kafka.bootstrap.servers", bootstrap)
+               .options(**spark_options(bootstrap))
                .option("subscribe", topic)
                .option("startingOffsets", "earliest")
                .option("endingOffsets", "latest")

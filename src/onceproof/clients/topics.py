@@ -18,6 +18,7 @@ import pandas as pd
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
+from onceproof.clients.kafka_config import client_config
 from onceproof.store.columns import Chunks, release_freed_memory
 
 log = logging.getLogger("onceproof.topics")
@@ -29,8 +30,8 @@ class TopicError(RuntimeError):
 
 def admin(bootstrap: str) -> AdminClient:
     """An AdminClient on ``bootstrap`` with librdkafka's logs kept off the console."""
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000,
-                        "logger": logging.getLogger("onceproof.librdkafka.admin")})
+    return AdminClient(client_config(bootstrap, {"socket.timeout.ms": 10000},
+                                     logger=logging.getLogger("onceproof.librdkafka.admin")))
 
 
 def create_topics(bootstrap: str, specs: dict[str, int], replication: int = 3,
@@ -263,11 +264,11 @@ def read_topic(bootstrap: str, topic: str, committed: bool = True, timeout_s: fl
     Raises ``TopicError`` for a message carrying an error (other than end of partition).
     """
     ends = end_offsets(bootstrap, topic, committed)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"onceproof-reader-{time.time_ns()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed" if committed else "read_uncommitted",
-                  "fetch.max.bytes": 64 * 1024 * 1024,
-                  "logger": logging.getLogger("onceproof.librdkafka.reader")})
+    c = Consumer(client_config(bootstrap, {"group.id": f"onceproof-reader-{time.time_ns()}",
+                                           "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                           "isolation.level": "read_committed" if committed else "read_uncommitted",
+                                           "fetch.max.bytes": 64 * 1024 * 1024},
+                                logger=logging.getLogger("onceproof.librdkafka.reader")))
     todo = {p for p, e in ends.items() if e > 0}
     c.assign([TopicPartition(topic, p, 0) for p in ends])
     # a partition holds at most its end offset's worth of records: room for them all, untouched until read

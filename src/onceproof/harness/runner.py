@@ -32,9 +32,10 @@ from onceproof.backends.base import Backend, Cluster, ClusterShape, Database, Fa
 from onceproof.backends.common import reaper
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
-from onceproof.clients import topics
+from onceproof.clients import kafka_config, topics
 from onceproof.clients.live_reader import LiveReader
 from onceproof.clients.lso_sampler import LsoSampler
+from onceproof.clients.topic_names import TopicNames
 from onceproof.harness import signals
 from onceproof.harness.config import TestConfig
 from onceproof.harness.summary import brief, fault_counts, summarize
@@ -60,7 +61,9 @@ EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "crashed": 255}
 log = logging.getLogger("onceproof.runner")
 
 
-INPUT, OUTPUT, PROGRESS = "input", "output", "output-progress"
+TOPICS = TopicNames("")
+"""The topics of a run on a cluster onceproof owns (local, Docker): ``input``, ``output``,
+``output-progress`` (``clients/topic_names``)."""
 
 
 def versions(backend: Backend) -> dict[str, str]:
@@ -96,6 +99,8 @@ class _Run:
     ctx: NemesisContext | None = None
     plan: list = field(default_factory=list)
     health: dict = field(default_factory=dict)
+    names: TopicNames = TOPICS
+    """The run's topics (:data:`TOPICS` on the local and Docker backends)."""
 
     @property
     def ckpt(self) -> Path:
@@ -141,8 +146,8 @@ def _setup(r: _Run) -> None:
     if r.sink.database:
         _start_database(r)
     pipeline = PipelineArgs(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
-                            sink_log=r.rd.sink, input_topic=INPUT, output_topic=OUTPUT,
-                            progress_topic=PROGRESS, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
+                            sink_log=r.rd.sink, input_topic=r.names.input, output_topic=r.names.output,
+                            progress_topic=r.names.progress, sink_id=r.meta["sink_id"], trigger_ms=cfg.trigger_ms,
                             max_offsets=cfg.max_offsets, txn_timeout_ms=cfg.txn_timeout_ms,
                             pool_size=cfg.partitions, master=cfg.master, command=cfg.pipeline_cmd, cwd=Path.cwd(),
                             workload=cfg.workload, file_sink=r.file_sink,
@@ -164,7 +169,8 @@ def _setup(r: _Run) -> None:
     with console.status(f"starting Kafka (KRaft, {cfg.brokers:d} brokers)"):
         done = _timed(r, "cluster_start_s")
         cluster.up()
-        topics.create_topics(cluster.bootstrap, {INPUT: cfg.partitions, OUTPUT: cfg.partitions, PROGRESS: 1},
+        topics.create_topics(cluster.bootstrap, {r.names.input: cfg.partitions, r.names.output: cfg.partitions,
+                                                 r.names.progress: 1},
                              replication=min(3, cfg.brokers))
         done()
     console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
@@ -221,18 +227,20 @@ def start_services(r: _Run) -> None:
     """The run phase's services, each with its stop pushed first: the live reader and the LSO sampler
     (started), the workload (built, not started) and the faults' context ``r.ctx``."""
     cfg, td = r.cfg, r.td
-    r.live = live = LiveReader(r.cluster.bootstrap, OUTPUT)
+    r.live = live = LiveReader(r.cluster.bootstrap, r.names.output)
     td.push("live reader stop", live.stop)
     live.start()
-    r.lso = LsoSampler(r.cluster.bootstrap, OUTPUT)
+    r.lso = LsoSampler(r.cluster.bootstrap, r.names.output)
     td.push("LSO sampler stop", r.lso.stop)
     r.lso.start()
-    r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, INPUT, r.history, rate=cfg.rate,
-                                                               keys=cfg.keys, seed=cfg.seed, producer=cfg.producer)
+    r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, r.names.input, r.history,
+                                                               rate=cfg.rate, keys=cfg.keys, seed=cfg.seed,
+                                                               producer=cfg.producer)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     ctx_caps = cfg.sink_capabilities
     r.ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
-                           input_topic=INPUT, output_topic=OUTPUT, sink_ids=r.meta["sink_ids"], hold_s=cfg.fault_hold,
+                           input_topic=r.names.input, output_topic=r.names.output, sink_ids=r.meta["sink_ids"],
+                           hold_s=cfg.fault_hold,
                            network=r.net,
                            # a --pipeline-cmd pipeline's sink is unknown: its faults try the hooks that
                            # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside
@@ -326,7 +334,7 @@ def _heal(r: _Run) -> None:
 
 def _recover(r: _Run) -> recovery.RecoveryStatus:
     done = _timed(r, "recovery_s")
-    st = recovery.wait(r.cluster.bootstrap, INPUT, OUTPUT, r.ckpt, r.cfg.recovery_timeout,
+    st = recovery.wait(r.cluster.bootstrap, r.names.input, r.names.output, r.ckpt, r.cfg.recovery_timeout,
                        progress=lambda s: r.console.print(f"  recovering ({s.seconds:.0f}s): {'; '.join(s.reasons)}"))
     done()
     r.console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
@@ -336,7 +344,7 @@ def _recover(r: _Run) -> recovery.RecoveryStatus:
 
 def _output(r: _Run) -> OutputLocation:
     """Where the run's output is: the output topic, the sink's directory or its database."""
-    return OutputLocation(r.cluster.bootstrap, OUTPUT, directory=r.file_sink, workload=r.cfg.workload,
+    return OutputLocation(r.cluster.bootstrap, r.names.output, directory=r.file_sink, workload=r.cfg.workload,
                           read=r.cfg.file_read, dsn=r.db.dsn if r.db else "")
 
 
@@ -345,7 +353,7 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
     with r.console.status("reading topics at read_committed and checking"):
         live_frame = r.live.stop()
         lso_frame = r.lso.stop() if r.lso else None
-        result = checking.check_live(r.cluster.bootstrap, INPUT, OUTPUT, r.rd.path, st, live=live_frame,
+        result = checking.check_live(r.cluster.bootstrap, r.names.input, r.names.output, r.rd.path, st, live=live_frame,
                                      lso_samples=lso_frame, strict=r.cfg.strict,
                                      workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read,
                                      reader=r.sink.read, dsn=r.db.dsn if r.db else "")
@@ -499,6 +507,9 @@ def run(cfg: TestConfig, console: Console | None = None,
     cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
     plan = cfg.fault_plan()
     backend = registry.get(cfg.backend)
+    # every Kafka client of the run takes its security from here (clients/kafka_config); the local and
+    # Docker clusters are PLAINTEXT, a cluster onceproof does not own will bring its own (issue 28)
+    kafka_config.configure(kafka_config.PLAINTEXT)
     t_start = time.monotonic()
     rd, meta = _begin(cfg, backend, console, plan)
     with _client_log(rd):

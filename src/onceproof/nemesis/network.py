@@ -21,13 +21,14 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
+from onceproof.clients.kafka_config import client_config
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 
 def probe(address: str, timeout_s: float = 3.0) -> dict:
     """Metadata round trip through ``address`` (``host:port``): ``{"ok": bool, "ms": float, "error"?}``."""
-    a = AdminClient({"bootstrap.servers": address, "socket.timeout.ms": int(timeout_s * 1000),
-                     "logger": logging.getLogger("onceproof.librdkafka.probe")})
+    a = AdminClient(client_config(address, {"socket.timeout.ms": int(timeout_s * 1000)},
+                                  logger=logging.getLogger("onceproof.librdkafka.probe")))
     t = time.monotonic()
     try:
         a.list_topics(timeout=timeout_s)
@@ -38,8 +39,8 @@ def probe(address: str, timeout_s: float = 3.0) -> dict:
 
 def _registered_via_others(ctx: NemesisContext, node: int) -> list[int] | None:
     others = [m for m in ctx.cluster.nodes if m != node]
-    a = AdminClient({"bootstrap.servers": ",".join(ctx.network.client_address(m) for m in others),
-                     "logger": logging.getLogger("onceproof.librdkafka.probe")})
+    a = AdminClient(client_config(",".join(ctx.network.client_address(m) for m in others),
+                                  logger=logging.getLogger("onceproof.librdkafka.probe")))
     try:
         return sorted(a.list_topics(timeout=5).brokers)
     except Exception:  # noqa: BLE001

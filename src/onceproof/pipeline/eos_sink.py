@@ -67,6 +67,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from onceproof.clients.kafka_config import client_config
 from onceproof.pipeline import completeness, hooks
 from onceproof.pipeline.identity import default_sink_id, driver_incarnation, input_partitions
 from onceproof.pipeline.transactional_sink import SinkConfig, abort_leftovers, log_event, write_partition
@@ -160,7 +161,7 @@ class ExactlyOnceSink:
         """The input topic's partition count from Kafka's metadata (one AdminClient, kept)."""
 
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.cfg.bootstrap, "log_level": 3})
+            self._admin = AdminClient(client_config(self.cfg.bootstrap, {"log_level": 3}))
         md = self._admin.list_topics(self.input_topic, timeout=30)
         t = md.topics.get(self.input_topic)
         if t is None or t.error is not None or not t.partitions:
@@ -224,7 +225,7 @@ def _ensure_progress_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) 
     """Create the 1-partition progress topic unless it exists (replication: up to 3, as many brokers as
     there are). Raises ``confluent_kafka.KafkaException`` for any error but "already exists"."""
 
-    a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    a = AdminClient(client_config(bootstrap, {"log_level": 3}))
     md = a.list_topics(timeout=timeout_s)
     if topic in md.topics and md.topics[topic].error is None:
         return

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from onceproof.clients.kafka_config import client_config
+
 SINK_ID_FILE = "onceproof-sink-id"
 INCARNATION_ENV = "ONCEPROOF_DRIVER_INCARNATION"
 
@@ -70,7 +72,7 @@ def input_partitions(bootstrap: str, topic: str, timeout_s: float = 30.0) -> int
     ``confluent_kafka.KafkaException`` when the cluster does not answer within ``timeout_s`` seconds.
     """
 
-    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(topic, timeout=timeout_s)
+    md = AdminClient(client_config(bootstrap, {"log_level": 3})).list_topics(topic, timeout=timeout_s)
     t = md.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         raise RuntimeError(f"input topic {topic!r} has no partition metadata on {bootstrap}: "

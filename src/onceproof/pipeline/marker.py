@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from onceproof.clients.kafka_config import client_config
+
 NONE = -1
 
 
@@ -28,14 +30,13 @@ def group_id(sink_id: str, partition: int) -> str:
 def open_consumer(bootstrap: str, sink_id: str, partition: int) -> Consumer:
     """A non-subscribing read_committed consumer of the marker group; also the source of the group
     metadata passed to ``send_offsets_to_transaction``."""
-    return Consumer({
-        "bootstrap.servers": bootstrap,
+    return Consumer(client_config(bootstrap, {
         "group.id": group_id(sink_id, partition),
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
         "socket.timeout.ms": 10000,
         "log_level": 3,
-    })
+    }))
 
 
 def read(consumer: Consumer, progress_topic: str, timeout_s: float = 30.0) -> int:

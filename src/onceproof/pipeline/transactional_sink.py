@@ -82,6 +82,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from onceproof.clients.kafka_config import client_config
 from onceproof.pipeline import hooks, marker, provenance
 from onceproof.pipeline.mutants import Flaws
 
@@ -163,8 +164,7 @@ def _attempt_txn_id(cfg: SinkConfig, partition: int, attempt: int) -> str:
 
 
 def _producer(cfg: SinkConfig, txn_id: str) -> Producer:
-    return Producer({
-        "bootstrap.servers": cfg.bootstrap,
+    return Producer(client_config(cfg.bootstrap, {
         "transactional.id": txn_id,
         "enable.idempotence": True,
         "acks": "all",
@@ -173,7 +173,7 @@ def _producer(cfg: SinkConfig, txn_id: str) -> Producer:
         "linger.ms": 5,
         "partitioner": "murmur2_random",  # same key → partition mapping as Java clients / Spark's sink
         "log_level": 3,
-    })
+    }))
 
 
 def _retrying(what: str, fn, *args, attempts: int = 5):

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from confluent_kafka import KafkaError, Producer
 
+from onceproof.clients.kafka_config import client_config
 from onceproof.store.history import HistoryWriter
 from onceproof.workloads import producers
 
@@ -144,11 +145,12 @@ class KeyedWorkload:
     def _producer(self) -> Producer:
         self.producers += 1
         self._fatal.clear()
-        return Producer({"bootstrap.servers": self.bootstrap, **self.PRODUCER_CONFIG,
-                         "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
-                         "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-                         "partitioner": "murmur2_random", "error_cb": self._on_error,
-                         "logger": logging.getLogger("onceproof.librdkafka.workload")})
+        return Producer(client_config(self.bootstrap, {**self.PRODUCER_CONFIG, "linger.ms": 5,
+                                                       "delivery.timeout.ms": self.delivery_timeout_ms,
+                                                       "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+                                                       "partitioner": "murmur2_random"},
+                                       error_cb=self._on_error,
+                                       logger=logging.getLogger("onceproof.librdkafka.workload")))
 
     # hooks of the send loop; the idempotent producer needs none of them (a transactional client's do
     # its commits: workloads/transactional_client.py)

@@ -32,6 +32,7 @@ from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from onceproof.clients.kafka_config import client_config
 from onceproof.workloads.keyed import METADATA_REFRESH_MS, KeyedWorkload
 
 TXN_MS = 200
@@ -60,11 +61,13 @@ class TransactionalWorkload(KeyedWorkload):
         first one begun."""
         self.producers += 1
         self._fatal.clear()
-        prod = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
-                         "acks": "all", "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
-                         "transaction.timeout.ms": TXN_TIMEOUT_MS, "partitioner": "murmur2_random",
-                         "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-                         "error_cb": self._on_error, "logger": logging.getLogger("onceproof.librdkafka.workload")})
+        prod = Producer(client_config(self.bootstrap, {"transactional.id": self.transactional_id, "acks": "all",
+                                                       "linger.ms": 5, "delivery.timeout.ms": self.delivery_timeout_ms,
+                                                       "transaction.timeout.ms": TXN_TIMEOUT_MS,
+                                                       "partitioner": "murmur2_random",
+                                                       "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS},
+                                       error_cb=self._on_error,
+                                       logger=logging.getLogger("onceproof.librdkafka.workload")))
         while not self._stop.is_set():
             try:
                 self._call(prod.init_transactions)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from confluent_kafka.admin import AdminClient
 
 from onceproof.backends.base import ClusterError
+from onceproof.clients.kafka_config import client_config
 
 
 def wait_healthy(bootstrap: str, nodes: int, *, exited: Callable[[], str | None],
@@ -27,8 +28,8 @@ def wait_healthy(bootstrap: str, nodes: int, *, exited: Callable[[], str | None]
     Raises: ``ClusterError`` when ``exited()`` says so, or after ``timeout_s`` seconds with the last state.
     """
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000,
-                         "logger": logging.getLogger("onceproof.librdkafka.admin")})
+    admin = AdminClient(client_config(bootstrap, {"socket.timeout.ms": 5000},
+                                      logger=logging.getLogger("onceproof.librdkafka.admin")))
     last = "no answer"
     while time.monotonic() < deadline:
         why = exited()

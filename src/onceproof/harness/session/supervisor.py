@@ -115,7 +115,7 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
 
     r.nem = nem = ManualNemesis(r.ctx, r.nem_hist, build, elapsed, on_op=runner.on_op(r))
     r.td.push("nemesis stop and heal", lambda: runner._heal_faults(r, teardown=True))
-    live = LiveStatus(r, nem, st.live, runner.INPUT)
+    live = LiveStatus(r, nem, st.live, r.names.input)
     r.workload.start()
     st.update(state="up", run_dir=str(r.rd.path), bootstrap=r.cluster.bootstrap, master=cfg.master,
               backend=cfg.backend, up_at=time.time(), max_idle_s=max_idle_s, faults_available=faults_available(cfg))
