@@ -12,6 +12,9 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
 * ``operator`` – what an operator does on purpose: a broker's clean bounce (controlled shutdown), a
   rolling restart of every broker, a preferred leader election (``nemesis/operator.py``), a partition
   reassignment of the output and of the input topic with Kafka's own tool (``nemesis/reassign.py``);
+* ``clock`` – the transaction coordinator's clock jumping forward and back past ``transaction.timeout.ms``
+  (``clock-skew``, libfaketime: ``nemesis/clock.py``); a package of its own so that no other suite needs
+  libfaketime;
 * ``upgrade`` – a driver stopped mid-batch (killed, or ``query.stop()``) and restarted from its checkpoint
   into a changed configuration or the previous PySpark;
 * ``all`` – every fault of every package.
@@ -31,6 +34,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
                "commit-delay:txn-timeout"),
     "operator": ("bounce-broker:leader", "bounce-broker:txn-coordinator", "rolling-restart", "elect-leaders",
                  "reassign-partitions:output", "reassign-partitions:input"),
+    "clock": ("clock-skew:broker-jump-forward", "clock-skew:broker-jump-back"),
     "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),
 }
 
