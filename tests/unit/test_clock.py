@@ -96,6 +96,7 @@ def test_the_environment_preloads_libfaketime_first_and_drops_faketime(fake_lib,
     assert "FAKETIME" not in env and env["PATH"] == "/bin"
     assert env["FAKETIME_TIMESTAMP_FILE"] == str(f) and env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
     assert env["FAKETIME_CACHE_DURATION"] == "1" and env["NO_FAKE_STAT"] == "1"
+    assert env["FAKETIME_FORCE_MONOTONIC_FIX"] == "0"  # on, a JVM's timed waits return at once
     assert faketime.env(f, base={})["LD_PRELOAD"] == str(fake_lib)
 
 

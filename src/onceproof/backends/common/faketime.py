@@ -15,12 +15,19 @@ time plus an offset. What a process started with :func:`env` gets:
   applications work but you need to pass in an extra argument (FAKETIME_DONT_FAKE_MONOTONIC). Without this
   argument the java command usually hangs." The JVM's ``System.nanoTime``, its sleeps and timed waits, stay
   real; ``System.currentTimeMillis`` and ``Instant.now`` move;
+* ``FAKETIME_FORCE_MONOTONIC_FIX=0``: the library's "monotonic fix" (README section 2, a glibc workaround it
+  switches on by itself for the glibc versions it assumes need it) stays off. With it on, every timed wait of
+  the JVM returned at once: ``Object.wait(10)`` twenty times took 0.06 ms instead of 200 ms, so each timed
+  wait spun, and a KRaft cluster started so never kept a quorum leader (elections for 2 minutes, then the
+  run's health check gave up: the first run of the clock test, 2026-11-27). With it off, 200 ms, and
+  ``System.currentTimeMillis`` cost 167 ns a call instead of 1136 ns (42 ns without the library);
 * ``NO_FAKE_STAT=1``: file timestamps (``stat``) stay real: Kafka's segment files keep the kernel's times;
 * no ``FAKETIME``: that variable "always has priority over the files".
 
 Seen on this host (Debian 12's libfaketime 0.9.10, OpenJDK 17.0.15, 2 cores): a JVM started with these
 printed ``currentTimeMillis`` +120.1 s, then -59.9 s, then real again within ≤ 1 s of each rewrite of the file
-(+120, -60, +0), while ``nanoTime`` went on unbroken and ``Thread.sleep(500)`` slept 0.5 s.
+(+120, -60, +0), while ``nanoTime`` went on unbroken and ``Thread.sleep(500)`` slept 0.5 s; with the monotonic
+fix off, ``Object.wait(500)`` waited 0.5 s by ``nanoTime`` at offsets +0, +60 and -60.
 
 Shared memory: the first process that loads the library creates ``/dev/shm/faketime_shm_<pid>`` and
 ``/dev/shm/sem.faketime_sem_<pid>`` and removes them when it exits normally; a SIGKILLed process leaves them
@@ -134,7 +141,8 @@ def env(offset_file: Path, base: dict[str, str] | None = None) -> dict[str, str]
     out = {k: v for k, v in (os.environ if base is None else base).items() if k != "FAKETIME"}
     preload = " ".join(p for p in (str(lib), out.get("LD_PRELOAD", "")) if p)
     out.update(LD_PRELOAD=preload, FAKETIME_TIMESTAMP_FILE=str(offset_file),
-               FAKETIME_CACHE_DURATION=str(CACHE_S), FAKETIME_DONT_FAKE_MONOTONIC="1", NO_FAKE_STAT="1")
+               FAKETIME_CACHE_DURATION=str(CACHE_S), FAKETIME_DONT_FAKE_MONOTONIC="1",
+               FAKETIME_FORCE_MONOTONIC_FIX="0", NO_FAKE_STAT="1")
     return out
 
 
