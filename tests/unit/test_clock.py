@@ -202,6 +202,19 @@ def test_the_jump_outlasts_the_transaction_timeout():
         ClockSkew("driver")
 
 
+def test_the_probe_topic_is_a_request_librdkafka_accepts():
+    """The first cluster run's probe topic (a replica assignment with the default partition count) was refused
+    by the client before any request: ``ValueError`` on every turn."""
+    from confluent_kafka.admin import AdminClient
+
+    t = clock.probe_topic(2)
+    assert (t.topic, t.replica_assignment, t.config["message.timestamp.type"]) == ("onceproof-clock-2", [[2]],
+                                                                                  "LogAppendTime")
+    a = AdminClient({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    futures = a.create_topics([t], operation_timeout=1, request_timeout=1)  # no broker: it fails later, not here
+    assert set(futures) == {"onceproof-clock-2"}
+
+
 # ------------------------------------------------------------------------- the fault on the stand-in
 
 

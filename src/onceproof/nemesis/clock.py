@@ -113,6 +113,14 @@ def judge(offset_s: float, during: dict | None, log_skews: list[float]) -> bool:
     return bool(log_skews) and abs(statistics.median(log_skews) - offset_s) <= TOLERANCE_S + 1.0
 
 
+def probe_topic(node: int) -> NewTopic:
+    """The probe topic of broker ``node``: ``onceproof-clock-<node>``, one partition whose only replica is
+    ``node``, ``message.timestamp.type=LogAppendTime``, ``min.insync.replicas=1`` (the brokers' default is 2).
+    The partition count is given with the assignment: librdkafka refuses a default count with one."""
+    return NewTopic(f"onceproof-clock-{node}", num_partitions=1, replica_assignment=[[node]],
+                    config={"message.timestamp.type": "LogAppendTime", "min.insync.replicas": "1"})
+
+
 def _has_clocks(cluster) -> bool:
     """The cluster's class implements :class:`ClockFaults` (asked of the class: an instance's missing
     attribute is not looked up)."""
@@ -127,9 +135,7 @@ class ClockProbe:
 
     def __init__(self, bootstrap: str, node: int):
         self.bootstrap, self.node, self.topic = bootstrap, node, f"onceproof-clock-{node}"
-        fut = topics.admin(bootstrap).create_topics(
-            [NewTopic(self.topic, replica_assignment=[[node]],
-                      config={"message.timestamp.type": "LogAppendTime", "min.insync.replicas": "1"})])
+        fut = topics.admin(bootstrap).create_topics([probe_topic(node)])
         try:
             fut[self.topic].result(timeout=15)
         except Exception as e:  # noqa: BLE001 - a leftover topic of an earlier turn is as good
