@@ -135,7 +135,8 @@ class ClockProbe:
 
     def __init__(self, bootstrap: str, node: int):
         self.bootstrap, self.node, self.topic = bootstrap, node, f"onceproof-clock-{node}"
-        fut = topics.admin(bootstrap).create_topics([probe_topic(node)])
+        self.admin = topics.admin(bootstrap)  # kept: a collected client fails its futures (_DESTROY)
+        fut = self.admin.create_topics([probe_topic(node)])
         try:
             fut[self.topic].result(timeout=15)
         except Exception as e:  # noqa: BLE001 - a leftover topic of an earlier turn is as good
@@ -178,7 +179,7 @@ class ClockProbe:
     def close(self) -> None:
         """Delete the probe topic (best effort)."""
         try:
-            topics.admin(self.bootstrap).delete_topics([self.topic])[self.topic].result(timeout=10)
+            self.admin.delete_topics([self.topic])[self.topic].result(timeout=10)
         except Exception as e:  # noqa: BLE001 - a leftover probe topic harms nothing
             log.info("could not delete %s: %s", self.topic, e)
 
