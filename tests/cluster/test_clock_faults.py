@@ -5,7 +5,7 @@ at the offset during, near 0 after) and exercised (its coordinator logged the ti
 ``transactional.id``, and the parked attempt failed and was retried); afterwards every broker's offset file
 is back at ``+0`` and no process of the run is left.
 
-Skipped, with the fix, when libfaketime is not installed (``make clock-prereqs``). About 4 minutes on 2
+Skipped, with the fix, when libfaketime is not installed (``make clock-prereqs``). About 2.5 minutes on 2
 cores; ``make test-extended``.
 """
 
