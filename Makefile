@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint postgres-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint postgres-prereqs clock-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -44,6 +44,13 @@ postgres-prereqs:
 	  $(SUDO) mkdir -p /etc/postgresql-common && echo "create_main_cluster = false" | $(SUDO) tee /etc/postgresql-common/createcluster.conf >/dev/null; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15; }
 
+# clock-skew (nemesis/clock.py) starts the brokers under libfaketime (LD_PRELOAD; no host clock changes):
+# Debian's libfaketime is installed when no libfaketime.so.1 is found (ONCEPROOF_FAKETIME_LIB names another)
+clock-prereqs:
+	@test -n "$$ONCEPROOF_FAKETIME_LIB" || ls /usr/lib/*/faketime/libfaketime.so.1 /usr/local/lib/faketime/libfaketime.so.1 >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null || { echo "need libfaketime (libfaketime.so.1): install your distribution's libfaketime, or set ONCEPROOF_FAKETIME_LIB"; exit 1; }; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libfaketime; }
+
 test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs
 	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rfE --tb=short --durations=40 -m "not extended" tests
 	$(MAKE) test-oldest
@@ -51,7 +58,7 @@ test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs
 # The real-cluster and Docker tests make test leaves out for its time budget (marker "extended", listed in
 # tests/README.md): the --nemesis all run, the detection pairs' other sides, a two-cell test-all, shrink,
 # the --schedule replay, the bundled postgres pair, the compose file, and more (about 75 min)
-test-extended: setup docker-prereqs postgres-prereqs
+test-extended: setup docker-prereqs postgres-prereqs clock-prereqs
 	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rA --durations=0 -m extended tests/cluster tests/docker
 
 # The oldest PySpark that pyproject.toml accepts (its "pyspark>=X" floor), everything else from the lock:

@@ -92,6 +92,32 @@ class StandInCluster(_OnlyTheProtocol):
         return []
 
 
+class ClockStandInCluster(StandInCluster):
+    """:class:`StandInCluster` with :class:`~onceproof.backends.base.ClockFaults`: an offset per node in a
+    table (``no_clock``: why it has none, ``None`` = it has), a log file per node when ``logs`` names one."""
+
+    __slots__ = ("offsets", "no_clock", "logs")
+
+    def __init__(self, nodes: int = 3, data_dir: Path = Path("stand-in")):
+        super().__init__(nodes, data_dir)
+        self.offsets: dict[int, float] = {}
+        self.no_clock: str | None = None
+        self.logs: dict[int, Path] = {}
+
+    def clock_unavailable(self) -> str | None:
+        return self.no_clock
+
+    def set_clock_offset(self, node: int, seconds: float) -> None:
+        self.calls.append(("clock", node, seconds))
+        self.offsets[node] = seconds
+
+    def clock_offset(self, node: int) -> float:
+        return self.offsets.get(node, 0.0)
+
+    def clock_log(self, node: int) -> Path | None:
+        return self.logs.get(node)
+
+
 class StandInNetwork(_OnlyTheProtocol):
     __slots__ = ("calls", "_cut", "_slow", "_nodes", "loss", "no_loss")
 
@@ -323,6 +349,10 @@ class StandInBackend(_StandInCore):
     """Every optional protocol, so every fault the local backend performs."""
 
     name = "stand-in"
+
+    def cluster(self, shape: ClusterShape) -> ClockStandInCluster:
+        self.built.append("cluster")
+        return ClockStandInCluster(shape.nodes, shape.data_dir)
 
     def network(self, cluster: StandInCluster, log_dir: Path) -> StandInNetwork:
         self.built.append("network")

@@ -17,8 +17,10 @@ import pytest
 
 from onceproof.backends import base, capabilities, registry
 from onceproof.backends.base import GONE, STOPPED, can_perform
+from onceproof.backends.docker.backend import DockerBackend
 from onceproof.backends.docker.spark import DockerSpark
 from onceproof.backends.local.backend import LocalBackend
+from onceproof.backends.local.kafka import KafkaCluster
 from onceproof.backends.local.spark import LocalSpark
 from onceproof.harness import cli
 from onceproof.harness.config import ConfigError, TestConfig
@@ -91,7 +93,8 @@ LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window
                    "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*",
                    "restart-mid-txn", "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
                    "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop",
-                   "add-input-partitions"})
+                   "add-input-partitions",
+                   "clock-skew:*"})
 
 
 def test_the_local_backend_performs_every_fault_and_target():
@@ -106,6 +109,11 @@ def test_capabilities_follow_the_protocols_a_backend_implements():
     """Each optional protocol adds exactly the faults that need it; none is listed by hand."""
     assert isinstance(LocalBackend(), base.NetworkFaults) and not isinstance(NoNetworkStandIn(), base.NetworkFaults)
     assert capabilities.spark_class(LocalBackend) is LocalSpark
+    # clock faults follow the Cluster class: the local KafkaCluster has clocks, the Docker one does not
+    assert capabilities.cluster_class(LocalBackend) is KafkaCluster and issubclass(KafkaCluster, base.ClockFaults)
+    assert not issubclass(capabilities.cluster_class(DockerBackend), base.ClockFaults)
+    assert "clock-skew:*" not in capabilities.derive(DockerBackend)
+    assert "clock-skew:*" not in NoNetworkStandIn().capabilities
     for proto in (base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes):
         assert issubclass(LocalSpark, proto) and issubclass(StandInSpark, proto), proto
     assert issubclass(DockerSpark, base.DriverPause) and issubclass(DockerSpark, base.ExecutorFaults)
@@ -157,6 +165,8 @@ def _members(proto: type) -> set[str]:
     ("NetworkFaults", "onceproof.backends.docker.backend:DockerBackend"),
     ("Prepare", "onceproof.backends.docker.backend:DockerBackend"),
     ("Cluster", "tests.stand_in_backend:StandInCluster"),
+    ("ClockFaults", "onceproof.backends.local.kafka:KafkaCluster"),
+    ("ClockFaults", "tests.stand_in_backend:ClockStandInCluster"),
     ("SparkApp", "tests.stand_in_backend:StandInSpark"),
     ("SparkApp", "tests.stand_in_backend:CoreStandInSpark"),
     ("FaultNetwork", "tests.stand_in_backend:StandInNetwork"),

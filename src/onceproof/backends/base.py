@@ -15,6 +15,7 @@ and optional protocols for what only some backends can do, as Jepsen's ``Kill``,
 * on the backend: :class:`NetworkFaults` (a :class:`FaultNetwork`, every path cut or slowed one at a
   time), :class:`Prepare` (fetch jars, build images ahead of time);
 * on its :class:`FaultNetwork`: :class:`PacketLoss` (drop packets at random);
+* on its :class:`Cluster`: :class:`ClockFaults` (offset one node's clock, not the host's);
 * on its :class:`SparkApp`: :class:`DriverPause` (freeze and thaw the driver), :class:`ExecutorFaults`
   (find and kill executors), :class:`ExecutorPause` (freeze and thaw one executor, see what it has not
   read), :class:`TaskKill` (kill a task process that outlived its executor),
@@ -99,6 +100,9 @@ class ClusterShape:
     log_dir: Path | None = None
     proxied: bool = False
     detached: bool = False
+    clocks: bool = False
+    """Start every node with a clock that :class:`ClockFaults` can offset (a run that plans ``clock-skew``);
+    otherwise the nodes run on the host's clock with nothing preloaded."""
 
 
 @dataclass(frozen=True)
@@ -431,6 +435,29 @@ class PacketLoss(Protocol):
 
     def undrop(self) -> None:
         """Remove the loss (safe when there is none)."""
+
+
+@runtime_checkable
+class ClockFaults(Protocol):
+    """Optional to a :class:`Cluster`: each node's own clock (its wall clock: what ``System.currentTimeMillis``
+    returns in its JVM), offset from the host's while the host's stays untouched (``clock-skew``; on the local
+    backend libfaketime's control file, ``backends/common/faketime.py``). Only a cluster built with
+    ``ClusterShape(clocks=True)`` has clocks to offset. Monotonic clocks are never offset."""
+
+    def clock_unavailable(self) -> str | None:
+        """``None`` when :meth:`set_clock_offset` works on this cluster now, else why not and the fix."""
+
+    def set_clock_offset(self, node: int, seconds: float) -> None:
+        """Offset ``node``'s clock by ``seconds`` (whole seconds, negative = behind the host) from now on,
+        until set again; ``0`` is the real time. Reaches the running process within a second or so (and a
+        restarted one at its start). Raises ``BackendError`` naming the fix when the cluster has no such
+        clocks (:meth:`clock_unavailable`), ``ValueError`` for a fractional offset."""
+
+    def clock_offset(self, node: int) -> float:
+        """The offset (s) in effect for ``node`` (``0`` = real time)."""
+
+    def clock_log(self, node: int) -> Path | None:
+        """``node``'s own log, whose line timestamps come from its (offset) clock; ``None`` when none."""
 
 
 class Backend(Protocol):

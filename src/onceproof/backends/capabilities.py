@@ -3,8 +3,10 @@ can do is which of ``Kill``, ``Pause``, ``LogFiles`` it satisfies); no backend l
 
 :data:`NEEDS` maps each fault spec of ``nemesis/catalog.py`` (``fault``, ``fault:target`` or
 ``fault:*``) to the optional protocols of ``backends/base.py`` it needs beyond the core: protocols of the
-backend itself (:class:`NetworkFaults`) or of the :class:`SparkApp` class its ``spark()`` returns
-(:class:`DriverPause`, :class:`ExecutorFaults`, :class:`TaskKill`, :class:`Runtimes`). A backend's
+backend itself (:class:`NetworkFaults`), of the :class:`SparkApp` class its ``spark()`` returns
+(:class:`DriverPause`, :class:`ExecutorFaults`, :class:`TaskKill`, :class:`Runtimes`), of the
+:class:`FaultNetwork` class its ``network()`` returns (:class:`PacketLoss`) or of the :class:`Cluster` class
+its ``cluster()`` returns (:class:`ClockFaults`). A backend's
 capabilities are the specs whose needs it meets (:func:`derive`); a new fault is one line here.
 """
 
@@ -12,12 +14,22 @@ from __future__ import annotations
 
 import typing
 
-from onceproof.backends.base import DriverPause, ExecutorFaults, NetworkFaults, PacketLoss, Runtimes, TaskKill
+from onceproof.backends.base import (
+    ClockFaults,
+    DriverPause,
+    ExecutorFaults,
+    NetworkFaults,
+    PacketLoss,
+    Runtimes,
+    TaskKill,
+)
 
 BACKEND_PROTOCOLS = (NetworkFaults,)
 """Optional protocols a backend class implements; the others are its ``SparkApp``'s or its network's."""
 NETWORK_PROTOCOLS = (PacketLoss,)
 """Optional protocols of the :class:`FaultNetwork` class a backend's ``network()`` returns."""
+CLUSTER_PROTOCOLS = (ClockFaults,)
+"""Optional protocols of the :class:`Cluster` class a backend's ``cluster()`` returns."""
 
 NEEDS: dict[str, tuple[type, ...]] = {
     "kill-executor": (ExecutorFaults,),
@@ -40,6 +52,7 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "elect-leaders": (),  # the Admin API (ElectLeaders, KIP-460)
     "reassign-partitions:*": (),  # Kafka's reassignment tool against the bootstrap (KIP-455)
     "add-input-partitions": (),  # the Admin API (CreatePartitions, KIP-195)
+    "clock-skew:*": (ClockFaults,),  # a broker's own clock offset (libfaketime on the local backend)
 }
 
 
@@ -62,10 +75,19 @@ def network_class(backend: type) -> type | None:
     return got if isinstance(got, type) else None
 
 
+def cluster_class(backend: type) -> type | None:
+    """The class ``backend.cluster()`` returns, from its return annotation; ``None`` when not annotated."""
+    got = typing.get_type_hints(backend.cluster).get("return")
+    return got if isinstance(got, type) else None
+
+
 def implements(backend: type, protocol: type) -> bool:
     """True when ``backend`` (a backend class) implements the optional ``protocol``: itself for
-    :data:`BACKEND_PROTOCOLS`, its :func:`network_class` for :data:`NETWORK_PROTOCOLS`, else through its
-    :func:`spark_class`."""
+    :data:`BACKEND_PROTOCOLS`, its :func:`network_class` for :data:`NETWORK_PROTOCOLS`, its
+    :func:`cluster_class` for :data:`CLUSTER_PROTOCOLS`, else through its :func:`spark_class`."""
+    if protocol in CLUSTER_PROTOCOLS:
+        cls = cluster_class(backend)
+        return cls is not None and issubclass(cls, protocol)
     if protocol in NETWORK_PROTOCOLS:
         net = network_class(backend)
         return net is not None and issubclass(net, protocol)

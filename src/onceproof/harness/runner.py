@@ -516,7 +516,8 @@ def run(cfg: TestConfig, console: Console | None = None,
         history = HistoryWriter(rd.history)
         nem_hist = HistoryWriter(rd.nemesis, start_ns=history.start_ns)
         cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir=rd.logs,
-                                               proxied=cfg.proxied))
+                                               proxied=cfg.proxied,
+                                               clocks=catalog.needs_clock([f for _, f in plan])))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
         result = _phases(r, drive or _run_phase)
     return _finish(r, result, t_start), rd.path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 
 from onceproof.nemesis.broker import KillBroker, PauseBroker
+from onceproof.nemesis.clock import ClockSkew
 from onceproof.nemesis.commit_delay import CommitDelay
 from onceproof.nemesis.commit_window import KillDriverInCommitWindow
 from onceproof.nemesis.fault import Fault
@@ -38,6 +39,7 @@ FAULTS = {
     ElectLeaders.name: ElectLeaders,
     ReassignPartitions.name: ReassignPartitions,
     AddInputPartitions.name: AddInputPartitions,
+    ClockSkew.name: ClockSkew,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name}  # need the cluster behind toxiproxy
@@ -53,11 +55,20 @@ OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignP
 # Lossy links (nemesis/lossy.py): run when named or in the ``lossy`` package, not in ``all``: four more turns
 # would lengthen every ``all`` run (and make test's budget) by about a minute, and ``drop`` needs root.
 LOSSY = {LossyLink.name}
+# Clock faults (nemesis/clock.py): run when named or in the ``clock`` package, not in ``all``: a run that plans
+# one starts its brokers under libfaketime (needs_clock), which ``all`` runs should not depend on.
+CLOCK = {ClockSkew.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:
     """True when any fault in ``specs`` works through toxiproxy."""
     return any(s.partition(":")[0] in NETWORK for s in specs)
+
+
+def needs_clock(specs: list[str]) -> bool:
+    """True when any fault in ``specs`` offsets a process's clock: the run then starts its brokers with
+    clocks that can be offset (``ClusterShape.clocks``)."""
+    return any(s.partition(":")[0] in CLOCK for s in specs)
 
 
 def _targets(name: str) -> tuple[str, ...]:
@@ -77,8 +88,8 @@ def target_choices(capabilities: frozenset[str] | None = None) -> dict[str, tupl
 def all_specs() -> list[str]:
     """What ``--nemesis all`` means: every general fault family and every target, each its own spec
     (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``); not the :data:`TARGETED`
-    faults, nor the :data:`OPERATOR` or :data:`LOSSY` ones."""
-    return [s for n in FAULTS if n not in TARGETED | OPERATOR | LOSSY for s in expand(n)]
+    faults, nor the :data:`OPERATOR`, :data:`LOSSY` or :data:`CLOCK` ones."""
+    return [s for n in FAULTS if n not in TARGETED | OPERATOR | LOSSY | CLOCK for s in expand(n)]
 
 
 def expand(spec: str) -> list[str]:

@@ -13,6 +13,9 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
   rolling restart of every broker, a preferred leader election (``nemesis/operator.py``), a partition
   reassignment of the output and of the input topic with Kafka's own tool (``nemesis/reassign.py``), the input
   topic grown (``nemesis/grow.py``);
+* ``clock`` – the transaction coordinator's clock jumping forward and back past ``transaction.timeout.ms``
+  (``clock-skew``, libfaketime: ``nemesis/clock.py``); a package of its own so that no other suite needs
+  libfaketime;
 * ``upgrade`` – a driver stopped mid-batch (killed, or ``query.stop()``) and restarted from its checkpoint
   into a changed configuration or the previous PySpark;
 * ``all`` – every fault of every package.
@@ -32,6 +35,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
                "commit-delay:txn-timeout"),
     "operator": ("bounce-broker:leader", "bounce-broker:txn-coordinator", "rolling-restart", "elect-leaders",
                  "reassign-partitions:output", "reassign-partitions:input", "add-input-partitions"),
+    "clock": ("clock-skew:broker-jump-forward", "clock-skew:broker-jump-back"),
     "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),
 }
 

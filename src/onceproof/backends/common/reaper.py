@@ -10,7 +10,9 @@ first. It polls the harness every ``POLL_S`` s; once the harness is gone it SIGK
 ``ONCEPROOF_RUN`` is that run directory (:func:`processes.run_processes`) until none is left or
 ``SWEEP_S`` s have passed, removes the scratch directories the run noted outside its directory
 (:func:`note_scratch`, e.g. a PostgreSQL data directory) and the iptables chains it noted with their
-jumps (``lossy-link:drop``, :func:`onceproof.backends.common.iptables.remove_noted`), and exits. A run
+jumps (``lossy-link:drop``, :func:`onceproof.backends.common.iptables.remove_noted`), puts the clock offset
+files it noted back to ``+0`` and removes the dead processes' libfaketime shared memory (``clock-skew``,
+:func:`onceproof.backends.common.faketime.reset_noted`), and exits. A run
 that tears down normally stops it (:func:`stop_watcher`).
 
 The Docker backend's reaper (:mod:`onceproof.backends.docker.reaper`) is the same kind of watcher for
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.common import iptables, processes
+from onceproof.backends.common import faketime, iptables, processes
 from onceproof.checkout import IMPORT_ROOT
 
 POLL_S = 0.5
@@ -127,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     remove_scratch(a.run_dir)
     for chain in iptables.remove_noted(a.run_dir):
         print(f"reaper: removed iptables chain {chain}", file=sys.stderr)
+    for f in faketime.reset_noted(a.run_dir):
+        print(f"reaper: clock offset file {f} back to +0", file=sys.stderr)
+    faketime.remove_stale_shm()
     for p in left:
         print(f"reaper: left behind: pid {p.pid}", file=sys.stderr)
     return 1 if left else 0

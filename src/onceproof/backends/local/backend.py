@@ -1,7 +1,8 @@
 """The ``local`` backend: Kafka brokers, the Spark driver with its ``local-cluster`` executors and
 toxiproxy as processes on this machine, all on 127.0.0.1 (``backends/local/``).
 
-Needs Java 17+, Maven (the jars, once) and, for network faults, Go 1.23+ (toxiproxy, once).
+Needs Java 17+, Maven (the jars, once), for network faults Go 1.23+ (toxiproxy, once) and for clock faults
+libfaketime (`make clock-prereqs`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def java_version() -> str:
 class LocalBackend:
     """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`).
     Implements ``Backend``, ``NetworkFaults``, ``Databases`` (PostgreSQL) and ``Prepare``; with
-    :class:`LocalSpark`'s protocols it performs every fault of ``nemesis/catalog.py``, every target
+    :class:`KafkaCluster`'s ``ClockFaults`` (libfaketime) and :class:`LocalSpark`'s protocols it performs
+    every fault of ``nemesis/catalog.py``, every target
     (processes are signalled one by one and every path runs through its own toxiproxy proxy)."""
 
     name = "local"
@@ -48,14 +50,15 @@ class LocalBackend:
     databases = frozenset({"postgres"})
 
     def cluster(self, shape: ClusterShape) -> KafkaCluster:
-        """A cluster on the first free, leased port range (``backends/common/ports.py``).
+        """A cluster on the first free, leased port range (``backends/common/ports.py``); with
+        ``shape.clocks``, its brokers start under libfaketime (``backends/common/faketime.py``).
 
         Raises: ``ClusterError`` when no port range is free.
         """
         base = free_base_port(shape.nodes, proxied=shape.proxied)
         spec = ClusterSpec(shape.data_dir, nodes=shape.nodes, base_port=base, log_dir=shape.log_dir,
                            proxied=shape.proxied)
-        return KafkaCluster(spec, tie_to_parent=not shape.detached)
+        return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks)
 
     def attach(self, data_dir: Path) -> KafkaCluster:
         return KafkaCluster.from_state(data_dir)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.base import FOREIGN, GONE, ClusterError, NodeState
-from onceproof.backends.common import jars, processes
+from onceproof.backends.base import FOREIGN, GONE, BackendError, ClusterError, NodeState
+from onceproof.backends.common import faketime, jars, processes
 from onceproof.backends.common.broker_config import server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
@@ -72,10 +72,15 @@ class KafkaCluster:
 
     ``tie_to_parent`` (default) makes every broker die with the harness process; ``onceproof cluster up``
     sets it false and relies on :meth:`down` (via the state file) instead.
+
+    ``clocks``: every broker starts under libfaketime with its offset file ``node<i>/clock-offset`` at ``+0``
+    (``backends/common/faketime.py``), so that :meth:`set_clock_offset` moves its clock at run time
+    (:class:`onceproof.backends.base.ClockFaults`); without it nothing is preloaded.
     """
 
     spec: ClusterSpec
     tie_to_parent: bool = True
+    clocks: bool = False
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     version: str = ""
@@ -134,14 +139,19 @@ class KafkaCluster:
             if proc.returncode != 0:
                 raise ClusterError(f"formatting node {n.node_id} failed:\n{proc.stdout}\n{proc.stderr}")
             self.brokers[n.node_id] = BrokerProcess(n, cfg, log)
+            if self.clocks:
+                faketime.write_offset(self.clock_file(n.node_id), 0)
+                faketime.note(self.clock_file(n.node_id))
 
     def start_node(self, node_id: int) -> int:
-        """Start (or restart) node ``node_id``; returns its pid. The node keeps its data."""
+        """Start (or restart) node ``node_id``; returns its pid. The node keeps its data (and its clock
+        offset, :meth:`set_clock_offset`)."""
         b = self.brokers[node_id]
         cp = jars.kafka_classpath()
         cmd = self._jvm(cp, b.config.parent / "log4j2.properties", self.spec.heap_mb) + [
             "kafka.Kafka", str(b.config)]
-        proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), tie_to_parent=self.tie_to_parent)
+        proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), env=self.node_env(node_id),
+                               tie_to_parent=self.tie_to_parent)
         b.pid = proc.pid
         self.save_state()
         return proc.pid
@@ -248,6 +258,8 @@ class KafkaCluster:
                 processes.stop_group(b.pid, grace_s=grace_s)
             b.pid = None
             self.save_state()
+            if self.clocks:
+                faketime.remove_stale_shm()
 
     # ------------------------------------------------------------------ onceproof.backends.base.Cluster, per node
 
@@ -270,6 +282,8 @@ class KafkaCluster:
         if pid is not None:
             processes.kill_group(pid)
         b.pid = None
+        if self.clocks:
+            faketime.remove_stale_shm()
         return NodeState(pid, processes.status(pid))
 
     def pause(self, node: int) -> None:
@@ -311,6 +325,53 @@ class KafkaCluster:
         for n in self.spec.node_specs:
             shutil.rmtree(self.spec.data_dir / f"node{n.node_id}" / "data", ignore_errors=True)
 
+    # ------------------------------------------------------------------ onceproof.backends.base.ClockFaults
+
+    def clock_file(self, node: int) -> Path:
+        """``node``'s libfaketime offset file (``data_dir/node<i>/clock-offset``)."""
+        return self.spec.data_dir / f"node{node}" / "clock-offset"
+
+    def node_env(self, node: int) -> dict[str, str] | None:
+        """The environment ``node`` starts with: libfaketime's (``faketime.env``) when the cluster has
+        :attr:`clocks` and libfaketime is installed, else ``None`` (the harness's, nothing preloaded; a clock
+        fault is then skipped with :meth:`clock_unavailable`'s reason)."""
+        if not self.clocks or faketime.unavailable():
+            return None
+        return faketime.env(self.clock_file(node))
+
+    def clock_unavailable(self) -> str | None:
+        if not self.clocks:
+            return "the brokers were started without libfaketime (the run planned no clock fault)"
+        return faketime.unavailable()
+
+    def set_clock_offset(self, node: int, seconds: float) -> None:
+        """Rewrite ``node``'s offset file (``faketime.write_offset``); the broker's JVM reads it within
+        ``faketime.CACHE_S`` s."""
+        why = self.clock_unavailable()
+        if why:
+            raise BackendError(f"cannot offset broker {node}'s clock: {why}")
+        faketime.write_offset(self.clock_file(node), seconds)
+
+    def clock_offset(self, node: int) -> float:
+        return faketime.read_offset(self.clock_file(node)) if self.clocks else 0.0
+
+    def clock_log(self, node: int) -> Path | None:
+        """``broker-<node>.log`` (log4j; its ``[%d]`` is the broker's own clock), when written."""
+        p = self.spec.logs / f"broker-{node}.log"
+        return p if p.exists() else None
+
+    def reset_clocks(self) -> list[int]:
+        """Put every node's offset back to ``+0``; returns the nodes that were offset. Never raises."""
+        out = []
+        for n in (self.nodes if self.clocks else []):
+            try:
+                if faketime.read_offset(self.clock_file(n)) != 0:
+                    faketime.write_offset(self.clock_file(n), 0)
+                    out.append(n)
+            except (OSError, ValueError) as e:
+                log.warning("could not reset broker %d's clock offset: %s", n, e)
+        return out
+
     # ------------------------------------------------------------------ whole cluster
 
     def down(self, graceful: bool = False) -> list[tuple[int, int]]:
@@ -340,6 +401,9 @@ class KafkaCluster:
             processes.kill_group(pid)
         for b in self.brokers.values():
             b.pid = None
+        if self.clocks:
+            self.reset_clocks()
+            faketime.remove_stale_shm()  # the SIGKILLed JVMs' libfaketime shared memory
         self.save_state()
         try:
             release_base_port(self.spec.base_port, self.spec.data_dir)

@@ -30,8 +30,8 @@ def test_all(
     sink: str = typer.Option("eos", help="comma-separated sinks (sinks/registry.py); ignored with --mutants"),
     workload: str = typer.Option("keyed", help="comma-separated workloads (workloads/registry.py)"),
     nemesis_package: str = typer.Option("", help="comma-separated fault packages: process, pause, network, lossy, "
-                                                 "commit, operator, upgrade, all (nemesis/packages.py); default: "
-                                                 "process,commit, or "
+                                                 "clock, commit, operator, upgrade, all (nemesis/packages.py); "
+                                                 "default: process,commit, or "
                                                  "with --mutants each mutant's own"),
     test_count: int = typer.Option(1, help="seeds per cell (seed-base, seed-base+1, ...)"),
     seed_base: int = typer.Option(1, help="the first seed"),
