@@ -52,6 +52,7 @@ from confluent_kafka.admin import NewTopic
 
 from onceproof.backends.base import ClockFaults
 from onceproof.clients import topics
+from onceproof.clients.kafka_config import client_config
 from onceproof.nemesis import targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
 from onceproof.pipeline import hooks
@@ -142,9 +143,9 @@ class ClockProbe:
         except Exception as e:  # noqa: BLE001 - a leftover topic of an earlier turn is as good
             if "TOPIC_ALREADY_EXISTS" not in str(e) and "already exists" not in str(e):
                 raise
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0,
-                                  "enable.idempotence": False, "message.timeout.ms": 5000,
-                                  "logger": logging.getLogger("onceproof.librdkafka.clock")})
+        self.producer = Producer(client_config(bootstrap, {"acks": 1, "linger.ms": 0, "enable.idempotence": False,
+                                                           "message.timeout.ms": 5000},
+                                               logger=logging.getLogger("onceproof.librdkafka.clock")))
 
     def measure(self) -> dict:
         """One record: ``{"ok": True, "skew_s", "rtt_ms", "at"}`` (``at``: the harness's epoch s) or
