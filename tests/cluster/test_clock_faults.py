@@ -3,9 +3,11 @@ every assertion: under ``clock-skew:broker-jump-forward,clock-skew:broker-jump-b
 each turn is effective with the broker's own view of time as evidence (its LogAppendTime probe near 0 before,
 at the offset during, near 0 after) and exercised (its coordinator logged the timeout rollback of a sink
 ``transactional.id``, and the parked attempt failed and was retried); afterwards every broker's offset file
-is back at ``+0`` and no process of the run is left.
+is back at ``+0`` and no process of the run is left. Under the same faults the ``eos-commit-error-ignored``
+mutant (a failed marker or commit step taken for success) is invalid with ``lost`` records: the transaction
+the jump aborted is counted as written (seen at seed 1: 998 lost).
 
-Skipped, with the fix, when libfaketime is not installed (``make clock-prereqs``). About 2.5 minutes on 2
+Skipped, with the fix, when libfaketime is not installed (``make clock-prereqs``). About 2.5 minutes a run on 2
 cores; ``make test-extended``.
 """
 
@@ -53,4 +55,21 @@ def test_eos_is_valid_under_clock_jumps_of_the_coordinator_with_evidence(results
     offsets = sorted(Path(run_dir).glob("cluster/node*/clock-offset"))
     assert len(offsets) == 3 and all(faketime.read_offset(f) == 0 for f in offsets), offsets
     assert result["stats"]["input_records"] == result["stats"]["output_records"] > 1000, result["stats"]
+    assert not our_processes(str(run_dir))
+
+
+@pytest.mark.timeout(1200)
+def test_the_commit_error_ignoring_mutant_loses_the_batch_a_clock_jump_aborted(results_root):
+    p = run_cli(["run", "--sink", "eos-commit-error-ignored", "--nemesis", ",".join(SPECS), "--time-limit", "90",
+                 "--seed", "1", "--results", str(results_root)], timeout=1100)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 1 and result["verdict"] == "invalid", (result["verdict"], result["counts"],
+                                                                  p.stdout[-3000:])
+    assert result["counts"]["lost"] > 0, result["counts"]
+    done = [o for o in ops if o["type"] == "info" and o.get("f") in SPECS]
+    hit = [o for o in done if o["outcome"] == "effective" and o["exercised"]]
+    assert hit, [(o["f"], o["outcome"], o["evidence"]) for o in done]
+    for o in hit:  # the aborted attempt failed and nothing retried it: the mutant took the failure for success
+        fate = o["evidence"]["held_attempt"]
+        assert fate.get("failed") and not fate.get("then"), fate
     assert not our_processes(str(run_dir))

@@ -260,3 +260,16 @@ def test_clock_skew_runs_when_named_or_in_its_package_never_in_all():
     with pytest.raises(ValueError, match="broker-jump-forward"):
         catalog.parse("clock-skew:sideways")
     assert clock.ClockSkew.name in catalog.CLOCK
+
+
+def test_a_sink_without_kafka_transactions_cannot_take_a_clock_fault():
+    """Seen: the at-least-once sink under both targets had no coordinator to aim at (every turn skipped,
+    verdict unknown); such a run is now refused before it starts, naming the sinks that can take it."""
+    from onceproof.harness.config import ConfigError, TestConfig
+
+    assert catalog.sink_needs("clock-skew") == {"transactions"}
+    with pytest.raises(ConfigError) as e:
+        TestConfig(sink="at-least-once", nemesis=["clock-skew:broker-jump-forward"], time_limit=90).validate()
+    assert e.value.option == "--nemesis" and "eos" in e.value.message, e.value.message
+    TestConfig(sink="eos", nemesis=["clock-skew:broker-jump-forward", "clock-skew:broker-jump-back"],
+               time_limit=90).validate()

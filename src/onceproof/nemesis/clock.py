@@ -226,6 +226,14 @@ class ClockSkew:
         the probes, the hold (at least until the coordinator's check), the rollback's wait and the retry."""
         return max(hold_s, ABORT_WAIT_S) + (ABORT_WAIT_S if target != "broker-jump-forward" else 0) + 20.0
 
+    @staticmethod
+    def sink_needs(target: str) -> frozenset[str]:
+        """Sink capabilities (``sinks/base.py``) a turn needs: Kafka transactions, the only thing the
+        coordinator's clock can abort (the pre-commit hook, when the sink has one, aims it). The at-least-once
+        sink has none: a run of it under these faults found no ``__transaction_state`` partition to aim at,
+        every turn skipped, verdict unknown; so such a run is refused before it starts."""
+        return frozenset({TRANSACTIONS})
+
     def __init__(self, target: str | None = None, txn_timeout_ms: int = 30000):
         if target is not None and target not in VARIANTS:
             raise ValueError(f"unknown clock-skew target {target!r}; choose from {', '.join(VARIANTS)}")
@@ -249,6 +257,9 @@ class ClockSkew:
         part = rng.randrange(len(ctx.sink_ids))
         txn_id = ctx.sink_ids[part]
         node, tsp = targets.txn_coordinator(cluster.bootstrap, txn_id)
+        if tsp == -1:
+            return Outcome(SKIPPED, variant, {"reason": f"no {targets.TXN_STATE_TOPIC} topic yet (no transaction "
+                                                        f"begun on this cluster): no coordinator for {txn_id}"})
         if node == -1 or not cluster.state(node).alive:
             return Outcome(SKIPPED, variant, {"reason": f"no live coordinator for {txn_id}",
                                               "txn_state_partition": tsp})
