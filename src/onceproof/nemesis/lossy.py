@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from onceproof.backends.base import PacketLoss
 from onceproof.backends.common import netem
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
-from onceproof.nemesis.network import _aim, probe
+from onceproof.nemesis.network import _aim, probe, toxic_on
 
 RESET_AFTER_MS = 500
 RESET_TOXICITY = 0.5
@@ -159,18 +159,11 @@ class LossyLink:
         ev = {"variant": variant, "node": node, "paths": paths,
               "toxic": {"type": typ, "toxicity": toxicity, **attrs}, "netem": netem.unavailable(),
               "probe_before": probe(address)}
-        names = []
         t0 = time.monotonic()
-        try:
-            for p in paths:
-                names.append((p, net.slow(p, typ, attrs, name=NAME, direction="downstream", toxicity=toxicity)))
-            ev["active"] = {p: net.slowdowns(p) for p in paths}
+        with toxic_on(net, paths, typ, attrs, NAME, toxicity) as ev["active"]:
             ev["link_probes"] = _link_probes(variant, address)
             ev["probe_during"] = probe(address)
             ev["held_s"] = round(time.monotonic() - t0, 2) + hold(ctx, max(0.0, ctx.hold_s - (time.monotonic() - t0)))
-        finally:
-            for p, n in names:
-                net.unslow(p, n)
         ev["probe_after"] = probe(address, timeout_s=10)
         return Outcome(EFFECTIVE if judge(variant, ev) else NOT_EFFECTIVE, f"{variant}: broker {node}", ev)
 

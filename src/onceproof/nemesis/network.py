@@ -18,9 +18,12 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from confluent_kafka.admin import AdminClient
 
+from onceproof.backends.base import FaultNetwork
 from onceproof.clients.kafka_config import client_config
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
@@ -59,6 +62,22 @@ def _aim(ctx: NemesisContext, rng: random.Random, target: str | None, choices: t
         return Outcome(SKIPPED, variant, {"reason": "no live broker"})
     node = rng.choice(live)
     return variant, node, ctx.network.client_address(node)
+
+
+@contextmanager
+def toxic_on(net: FaultNetwork, paths: list[str], kind: str, attrs: dict, name: str,
+             toxicity: float = 1.0) -> Iterator[dict[str, list[str]]]:
+    """Toxic ``kind`` (``attrs``, applied to each connection with probability ``toxicity``) named ``name`` on
+    each of ``paths``, downstream, for the ``with`` block, removed on the way out whatever happens. Yields
+    ``{path: names of the slowdowns the network reports on it}`` once all are added."""
+    names = []
+    try:
+        for p in paths:
+            names.append((p, net.slow(p, kind, attrs, name=name, direction="downstream", toxicity=toxicity)))
+        yield {p: net.slowdowns(p) for p in paths}
+    finally:
+        for p, n in names:
+            net.unslow(p, n)
 
 
 class Partition:
@@ -132,16 +151,9 @@ class SlowNetwork:
         paths = net.broker_paths(node)
         ev = {"variant": variant, "node": node, "paths": paths, "toxic": {"type": typ, **attrs},
               "probe_before": probe(address)}
-        names = []
-        try:
-            for p in paths:
-                names.append((p, net.slow(p, typ, attrs, name=f"nemesis-{variant}", direction="downstream")))
-            ev["active"] = {p: net.slowdowns(p) for p in paths}
+        with toxic_on(net, paths, typ, attrs, f"nemesis-{variant}") as ev["active"]:
             ev["probe_during"] = probe(address, timeout_s=10)
             ev["held_s"] = hold(ctx, ctx.hold_s)
-        finally:
-            for p, n in names:
-                net.unslow(p, n)
         ev["probe_after"] = probe(address)
         active = all(f"nemesis-{variant}" in v for v in ev["active"].values())
         # a metadata probe is several round trips: with the toxic on it cannot take less than latency − jitter
