@@ -65,13 +65,14 @@ class ReassignPartitions:
         if len(live) < len(ctx.cluster.nodes):
             return Outcome(SKIPPED, which, {"reason": "a broker is down", "live": live})
         bootstrap = ctx.cluster.bootstrap
-        shrink, original = shrink_plan(topics.replica_view(bootstrap).get(topic, {}), topic)
+        view = topics.replica_view(bootstrap).get(topic, {})
+        shrink, original = shrink_plan(view, topic)
         if not shrink:
             return Outcome(SKIPPED, which, {"reason": f"no partition of {topic} has a leader and 2+ replicas"})
         ev: dict = {"topic": topic, "partitions": len(shrink),
                     "original": {p: r for (_, p), r in original.items()},
                     "shrink": {p: r for (_, p), r in shrink.items()},
-                    "leaders_before": _leaders(bootstrap, topic)}
+                    "leaders_before": {p: m["leader"] for p, m in view.items()}}
         self._restore = original
         try:
             ev["tool_shrink"] = reassign.execute(bootstrap, shrink, ctx.control / "reassign-shrink.json")[-300:]
