@@ -5,7 +5,7 @@
 * :class:`Secrets` registers each value with the forms it may take on the way out: the value itself, its
   JSON-escaped form, its base64 at each of the three byte alignments (a value inside a longer base64
   text, e.g. a SASL/PLAIN ``\\0user\\0password`` token, RFC 4616), and any derived string (the JAAS line
-  Spark's Kafka source takes, see ``clients/kafka_config``).
+  Spark's Kafka source takes, see ``kafka_config``).
 * Out: :class:`RedactingFilter` (a ``logging.Filter`` for handlers), :func:`scrub_text`,
   :func:`scrub_file` (``.gz`` included), and :func:`find_secrets`, the check that a run directory holds
   none of the forms.
@@ -17,7 +17,7 @@ The rule that keeps secrets out of the files a user writes (``cluster.toml``, ``
 Written here rather than taken from a library: the maintained log scrubbers (e.g. ``logredactor``,
 ``scrubadub``) redact by patterns or PII classes, not by a registry of exact values and their
 encodings, and none walks a directory's ``.gz`` files. Standard library only: the pipeline's Python
-(``onceproof.pipeline``, on Spark's interpreter) imports ``clients/kafka_config``, which imports this.
+(``onceproof.pipeline``, on Spark's interpreter) imports ``kafka_config``, which imports this.
 """
 
 from __future__ import annotations

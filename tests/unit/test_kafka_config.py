@@ -1,4 +1,4 @@
-"""``clients/kafka_config``: the security section, its librdkafka and Spark forms, and the one function
+"""``kafka_config``: the security section, its librdkafka and Spark forms, and the one function
 every Kafka client of the harness builds its configuration with (PLAINTEXT: exactly the old dicts)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from onceproof.clients import kafka_config
-from onceproof.clients.kafka_config import (
+from onceproof import kafka_config
+from onceproof.kafka_config import (
     PLAINTEXT,
     KafkaConfigError,
     KafkaSecurity,
@@ -140,7 +140,7 @@ def test_no_kafka_client_builds_its_own_bootstrap_dict():
     assert offenders == []
 
 
-@pytest.mark.parametrize("module", ["clients/kafka_config.py", "secrets.py"])
+@pytest.mark.parametrize("module", ["kafka_config.py", "secrets.py"])
 def test_the_seam_imports_the_standard_library_only(module):
     """The pipeline imports kafka_config on Spark's Python, which need not have the harness's packages."""
     tree = ast.parse((SRC / module).read_text())

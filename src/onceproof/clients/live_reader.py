@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from confluent_kafka import Consumer, KafkaError
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 
 
 class LiveReader:

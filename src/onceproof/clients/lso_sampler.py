@@ -21,7 +21,7 @@ import pandas as pd
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 
 COLUMNS = ["t_ms", "partition", "lso", "hw"]
 INTERVAL_S = 1.0

@@ -23,7 +23,7 @@ the workloads write integers.
 
 from __future__ import annotations
 
-from onceproof.clients.kafka_config import spark_options
+from onceproof.kafka_config import spark_options
 
 VALUE_SCHEMA = "key string, seq string"
 

@@ -18,7 +18,7 @@ import pandas as pd
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 from onceproof.store.columns import Chunks, release_freed_memory
 
 log = logging.getLogger("onceproof.topics")

@@ -27,12 +27,13 @@ from pathlib import Path
 import confluent_kafka
 from rich.console import Console
 
+from onceproof import kafka_config
 from onceproof.backends import registry
 from onceproof.backends.base import Backend, Cluster, ClusterShape, Database, FaultNetwork, PipelineArgs, SparkApp
 from onceproof.backends.common import reaper
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
-from onceproof.clients import kafka_config, topics
+from onceproof.clients import topics
 from onceproof.clients.live_reader import LiveReader
 from onceproof.clients.lso_sampler import LsoSampler
 from onceproof.clients.topic_names import TopicNames
@@ -507,7 +508,7 @@ def run(cfg: TestConfig, console: Console | None = None,
     cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
     plan = cfg.fault_plan()
     backend = registry.get(cfg.backend)
-    # every Kafka client of the run takes its security from here (clients/kafka_config); the local and
+    # every Kafka client of the run takes its security from here (kafka_config); the local and
     # Docker clusters are PLAINTEXT, a cluster onceproof does not own will bring its own (issue 28)
     kafka_config.configure(kafka_config.PLAINTEXT)
     t_start = time.monotonic()

@@ -52,7 +52,7 @@ from confluent_kafka.admin import NewTopic
 
 from onceproof.backends.base import ClockFaults
 from onceproof.clients import topics
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 from onceproof.nemesis import targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
 from onceproof.pipeline import hooks

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from confluent_kafka.admin import AdminClient
 
 from onceproof.backends.base import FaultNetwork
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 

@@ -67,7 +67,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 from onceproof.pipeline import completeness, hooks
 from onceproof.pipeline.identity import default_sink_id, driver_incarnation, input_partitions
 from onceproof.pipeline.transactional_sink import SinkConfig, abort_leftovers, log_event, write_partition

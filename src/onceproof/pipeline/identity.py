@@ -12,7 +12,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 
 SINK_ID_FILE = "onceproof-sink-id"
 INCARNATION_ENV = "ONCEPROOF_DRIVER_INCARNATION"

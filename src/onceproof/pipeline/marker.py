@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 
 NONE = -1
 

@@ -82,7 +82,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 from onceproof.pipeline import hooks, marker, provenance
 from onceproof.pipeline.mutants import Flaws
 

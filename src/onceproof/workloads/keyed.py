@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from confluent_kafka import KafkaError, Producer
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 from onceproof.store.history import HistoryWriter
 from onceproof.workloads import producers
 

@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 from onceproof.workloads.keyed import METADATA_REFRESH_MS, KeyedWorkload
 
 TXN_MS = 200

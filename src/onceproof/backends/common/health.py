@@ -10,7 +10,7 @@ from collections.abc import Callable
 from confluent_kafka.admin import AdminClient
 
 from onceproof.backends.base import ClusterError
-from onceproof.clients.kafka_config import client_config
+from onceproof.kafka_config import client_config
 
 
 def wait_healthy(bootstrap: str, nodes: int, *, exited: Callable[[], str | None],
