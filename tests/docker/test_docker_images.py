@@ -44,7 +44,7 @@ def test_second_build_is_a_no_op_and_a_content_change_rebuilds(engine, tmp_path,
 @pytest.mark.docker
 def test_build_again_is_a_no_op(engine, built):
     again = images.build(engine.client, log=lambda m: None)
-    assert [b.name for b in again] == ["base", "jre", "kafka", "spark", "toxiproxy", "postgres"]
+    assert [b.name for b in again] == ["base", "jre", "kafka", "spark", "toxiproxy", "postgres", "node"]
     assert not any(b.built for b in again)
     assert [b.tag for b in again] == [built[b.name].tag for b in again]
     assert sum(b.seconds for b in again) < 30

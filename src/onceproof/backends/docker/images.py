@@ -32,7 +32,7 @@ pinned PySpark (driver and cluster must run the same Spark).
 
 Command line (the Makefile's ``docker-images`` target)::
 
-    python -m onceproof.backends.docker.images build [base jre kafka spark toxiproxy postgres] \
+    python -m onceproof.backends.docker.images build [base jre kafka spark toxiproxy postgres node] \
         [--kafka-base IMG] [--spark-base IMG]
     python -m onceproof.backends.docker.images list
 """
@@ -72,7 +72,7 @@ DEBIAN_MIRROR = os.environ.get("ONCEPROOF_DEBIAN_MIRROR", "http://deb.debian.org
 SECURITY_MIRROR = os.environ.get("ONCEPROOF_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 JAVA_MAJOR = "17"
 CONTEXT_MTIME = 946684800  # 2000-01-01: fixed mtime of every build-context entry (reproducible tars)
-NAMES = ("base", "jre", "kafka", "spark", "toxiproxy", "postgres")
+NAMES = ("base", "jre", "kafka", "spark", "toxiproxy", "postgres", "node")
 POSTGRES_MAJOR = "15"
 """The PostgreSQL server the postgres image installs (Debian 12's ``postgresql-15``)."""
 SPARK_PYTHON = ("pyspark", "py4j", "confluent-kafka", "psycopg", "psycopg-binary", "typing_extensions")
@@ -584,6 +584,14 @@ def _postgres_recipe(base_tag: str) -> _Recipe:
                    [_Entry("run", path=DOCKER_DIR / "postgres" / "run", mode=0o755)], {"BASE": base_tag})
 
 
+def _node_recipe(jre_tag: str) -> _Recipe:
+    """``onceproof/node``: a machine the ssh backend's tests reach only over SSH (``docker/node``)."""
+    d = DOCKER_DIR / "node"
+    return _Recipe("node", "1", d / "Dockerfile", [_Entry("sshd.conf", path=d / "sshd.conf"),
+                                                   _Entry("entrypoint", path=d / "entrypoint", mode=0o755)],
+                   {"BASE": jre_tag})
+
+
 def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_base: str | None = None,
           spark_base: str | None = None, force: Iterable[str] = (),
           log: Callable[[str], None] = _say) -> list[Built]:
@@ -609,7 +617,7 @@ def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_ba
     unknown = want - set(NAMES)
     if unknown:
         raise ImageBuildError(f"unknown image(s) {sorted(unknown)}: choose from {', '.join(NAMES)}")
-    if "kafka" in want and not kafka_base or "spark" in want and not spark_base:
+    if "kafka" in want and not kafka_base or "spark" in want and not spark_base or "node" in want:
         want.add("jre")
     if want & {"jre", "toxiproxy", "postgres"}:
         want.add("base")
@@ -635,6 +643,9 @@ def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_ba
                                      sha_cache=sha_cache))
         if "postgres" in want:
             out.append(_build_recipe(client, _postgres_recipe(base.tag), force="postgres" in force, log=log,
+                                     sha_cache=sha_cache))
+        if "node" in want:
+            out.append(_build_recipe(client, _node_recipe(jre.tag), force="node" in force, log=log,
                                      sha_cache=sha_cache))
     finally:
         _save_sha_cache(sha_cache)
