@@ -104,3 +104,24 @@ def test_commands_run_under_the_nodes_own_deadline_and_sudo():
     with pytest.raises(RemoteError, match=r"\[n1\] sleep 9 timed out"):
         c.check()
     assert Completed("n1", ("true",), 0, "", "", 0.1).check().returncode == 0
+
+
+def test_the_node_helper_needs_nothing_but_the_standard_library():
+    """``node_helper.py`` runs on a node's own python3, which has nothing of onceproof's."""
+    import ast
+    import sys
+
+    from onceproof.backends.ssh.node import HELPER_SOURCE
+    tree = ast.parse(HELPER_SOURCE.read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names and names <= set(sys.stdlib_module_names)
+
+
+def test_the_node_helper_refuses_bad_names(tmp_path, capsys):
+    from onceproof.backends.ssh import node_helper
+    assert node_helper.main(["status", "--root", str(tmp_path), "--run", "../x", "--name", "a"]) == 2
+    assert "bad --run" in capsys.readouterr().out
+    assert node_helper.main(["status", "--root", str(tmp_path), "--run", "r1", "--name", "a/b"]) == 2
+    assert node_helper.main(["status", "--root", str(tmp_path), "--run", "r1", "--name", "absent"]) == 3
+    assert node_helper.main(["start", "--root", str(tmp_path), "--run", "r1", "--name", "a", "--log", "x"]) == 2

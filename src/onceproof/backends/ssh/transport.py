@@ -295,11 +295,83 @@ class SshRemote:
                 await sftp.get(str(remote), str(local))
         self._sftp(_get, f"get {remote} → {local}", timeout_s)
 
+    def stream(self, argv: list[str], *, root: bool = False) -> RemoteStream:
+        """Start ``argv`` on the node and keep its channel open: the caller writes lines to its stdin and
+        closes it when done (a lease held for the run, see ``backends/ssh/node.py``). No deadline: it lives
+        as long as the channel does; when the harness or its connection dies, the node's sshd closes the
+        channel and the process reads the end of its input.
+
+        Raises: :class:`SshError` when it cannot be started.
+        """
+        become = self.hub.inventory.ssh.become if root and self.node.user != "root" else ""
+        cmd = shlex.join((["sudo", "-n"] if become == "sudo" else []) + list(argv))
+
+        async def _start() -> asyncssh.SSHClientProcess:
+            conn = await self.hub._connection(self.node)
+            return await conn.create_process(cmd)
+        try:
+            proc = self.hub.call(_start(), self.hub.inventory.ssh.connect_timeout_s + 10)
+        except (asyncssh.Error, OSError) as e:
+            raise SshError(f"[{self.name}] {shlex.join(argv)}: {type(e).__name__}: {e}") from None
+        return RemoteStream(self, proc)
+
     def _sftp(self, fn: Callable[[], Coroutine[Any, Any, None]], what: str, timeout_s: float) -> None:
         try:
             self.hub.call(fn(), timeout_s)
         except (asyncssh.Error, OSError) as e:
             raise SshError(f"[{self.name}] {what}: {type(e).__name__}: {e}") from None
+
+
+class RemoteStream:
+    """A process on a node whose stdin the harness writes to (:meth:`SshRemote.stream`)."""
+
+    def __init__(self, remote: SshRemote, proc: asyncssh.SSHClientProcess):
+        self.remote, self._proc = remote, proc
+
+    def write(self, text: str, timeout_s: float = 10.0) -> None:
+        """Send ``text`` to the process's stdin. Raises: :class:`SshError` when the channel is gone."""
+        async def _w() -> None:
+            self._proc.stdin.write(text)
+            await self._proc.stdin.drain()
+        try:
+            self.remote.hub.call(_w(), timeout_s)
+        except (asyncssh.Error, OSError, BrokenPipeError) as e:
+            raise SshError(f"[{self.remote.name}] stream closed: {type(e).__name__}: {e}") from None
+
+    def readline(self, timeout_s: float = 10.0) -> str:
+        """One line of the process's stdout ("" at its end or after ``timeout_s``)."""
+        async def _r() -> str:
+            return await asyncio.wait_for(self._proc.stdout.readline(), timeout_s)
+        try:
+            return _text(self.remote.hub.call(_r(), timeout_s + 2))
+        except (asyncssh.Error, OSError, TimeoutError, SshError):
+            return ""
+
+    def close_and_read_stderr(self, timeout_s: float = 10.0) -> str:
+        """Close stdin, wait for the end, and return what the process wrote to stderr."""
+        async def _c() -> str:
+            self._proc.stdin.write_eof()
+            return _text(await asyncio.wait_for(self._proc.stderr.read(), timeout_s))
+        try:
+            return self.remote.hub.call(_c(), timeout_s + 2)
+        except (asyncssh.Error, OSError, TimeoutError, SshError):
+            return ""
+
+    def close(self, timeout_s: float = 10.0) -> int | None:
+        """Close stdin and wait ≤ ``timeout_s`` for the process to exit; its exit status, or None."""
+        async def _c() -> int | None:
+            self._proc.stdin.write_eof()
+            await asyncio.wait_for(self._proc.wait_closed(), timeout_s)
+            return self._proc.exit_status
+        try:
+            return self.remote.hub.call(_c(), timeout_s + 2)
+        except (asyncssh.Error, OSError, TimeoutError, SshError):
+            return None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the channel is still open."""
+        return self._proc.exit_status is None and self._proc.exit_signal is None and not self._proc.is_closing()
 
 
 def _text(b: object) -> str:
