@@ -10,6 +10,7 @@ The schema (``docs/backends.md``, "The ssh backend"; a worked example is ``examp
     ]
     [ssh]       user, key_file, known_hosts (required), port = 22, become = "sudo" | ""
     [run]       root = "/var/lib/onceproof", lease_s = 20
+    [kafka]     ports = { client = 9092, internal = 9093, controller = 9094 }, heap_mb = 512
 
 A node's own ``user``/``port``/``key_file`` override ``[ssh]``'s; ``address`` (how peers and clients reach
 it) defaults to ``host`` (where SSH connects). Rules: at least one ``broker``, exactly one
@@ -61,6 +62,22 @@ class SshSettings:
 
 
 @dataclass(frozen=True)
+class KafkaSettings:
+    """The brokers' ports on every broker node and their heap (``[kafka]``).
+
+    Attributes:
+        client / internal / controller: TCP ports the broker binds on all interfaces: clients, replication
+            between brokers, the KRaft quorum.
+        heap_mb: the broker JVM's ``-Xmx``, MiB.
+    """
+
+    client: int = 9092
+    internal: int = 9093
+    controller: int = 9094
+    heap_mb: int = 512
+
+
+@dataclass(frozen=True)
 class Node:
     """One machine.
 
@@ -102,6 +119,7 @@ class Inventory:
     ssh: SshSettings
     root: PurePosixPath = PurePosixPath(DEFAULT_ROOT)
     lease_s: float = 20.0
+    kafka: KafkaSettings = KafkaSettings()
 
     def with_role(self, role: str) -> list[Node]:
         """The nodes playing ``role``, in file order."""
@@ -146,7 +164,7 @@ def parse(data: dict, path: Path) -> Inventory:
     """
     f = str(path)
     base = path.parent
-    known = {"node", "ssh", "run"}
+    known = {"node", "ssh", "run", "kafka"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise InventoryError(f"{f}: {unknown[0]}: unknown table; known: {', '.join(sorted(known))}")
@@ -229,7 +247,27 @@ def parse(data: dict, path: Path) -> Inventory:
     lease = run.get("lease_s", 20)
     if not isinstance(lease, int | float) or isinstance(lease, bool) or not 5 <= lease <= 600:
         raise InventoryError(f"{f}: run.lease_s: expected seconds between 5 and 600, got {lease!r}")
-    return Inventory(path=path, nodes=tuple(nodes), ssh=settings, root=root, lease_s=float(lease))
+    return Inventory(path=path, nodes=tuple(nodes), ssh=settings, root=root, lease_s=float(lease),
+                     kafka=_kafka(data.get("kafka", {}), f))
+
+
+def _kafka(k: object, f: str) -> KafkaSettings:
+    if not isinstance(k, dict):
+        raise InventoryError(f"{f}: kafka: expected a table [kafka]")
+    bad = sorted(set(k) - {"ports", "heap_mb"})
+    if bad:
+        raise InventoryError(f"{f}: kafka.{bad[0]}: unknown key; known: heap_mb, ports")
+    ports = k.get("ports", {})
+    if not isinstance(ports, dict) or set(ports) - {"client", "internal", "controller"}:
+        raise InventoryError(f"{f}: kafka.ports: expected {{ client = 9092, internal = 9093, controller = 9094 }}")
+    d = KafkaSettings()
+    got = {n: _port(ports.get(n, getattr(d, n)), f"{f}: kafka.ports.{n}") for n in ("client", "internal", "controller")}
+    if len(set(got.values())) != 3:
+        raise InventoryError(f"{f}: kafka.ports: the three ports must differ, got {got}")
+    heap = k.get("heap_mb", d.heap_mb)
+    if not isinstance(heap, int) or isinstance(heap, bool) or not 128 <= heap <= 65536:
+        raise InventoryError(f"{f}: kafka.heap_mb: expected MiB between 128 and 65536, got {heap!r}")
+    return KafkaSettings(heap_mb=heap, **got)
 
 
 def load(path: Path | str) -> Inventory:

@@ -85,8 +85,8 @@ class Remote(Protocol):
         """Run ``argv`` and wait for it (at most ``timeout_s`` + a grace); ``root``: with the inventory's
         ``become``. Raises: :class:`RemoteError` when the node cannot be reached."""
 
-    def put(self, local: Path, remote: PurePosixPath) -> None:
+    def put(self, local: Path, remote: PurePosixPath, *, mode: int | None = None, timeout_s: float = 300.0) -> None:
         """Copy the file ``local`` to ``remote`` (atomically: a temporary name, then a rename)."""
 
-    def get(self, remote: PurePosixPath, local: Path) -> None:
+    def get(self, remote: PurePosixPath, local: Path, *, timeout_s: float = 300.0) -> None:
         """Copy the node's file ``remote`` to ``local``."""

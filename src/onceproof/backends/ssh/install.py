@@ -1,0 +1,84 @@
+"""What the ssh backend ships to a node, content-addressed (Jepsen's ``db/setup!`` installs the same way:
+over the control connection, once per version).
+
+A :class:`Dist` is a named set of local files; on the node it lives in
+``<root>/dist/<name>-<sha12>/`` (``sha12``: the first 12 hex digits of a SHA-256 over every file's name
+and content), complete once ``.complete`` is there. :func:`ensure` uploads one tar through SFTP and
+unpacks it into ``<dir>.partial``, then renames it, so a dist is there whole or not at all and a second
+run with the same files uploads nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from onceproof.backends.common import jars
+from onceproof.backends.ssh.remote import Remote
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Files to ship: ``(name inside the dist, local path)`` pairs, and the dist's name.
+
+    Attributes:
+        name: e.g. ``kafka-4.1.1``.
+        files: the files, in a stable order.
+    """
+
+    name: str
+    files: tuple[tuple[str, Path], ...]
+
+    @property
+    def sha12(self) -> str:
+        """The first 12 hex digits of SHA-256 over each file's name, size and content."""
+        h = hashlib.sha256()
+        for arc, path in self.files:
+            h.update(arc.encode() + b"\0" + str(path.stat().st_size).encode() + b"\0")
+            with path.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+        return h.hexdigest()[:12]
+
+    def path_on(self, root: PurePosixPath) -> PurePosixPath:
+        """Where the dist lives on a node whose onceproof root is ``root``."""
+        return root / "dist" / f"{self.name}-{self.sha12}"
+
+    def size_bytes(self) -> int:
+        """The files' total size, bytes."""
+        return sum(p.stat().st_size for _, p in self.files)
+
+
+def kafka_dist() -> Dist:
+    """The broker's jars (``jars.kafka_classpath()``: Maven-resolved, or ``$KAFKA_HOME/libs``) as
+    ``libs/<jar>``. Raises: ``jars.ResolveError``."""
+    cp = jars.kafka_classpath()
+    return Dist(f"kafka-{cp.version}", tuple((f"libs/{j.name}", j) for j in sorted(cp.jars, key=lambda j: j.name)))
+
+
+def ensure(remote: Remote, root: PurePosixPath, dist: Dist, *, timeout_s: float = 600.0) -> tuple[PurePosixPath, bool]:
+    """Make ``dist`` present on the node behind ``remote``.
+
+    Returns: ``(its directory on the node, whether it was uploaded now)``.
+
+    Raises: :class:`~onceproof.backends.ssh.remote.RemoteError` when a step fails on the node.
+    """
+    target = dist.path_on(root)
+    if remote.run(["test", "-e", str(target / ".complete")], timeout_s=30).returncode == 0:
+        return target, False
+    with tempfile.TemporaryDirectory(prefix="onceproof-dist-") as tmp:
+        tar = Path(tmp) / f"{dist.name}.tar"
+        with tarfile.open(tar, "w") as t:
+            for arc, path in dist.files:
+                t.add(path, arcname=arc)
+        remote_tar = root / "dist" / f"{dist.name}-{dist.sha12}.tar"
+        remote.run(["mkdir", "-p", str(root / "dist")], timeout_s=30).check()
+        remote.put(tar, remote_tar, timeout_s=timeout_s)
+    partial = f"{target}.partial"
+    script = ('set -e; rm -rf "$2"; mkdir -p "$2"; tar -xf "$1" -C "$2"; touch "$2/.complete"; '
+              'rm -rf "$3"; mv "$2" "$3"; rm -f "$1"')
+    remote.run(["sh", "-c", script, "sh", str(remote_tar), partial, str(target)], timeout_s=timeout_s).check()
+    return target, True

@@ -1,0 +1,296 @@
+"""A KRaft cluster on the broker nodes of ``nodes.toml``, installed and supervised over SSH: the ssh
+backend's :class:`onceproof.backends.base.Cluster`.
+
+Each broker node gets the broker jars once (:func:`onceproof.backends.ssh.install.kafka_dist`), and per
+run, under ``<root>/runs/<run>/kafka/``: ``server.properties`` (the one source of the broker settings,
+``backends/common/broker_config.py``: RF 3, min ISR 2, no unclean election, ..., with its listeners on all
+interfaces and advertised at the node's ``address``), ``log4j2.properties`` and ``data/``, formatted by
+Kafka's ``StorageTool``. The broker runs through ``onceproof-node.py start`` (its own process group,
+``ONCEPROOF_RUN`` in its environment, pid file with start ticks): kill, pause, resume and a clean stop are
+signals to that group, checked against the start ticks, so a reused pid is never signalled.
+
+Logs: :meth:`SshKafkaCluster.collect_logs` copies every node's broker and format logs into
+``<local_dir>/logs/<node>/`` (``down`` does it).
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import contextlib
+import json
+import socket
+import tempfile
+import time
+import uuid
+from pathlib import Path, PurePosixPath
+
+from onceproof.backends.base import GONE, ClusterError, NodeState
+from onceproof.backends.common.broker_config import server_properties
+from onceproof.backends.common.health import wait_healthy
+from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.ssh import install
+from onceproof.backends.ssh.inventory import Inventory, Node
+from onceproof.backends.ssh.node import NodeHelper
+from onceproof.backends.ssh.remote import RemoteError
+from onceproof.backends.ssh.transport import SshHub
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+"""The brokers' log4j2 configuration (as the local backend's): one file per broker."""
+
+
+def broker_properties(inv: Inventory, i: int, data_dir: PurePosixPath) -> dict[str, str]:
+    """``server.properties`` of broker ``i`` (1-based, ``inv.brokers[i - 1]``): the shared broker settings
+    with listeners bound on all interfaces at ``[kafka] ports`` and advertised at each node's ``address``,
+    and the KRaft quorum of every broker node. Pure."""
+    brokers = inv.brokers
+    k = inv.kafka
+    spec = ClusterSpec(Path("."), nodes=len(brokers))
+    text = server_properties(spec, spec.node(i), Path(str(data_dir)))
+    props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    me = brokers[i - 1]
+    props.update({
+        "node.id": str(i),
+        "controller.quorum.voters": ",".join(f"{j}@{n.address}:{k.controller}" for j, n in enumerate(brokers, 1)),
+        "listeners": f"CLIENT://0.0.0.0:{k.client},INTERNAL://0.0.0.0:{k.internal},"
+                     f"CONTROLLER://0.0.0.0:{k.controller}",
+        "advertised.listeners": f"CLIENT://{me.address}:{k.client},INTERNAL://{me.address}:{k.internal}",
+        "log.dirs": str(data_dir),
+    })
+    return props
+
+
+class SshKafkaCluster:
+    """The brokers of ``inv`` for run ``run_id``, through ``hub``.
+
+    Args:
+        inv: the nodes (``inv.brokers`` in order are brokers 1..n).
+        hub: the run's SSH connections.
+        run_id: the run's id; its data is ``<root>/runs/<run_id>/kafka`` on each broker node.
+        local_dir: where the harness keeps this cluster's state file and collected logs.
+    """
+
+    def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path):
+        self.inv, self.hub, self.run_id, self.local_dir = inv, hub, run_id, local_dir
+        become = inv.ssh.become == "sudo"
+        self.helpers = {i: NodeHelper(hub.remote(n.name), inv.root, run_id, root_commands=become or n.user == "root")
+                        for i, n in enumerate(inv.brokers, 1)}
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._version = ""
+        self._dist: PurePosixPath | None = None
+        self.pids: dict[int, int] = {}
+
+    # ---------------------------------------------------------------------------- facts
+    @property
+    def nodes(self) -> list[int]:
+        return sorted(self.helpers)
+
+    def node(self, i: int) -> Node:
+        """Broker ``i``'s node."""
+        return self.inv.brokers[i - 1]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.address(i) for i in self.nodes)
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def log_dir(self) -> Path:
+        return self.local_dir / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.local_dir / "cluster.json"
+
+    def address(self, node: int) -> str:
+        return f"{self.node(node).address}:{self.inv.kafka.client}"
+
+    def _kdir(self, i: int) -> PurePosixPath:
+        return self.helpers[i].run_dir / "kafka"
+
+    def _log(self, i: int) -> PurePosixPath:
+        return self._kdir(i) / f"broker-{i}.log"
+
+    def _java(self, i: int, main: list[str], heap_mb: int, log4j: PurePosixPath) -> list[str]:
+        assert self._dist is not None
+        return ["java", f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}",
+                "-cp", f"{self._dist}/libs/*", *main]
+
+    # ---------------------------------------------------------------------------- lifecycle
+    def _parallel(self, fn, items) -> list:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(items))) as ex:
+            return list(ex.map(fn, items))
+
+    def install(self) -> dict[int, bool]:
+        """Ship the helper and the broker jars to every broker node (in parallel); ``{node: uploaded now}``.
+        Raises: ``ClusterError``."""
+        dist = install.kafka_dist()
+        self._version = dist.name.split("-", 1)[1]
+
+        def one(i: int) -> bool:
+            h = self.helpers[i]
+            h.install()
+            path, uploaded = install.ensure(h.remote, self.inv.root, dist)
+            self._dist = path
+            return uploaded
+        try:
+            return dict(zip(self.nodes, self._parallel(one, self.nodes), strict=True))
+        except RemoteError as e:
+            raise ClusterError(f"installing Kafka on the broker nodes failed: {e}") from None
+
+    def format(self) -> None:
+        """Write each broker's configs and format its storage (``kafka.tools.StorageTool format``).
+        Raises: ``ClusterError`` with the tool's output."""
+        def one(i: int) -> None:
+            h = self.helpers[i]
+            kdir = self._kdir(i)
+            props = broker_properties(self.inv, i, kdir / "data")
+            h.remote.run(["rm", "-rf", str(kdir)], timeout_s=60, root=h.root_commands).check()
+            h.remote.run(["mkdir", "-p", str(kdir)], timeout_s=30).check()
+            with tempfile.TemporaryDirectory() as tmp:
+                for name, text in (("server.properties", "".join(f"{k}={v}\n" for k, v in props.items())),
+                                   ("log4j2.properties", LOG4J2.format(log=self._log(i))),
+                                   ("log4j2-format.properties", LOG4J2.format(log=kdir / f"format-{i}.log"))):
+                    (Path(tmp) / name).write_text(text)
+                    h.remote.put(Path(tmp) / name, kdir / name)
+            cmd = self._java(i, ["kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
+                                 "-c", str(kdir / "server.properties")], 256, kdir / "log4j2-format.properties")
+            done = h.remote.run(cmd, timeout_s=120)
+            if done.returncode != 0:
+                raise ClusterError(f"formatting broker {i} on {h.remote.name} failed: {done.stdout}{done.stderr}")
+        try:
+            self._parallel(one, self.nodes)
+        except RemoteError as e:
+            raise ClusterError(f"formatting the brokers failed: {e}") from None
+
+    def up(self, timeout_s: float = 120.0) -> None:
+        """Install, format, start every broker and wait until :meth:`healthy`. Raises ``ClusterError``."""
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        self.install()
+        self.format()
+        for i in self.nodes:
+            self.start(i)
+        self.save_state()
+        self.healthy(timeout_s)
+
+    def start(self, node: int) -> None:
+        h = self.helpers[node]
+        kdir = self._kdir(node)
+        cmd = self._java(node, ["kafka.Kafka", str(kdir / "server.properties")], self.inv.kafka.heap_mb,
+                         kdir / "log4j2.properties")
+        try:
+            self.pids[node] = h.start(f"broker-{node}", cmd, log=kdir / f"broker-{node}.out")
+        except RemoteError as e:
+            raise ClusterError(f"starting broker {node} failed: {e}") from None
+
+    def healthy(self, timeout_s: float = 120.0) -> None:
+        def exited() -> str | None:
+            dead = [i for i in self.nodes if not self.state(i).alive]
+            return f"broker(s) {dead} exited" if dead else None
+        wait_healthy(self.bootstrap, len(self.nodes), exited=exited, not_listening=self._not_listening,
+                     timeout_s=timeout_s, where="see the brokers' logs (collected into "
+                     f"{self.log_dir}/<node>/ at the end)")
+
+    def _not_listening(self) -> list[int]:
+        out = []
+        for i in self.nodes:
+            for port in (self.inv.kafka.client, self.inv.kafka.internal):
+                try:
+                    with socket.create_connection((self.node(i).address, port), timeout=2):
+                        pass
+                except OSError:
+                    out.append(i)
+                    break
+        return out
+
+    def _wait_gone(self, node: int, within_s: float) -> NodeState:
+        deadline = time.monotonic() + within_s
+        while True:
+            st = self.state(node)
+            if not st.alive or time.monotonic() > deadline:
+                return st
+            time.sleep(0.2)
+
+    def stop(self, node: int, clean: bool = True, grace_s: float = 15.0) -> None:
+        if not clean:
+            self.kill(node)
+            return
+        self.helpers[node].signal(f"broker-{node}", "TERM")
+        if self._wait_gone(node, grace_s).alive:
+            self.kill(node)
+
+    def kill(self, node: int) -> NodeState:
+        pid = self.pids.get(node)
+        with contextlib.suppress(RemoteError):
+            self.helpers[node].signal(f"broker-{node}", "KILL")
+        st = self._wait_gone(node, 5.0)
+        return NodeState(pid, st.status)
+
+    def pause(self, node: int) -> None:
+        self.helpers[node].signal(f"broker-{node}", "STOP")
+
+    def resume(self, node: int) -> None:
+        self.helpers[node].signal(f"broker-{node}", "CONT")
+
+    def state(self, node: int) -> NodeState:
+        try:
+            st = self.helpers[node].status(f"broker-{node}")
+        except RemoteError:
+            return NodeState(self.pids.get(node), GONE)
+        return NodeState(st.get("pid"), st.get("state", GONE))
+
+    def down(self, graceful: bool = False) -> list[tuple[int, int]]:
+        """Stop every broker (SIGTERM then SIGKILL when ``graceful``, else SIGKILL), collect their logs.
+        Never raises for a node that cannot be reached (it is named in the log collection's note)."""
+        def one(i: int) -> None:
+            with contextlib.suppress(RemoteError):
+                if graceful:
+                    self.stop(i, clean=True, grace_s=20)
+                else:
+                    self.kill(i)
+        self._parallel(one, self.nodes)
+        self.collect_logs()
+        return []
+
+    def clean(self) -> None:
+        """Delete the run's Kafka directories on every broker node."""
+        for i in self.nodes:
+            h = self.helpers[i]
+            with contextlib.suppress(RemoteError):
+                h.remote.run(["rm", "-rf", str(self._kdir(i))], timeout_s=60, root=h.root_commands)
+
+    def collect_logs(self) -> list[Path]:
+        """Copy every node's broker and format logs into ``log_dir/<node>/``; the local paths."""
+        out = []
+        for i in self.nodes:
+            h = self.helpers[i]
+            dest = self.log_dir / h.remote.name
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in (f"broker-{i}.log", f"broker-{i}.out", f"format-{i}.log"):
+                with contextlib.suppress(RemoteError):
+                    h.remote.get(self._kdir(i) / name, dest / name)
+                    out.append(dest / name)
+        return out
+
+    def log_files(self) -> list[Path]:
+        return sorted(p for p in self.log_dir.glob("*/*") if p.is_file())
+
+    def save_state(self) -> None:
+        """What :meth:`down` needs after a restart of the harness: the run id, the nodes file and the pids."""
+        self.state_file.write_text(json.dumps({"backend": "ssh", "run_id": self.run_id, "nodes": str(self.inv.path),
+                                               "pids": self.pids, "cluster_id": self.cluster_id}))
