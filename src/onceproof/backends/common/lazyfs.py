@@ -77,6 +77,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -91,8 +92,7 @@ PAGE = 4096
 """Granularity (bytes) of the pre-images kept for synced bytes that are overwritten or cut."""
 NOTED = "fuse-mounts.txt"
 """In the run directory: the mount points of the run's layers (one path a line), for the reaper."""
-FIX = ("make fuse-prereqs (Debian/Ubuntu: apt-get install fuse3; then pip install -c constraints.txt "
-       "'onceproof[fuse]' for mfusepy)")
+FIX = "make fuse-prereqs (Debian/Ubuntu: apt-get install fuse3); mfusepy comes with onceproof's dependencies"
 READY_S = 10.0
 """How long :class:`Layer` waits for a new layer to be mounted and answer ``ping`` (s)."""
 log = logging.getLogger("onceproof.lazyfs")
@@ -405,7 +405,15 @@ class _LazyOps:
         return os.open(self._full(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def readdir(self, path, fh):
-        return [".", "..", *os.listdir(fh)]
+        """Entries with their inode and type: with ``use_ino`` a bare name would get inode 0, which
+        ``readdir(3)`` skips as a deleted entry."""
+        me = {"st_ino": os.fstat(fh).st_ino, "st_mode": stat.S_IFDIR}
+        out = [(".", me, 0), ("..", me, 0)]
+        with os.scandir(fh) as it:
+            for e in it:
+                with contextlib.suppress(OSError):
+                    out.append((e.name, {"st_ino": e.inode(), "st_mode": e.stat(follow_symlinks=False).st_mode}, 0))
+        return out
 
     def releasedir(self, path, fh):
         os.close(fh)
@@ -560,13 +568,20 @@ class _LazyOps:
                     "preimage_bytes": sum(f["preimage_bytes"] for f in files), "open_handles": len(self.handles),
                     **self.counters}
 
-    def crash(self) -> dict:
+    def crash(self, settle_s: float = 2.0) -> dict:
         """Drop every unsynced change: each changed file back to its synced size and its kept pre-images.
+        First waits up to ``settle_s`` s for the open handles to be released (the kernel sends a dead
+        process's ``release`` asynchronously, after the writes its exit flushed).
+
         Returns ``{"files": {path: {"written", "writes", "size_before", "synced_size", "cut_bytes",
         "restored_pages", "restored_bytes"}}, "dropped_files", "dropped_bytes" (bytes written and lost),
-        "cut_bytes" (bytes the files shrank by), "restored_bytes", "open_handles" (still open: should be 0, a
-        live writer would go on), "crash_s"}``."""
+        "cut_bytes" (bytes the files shrank by), "restored_bytes", "open_handles" (still open after the
+        wait: 0 when no process has the files open; a live writer would go on writing), "settle_s" (the wait),
+        "crash_s"}``."""
         t0 = time.monotonic()
+        while self.handles and time.monotonic() - t0 < settle_s:
+            time.sleep(0.02)
+        settled = time.monotonic() - t0
         with self.rw.exclusive(), self.state:
             files = {}
             for key, rec in list(self.unsynced.items()):
@@ -585,7 +600,8 @@ class _LazyOps:
             return {"files": dict(sorted(files.items())), "dropped_files": len(files), "dropped_bytes": dropped,
                     "cut_bytes": sum(f["cut_bytes"] for f in files.values()),
                     "restored_bytes": sum(f["restored_bytes"] for f in files.values()),
-                    "open_handles": len(self.handles), "crash_s": round(time.monotonic() - t0, 4)}
+                    "open_handles": len(self.handles), "settle_s": round(settled, 3),
+                    "crash_s": round(time.monotonic() - t0 - settled, 4)}
 
     def checkpoint(self) -> dict:
         """Everything written so far counts as synced (each changed backing file is fsynced, its record
