@@ -127,6 +127,15 @@ def test_an_unlinked_or_renamed_over_file_is_forgotten(ops):
     assert _backing(ops, "a") == b""
 
 
+def test_a_handle_renamed_away_and_unlinked_still_writes_and_crashes(ops):
+    fh = ops.create("/00.cleaned", 0o644, O_NEW)
+    ops.rename("/00.cleaned", "/00.swap")  # Kafka's cleaner renames files it still has open
+    _write(ops, fh, b"w" * 64, 0)  # the record is opened from the handle, not the stale name
+    assert ops.report()["files"][0]["written"] == 64
+    ops.crash(settle_s=0)
+    assert _backing(ops, "00.swap") == b""
+
+
 def test_a_synced_file_with_a_directory_rename_keeps_its_new_path(ops):
     ops.mkdir("/topic-0", 0o755)
     fh = ops.create("/topic-0/00.log", 0o644, O_NEW)
