@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint postgres-prereqs clock-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: setup run test unit lint postgres-prereqs clock-prereqs fuse-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -51,14 +51,23 @@ clock-prereqs:
 	  command -v apt-get >/dev/null || { echo "need libfaketime (libfaketime.so.1): install your distribution's libfaketime, or set ONCEPROOF_FAKETIME_LIB"; exit 1; }; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libfaketime; }
 
-test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs
+# lose-unsynced-writes mounts a FUSE layer under each broker's log.dirs (backends/common/lazyfs.py): Debian's
+# fuse3 (libfuse3.so.3, fusermount3) is installed when either is missing; the kernel's /dev/fuse must
+# exist (a container needs --device /dev/fuse and CAP_SYS_ADMIN). mfusepy comes with the Python dependencies.
+fuse-prereqs:
+	@{ command -v fusermount3 >/dev/null && ls /usr/lib/*/libfuse3.so.3 /lib/*/libfuse3.so.3 /usr/lib/libfuse3.so.3 2>/dev/null | grep -q .; } || { \
+	  command -v apt-get >/dev/null || { echo "need libfuse 3 (libfuse3.so.3) and fusermount3: install your distribution's fuse3"; exit 1; }; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse3; }
+	@test -e /dev/fuse || echo "warning: no /dev/fuse here: the lazyfs tests skip and lose-unsynced-writes turns are skipped"
+
+test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs fuse-prereqs
 	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rfE --tb=short --durations=40 -m "not extended" tests
 	$(MAKE) test-oldest
 
 # The real-cluster and Docker tests make test leaves out for its time budget (marker "extended", listed in
 # tests/README.md): the --nemesis all run, the detection pairs' other sides, a two-cell test-all, shrink,
 # the --schedule replay, the bundled postgres pair, the compose file, and more (about 75 min)
-test-extended: setup docker-prereqs postgres-prereqs clock-prereqs
+test-extended: setup docker-prereqs postgres-prereqs clock-prereqs fuse-prereqs
 	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rA --durations=0 -m extended tests/cluster tests/docker
 
 # The oldest PySpark that pyproject.toml accepts (its "pyspark>=X" floor), everything else from the lock:

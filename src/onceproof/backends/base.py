@@ -15,7 +15,8 @@ and optional protocols for what only some backends can do, as Jepsen's ``Kill``,
 * on the backend: :class:`NetworkFaults` (a :class:`FaultNetwork`, every path cut or slowed one at a
   time), :class:`Prepare` (fetch jars, build images ahead of time);
 * on its :class:`FaultNetwork`: :class:`PacketLoss` (drop packets at random);
-* on its :class:`Cluster`: :class:`ClockFaults` (offset one node's clock, not the host's);
+* on its :class:`Cluster`: :class:`ClockFaults` (offset one node's clock, not the host's),
+  :class:`UnsyncedLoss` (a node loses what its broker wrote and did not fsync, as in a power cut);
 * on its :class:`SparkApp`: :class:`DriverPause` (freeze and thaw the driver), :class:`ExecutorFaults`
   (find and kill executors), :class:`ExecutorPause` (freeze and thaw one executor, see what it has not
   read), :class:`TaskKill` (kill a task process that outlived its executor),
@@ -103,6 +104,9 @@ class ClusterShape:
     clocks: bool = False
     """Start every node with a clock that :class:`ClockFaults` can offset (a run that plans ``clock-skew``);
     otherwise the nodes run on the host's clock with nothing preloaded."""
+    lazyfs: bool = False
+    """Put every node's ``log.dirs`` on a layer that can forget unsynced writes (:class:`UnsyncedLoss`; a run
+    that plans ``lose-unsynced-writes``); otherwise the brokers write to their directories directly."""
 
 
 @dataclass(frozen=True)
@@ -458,6 +462,31 @@ class ClockFaults(Protocol):
 
     def clock_log(self, node: int) -> Path | None:
         """``node``'s own log, whose line timestamps come from its (offset) clock; ``None`` when none."""
+
+
+@runtime_checkable
+class UnsyncedLoss(Protocol):
+    """Optional to a :class:`Cluster`: one node loses power, as far as its disk can tell: its broker is
+    SIGKILLed and every byte it wrote to its ``log.dirs`` since that file's last ``fsync`` is dropped
+    (``lose-unsynced-writes``; on the local backend a FUSE layer under each node's ``log.dirs``,
+    ``backends/common/lazyfs.py``, after Jepsen's LazyFS). File names created or renamed stay (LazyFS's
+    semantics). Only a cluster built with ``ClusterShape(lazyfs=True)`` has such disks."""
+
+    def unsynced_unavailable(self) -> str | None:
+        """``None`` when :meth:`lose_unsynced` works on this cluster now, else why not and the fix."""
+
+    def unsynced(self, node: int) -> dict:
+        """What ``node`` would lose now, without losing it: ``{"files": [{"path", "size", "synced_size",
+        "written", ...}], "unsynced_files", "unsynced_bytes", ...}`` (bytes; paths relative to its ``log.dirs``).
+        Raises ``BackendError`` naming the fix (:meth:`unsynced_unavailable`)."""
+
+    def lose_unsynced(self, node: int) -> dict:
+        """SIGKILL ``node``'s broker (waited for) and drop what it had not fsynced; the node stays down
+        (restart it with :meth:`Cluster.start`: it recovers its log from what is left, as after a power cut).
+        Returns the evidence: ``{"killed": {"pid", "status_after"}, "files": {path: {"written", "cut_bytes",
+        "synced_size", ...}}, "dropped_files", "dropped_bytes", "cut_bytes", "restored_bytes",
+        "open_handles"}`` (bytes). Raises ``BackendError`` naming the fix when the cluster has no such disks,
+        or the layer's own error."""
 
 
 class Backend(Protocol):

@@ -9,7 +9,9 @@ the output topic (seen for over a minute, into the next run's brokers on the sam
 first. It polls the harness every ``POLL_S`` s; once the harness is gone it SIGKILLs every process whose
 ``ONCEPROOF_RUN`` is that run directory (:func:`processes.run_processes`) until none is left or
 ``SWEEP_S`` s have passed, removes the scratch directories the run noted outside its directory
-(:func:`note_scratch`, e.g. a PostgreSQL data directory) and the iptables chains it noted with their
+(:func:`note_scratch`, e.g. a PostgreSQL data directory), unmounts the lazyfs layers it noted that are
+still mounted (``lose-unsynced-writes``: a killed layer leaves a dead FUSE mount,
+:func:`onceproof.backends.common.lazyfs.unmount_noted`) and the iptables chains it noted with their
 jumps (``lossy-link:drop``, :func:`onceproof.backends.common.iptables.remove_noted`), puts the clock offset
 files it noted back to ``+0`` and removes the dead processes' libfaketime shared memory (``clock-skew``,
 :func:`onceproof.backends.common.faketime.reset_noted`), and exits. A run
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.common import faketime, iptables, processes
+from onceproof.backends.common import faketime, iptables, lazyfs, processes
 from onceproof.checkout import IMPORT_ROOT
 
 POLL_S = 0.5
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     while processes.same_process_alive(a.pid, a.start):
         time.sleep(POLL_S)
     left = sweep(a.run_dir, a.start)
+    for m in lazyfs.unmount_noted(a.run_dir):  # before any directory under it is removed
+        print(f"reaper: unmounted lazyfs layer {m}", file=sys.stderr)
     remove_scratch(a.run_dir)
     for chain in iptables.remove_noted(a.run_dir):
         print(f"reaper: removed iptables chain {chain}", file=sys.stderr)

@@ -51,14 +51,17 @@ class LocalBackend:
 
     def cluster(self, shape: ClusterShape) -> KafkaCluster:
         """A cluster on the first free, leased port range (``backends/common/ports.py``); with
-        ``shape.clocks``, its brokers start under libfaketime (``backends/common/faketime.py``).
+        ``shape.clocks``, its brokers start under libfaketime (``backends/common/faketime.py``); with
+        ``shape.lazyfs`` (not for a detached cluster), each broker's ``log.dirs`` is a lazyfs layer
+        (``backends/common/lazyfs.py``).
 
         Raises: ``ClusterError`` when no port range is free.
         """
         base = free_base_port(shape.nodes, proxied=shape.proxied)
         spec = ClusterSpec(shape.data_dir, nodes=shape.nodes, base_port=base, log_dir=shape.log_dir,
                            proxied=shape.proxied)
-        return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks)
+        return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks,
+                            lazyfs=shape.lazyfs and not shape.detached)
 
     def attach(self, data_dir: Path) -> KafkaCluster:
         return KafkaCluster.from_state(data_dir)

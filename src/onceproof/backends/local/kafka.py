@@ -18,6 +18,7 @@ import logging
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import FOREIGN, GONE, BackendError, ClusterError, NodeState
-from onceproof.backends.common import faketime, jars, processes
+from onceproof.backends.common import faketime, jars, lazyfs, processes
 from onceproof.backends.common.broker_config import server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
@@ -76,11 +77,20 @@ class KafkaCluster:
     ``clocks``: every broker starts under libfaketime with its offset file ``node<i>/clock-offset`` at ``+0``
     (``backends/common/faketime.py``), so that :meth:`set_clock_offset` moves its clock at run time
     (:class:`onceproof.backends.base.ClockFaults`); without it nothing is preloaded.
+
+    ``lazyfs``: each node's ``log.dirs`` (``node<i>/data``) is the mount of a lazyfs layer over the real
+    directory ``node<i>/disk`` (``backends/common/lazyfs.py``), started before the node is formatted and
+    stopped (unmounted) in :meth:`down`, so that :meth:`lose_unsynced` can drop what the broker had not
+    fsynced (:class:`onceproof.backends.base.UnsyncedLoss`). The formatted state is made durable
+    (``checkpoint``) before the broker starts. Not for detached clusters: a layer lives with its harness.
     """
 
     spec: ClusterSpec
     tie_to_parent: bool = True
     clocks: bool = False
+    lazyfs: bool = False
+    layers: dict[int, lazyfs.Layer] = field(default_factory=dict)
+    _sockets: Path | None = None
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     version: str = ""
@@ -121,10 +131,13 @@ class KafkaCluster:
         cp = jars.kafka_classpath()
         self.version = cp.version
         root = self.spec.data_dir
+        self.stop_layers()  # a retried up(): never rmtree through a mount
         for n in self.spec.node_specs:
             ndir = root / f"node{n.node_id}"
             shutil.rmtree(ndir, ignore_errors=True)
             (ndir / "data").mkdir(parents=True)
+            if self.lazyfs:
+                self._start_layer(n.node_id)
             cfg = ndir / "server.properties"
             cfg.write_text(server_properties(self.spec, n, ndir / "data"))
             log = self.spec.logs / f"broker-{n.node_id}.log"
@@ -138,6 +151,8 @@ class KafkaCluster:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             if proc.returncode != 0:
                 raise ClusterError(f"formatting node {n.node_id} failed:\n{proc.stdout}\n{proc.stderr}")
+            if n.node_id in self.layers:  # a formatted disk is a synced one (as after `sync`)
+                self.layers[n.node_id].checkpoint()
             self.brokers[n.node_id] = BrokerProcess(n, cfg, log)
             if self.clocks:
                 faketime.write_offset(self.clock_file(n.node_id), 0)
@@ -321,9 +336,12 @@ class KafkaCluster:
         return [p for p in (self.spec.logs / n for n in names) if p.exists()]
 
     def clean(self) -> None:
-        """Delete every node's data directory (``data_dir/node<i>/data``); configs and logs stay."""
+        """Delete every node's data directory (``data_dir/node<i>/data``, and ``disk`` under a lazyfs layer);
+        configs and logs stay."""
+        self.stop_layers()
         for n in self.spec.node_specs:
-            shutil.rmtree(self.spec.data_dir / f"node{n.node_id}" / "data", ignore_errors=True)
+            for d in ("data", "disk"):
+                shutil.rmtree(self.spec.data_dir / f"node{n.node_id}" / d, ignore_errors=True)
 
     # ------------------------------------------------------------------ onceproof.backends.base.ClockFaults
 
@@ -372,6 +390,68 @@ class KafkaCluster:
                 log.warning("could not reset broker %d's clock offset: %s", n, e)
         return out
 
+    # ------------------------------------------------------------------ onceproof.backends.base.UnsyncedLoss
+
+    def _start_layer(self, node: int) -> None:
+        """Mount node ``node``'s lazyfs layer at ``node<i>/data`` over ``node<i>/disk``. Its control socket
+        lives in a short scratch directory (a Unix socket path has at most 107 bytes; a run directory can be
+        longer), noted for the reaper. Raises ``ClusterError`` naming the fix or quoting the layer's log."""
+        if self._sockets is None:
+            from onceproof.backends.common import reaper
+            self._sockets = Path(tempfile.mkdtemp(prefix="onceproof-lazyfs-"))
+            reaper.note_scratch(self._sockets)
+        ndir = self.spec.data_dir / f"node{node}"
+        layer = lazyfs.Layer(ndir / "disk", ndir / "data", self._sockets / f"node{node}.sock",
+                             self.spec.logs / f"lazyfs-{node}.log")
+        try:
+            layer.start()
+        except RuntimeError as e:
+            raise ClusterError(str(e)) from None
+        self.layers[node] = layer
+
+    def stop_layers(self) -> list[int]:
+        """Stop (unmount) every lazyfs layer; returns the nodes whose mount could not be detached. Never
+        raises; safe twice."""
+        left = [n for n, layer in sorted(self.layers.items()) if not layer.stop()]
+        for n in left:
+            log.warning("the lazyfs layer of broker %d is still mounted at %s", n, self.layers[n].mount)
+        self.layers.clear()
+        if self._sockets is not None:
+            shutil.rmtree(self._sockets, ignore_errors=True)
+            self._sockets = None
+        return left
+
+    def unsynced_unavailable(self) -> str | None:
+        if not self.lazyfs:
+            return "the brokers' log.dirs are not on a lazyfs layer (the run planned no lose-unsynced-writes)"
+        return lazyfs.unavailable()
+
+    def _layer(self, node: int) -> lazyfs.Layer:
+        why = self.unsynced_unavailable()
+        if why:
+            raise BackendError(f"broker {node} cannot lose unsynced writes: {why}")
+        if node not in self.layers:
+            raise BackendError(f"broker {node} has no lazyfs layer running (the cluster is not up)")
+        return self.layers[node]
+
+    def unsynced(self, node: int) -> dict:
+        """The layer's report (``lazyfs.LazyOps.report``): what :meth:`lose_unsynced` would drop now."""
+        try:
+            return self._layer(node).report()
+        except (OSError, RuntimeError) as e:
+            raise BackendError(f"broker {node}'s lazyfs layer did not answer: {e}") from e
+
+    def lose_unsynced(self, node: int) -> dict:
+        """:meth:`kill` ``node`` (waited for), then the layer's ``crash``: its evidence plus ``killed``."""
+        layer = self._layer(node)
+        killed = self.kill(node)
+        try:
+            out = layer.crash()
+        except (OSError, RuntimeError) as e:
+            raise BackendError(f"broker {node}'s lazyfs layer could not drop its unsynced writes: {e}") from e
+        out.pop("ok", None)
+        return {"killed": {"pid": killed.pid, "status_after": killed.status}, **out}
+
     # ------------------------------------------------------------------ whole cluster
 
     def down(self, graceful: bool = False) -> list[tuple[int, int]]:
@@ -404,6 +484,7 @@ class KafkaCluster:
         if self.clocks:
             self.reset_clocks()
             faketime.remove_stale_shm()  # the SIGKILLed JVMs' libfaketime shared memory
+        self.stop_layers()  # after the brokers: their files are closed, the layers unmount
         self.save_state()
         try:
             release_base_port(self.spec.base_port, self.spec.data_dir)
