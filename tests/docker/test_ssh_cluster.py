@@ -19,7 +19,7 @@ from onceproof.backends.ssh.node import NodeHelper
 from onceproof.backends.ssh.transport import SshHub
 from tests.docker.ssh_nodes import ssh_nodes
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.extended]
 
 ROLES = (["broker"], ["broker"], ["broker"], ["spark-master", "spark-worker", "driver"])
 

@@ -31,6 +31,8 @@ class Dist:
 
     name: str
     files: tuple[tuple[str, Path], ...]
+    unwheel: bool = False
+    """Unpack the dist's ``wheels/*.whl`` into its ``site/`` on the node (``onceproof-node.py unwheel``)."""
 
     @property
     def sha12(self) -> str:
@@ -59,6 +61,25 @@ def kafka_dist() -> Dist:
     return Dist(f"kafka-{cp.version}", tuple((f"libs/{j.name}", j) for j in sorted(cp.jars, key=lambda j: j.name)))
 
 
+def site_dist() -> Dist:
+    """The Python the Spark nodes run the pipeline with, as wheels unpacked into ``site/``: exactly the
+    spark image's packages (``images.python_requirements()``: pyspark, py4j, confluent-kafka, psycopg, ...,
+    at the driver's versions), from the same wheelhouse. Binary wheels are the harness's (CPython 3.11,
+    manylinux x86_64): the node's ``python3`` must match. Raises: ``ImageBuildError`` when pip cannot
+    provide a wheel."""
+    from onceproof.backends.docker import images
+    wheels = images.gather_wheels(images.python_requirements())
+    return Dist("site", tuple((f"wheels/{w.name}", w) for w in sorted(wheels, key=lambda w: w.name)), unwheel=True)
+
+
+def spark_kafka_dist() -> Dist:
+    """Spark's Kafka connector jars for the driver's PySpark (``jars.spark_kafka_classpath()``), as
+    ``jars/<jar>``. Raises: ``jars.ResolveError``."""
+    cp = jars.spark_kafka_classpath()
+    files = tuple((f"jars/{j.name}", j) for j in sorted(cp.jars, key=lambda j: j.name))
+    return Dist(f"spark-kafka-{cp.version}", files)
+
+
 def ensure(remote: Remote, root: PurePosixPath, dist: Dist, *, timeout_s: float = 600.0) -> tuple[PurePosixPath, bool]:
     """Make ``dist`` present on the node behind ``remote``.
 
@@ -78,7 +99,9 @@ def ensure(remote: Remote, root: PurePosixPath, dist: Dist, *, timeout_s: float 
         remote.run(["mkdir", "-p", str(root / "dist")], timeout_s=30).check()
         remote.put(tar, remote_tar, timeout_s=timeout_s)
     partial = f"{target}.partial"
-    script = ('set -e; rm -rf "$2"; mkdir -p "$2"; tar -xf "$1" -C "$2"; touch "$2/.complete"; '
+    unwheel = (f'python3 "{root}/bin/onceproof-node.py" unwheel --root "{root}" --run install -- '
+               '"$2/wheels" "$2/site" >/dev/null; rm -rf "$2/wheels"; ') if dist.unwheel else ""
+    script = ('set -e; rm -rf "$2"; mkdir -p "$2"; tar -xf "$1" -C "$2"; ' + unwheel + 'touch "$2/.complete"; '
               'rm -rf "$3"; mv "$2" "$3"; rm -f "$1"')
     remote.run(["sh", "-c", script, "sh", str(remote_tar), partial, str(target)], timeout_s=timeout_s).check()
     return target, True

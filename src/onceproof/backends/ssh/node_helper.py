@@ -26,6 +26,9 @@ Commands (``python3 onceproof-node.py <command> --root R --run ID ...``):
   (``beat``) touches ``heartbeat``; ``release`` writes ``released`` (a clean end: the watchdog leaves);
   end of input without ``release`` (the harness or its connection died: the kernel closed its socket,
   sshd closed the channel) writes ``lease.ended``.
+* ``unwheel -- SRC DEST``: unpack every ``SRC/*.whl`` into ``DEST`` keeping each file's mode
+  (``ZipInfo.external_attr >> 16``; ``python -m zipfile`` drops modes, and ``pyspark/bin/spark-class`` must
+  stay executable). Prints ``{"wheels": n, "files": m}``.
 * ``watchdog --lease-s S [--grace-s G]``: detaches (double fork, new session) and watches the lease every
   0.5 s: after ``released`` it exits; ``G`` seconds after ``lease.ended`` with no newer heartbeat, or when
   the last heartbeat is older than ``S`` seconds, it sweeps and exits. Prints ``{"pid"}``.
@@ -360,9 +363,29 @@ def cmd_watchdog(a):
             os._exit(0)
 
 
+def cmd_unwheel(a):
+    import zipfile
+    if len(a.argv) != 2:
+        _out({"error": "unwheel needs -- SRC DEST"})
+        return 2
+    src, dest = a.argv
+    wheels = sorted(f for f in os.listdir(src) if f.endswith(".whl"))
+    files = 0
+    for w in wheels:
+        with zipfile.ZipFile(os.path.join(src, w)) as z:
+            for info in z.infolist():
+                path = z.extract(info, dest)
+                mode = info.external_attr >> 16
+                if mode and not info.is_dir():
+                    os.chmod(path, mode & 0o7777)
+                files += 1
+    _out({"wheels": len(wheels), "files": files})
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="onceproof-node.py")
-    ap.add_argument("command", choices=["start", "status", "signal", "sweep", "hold", "watchdog"])
+    ap.add_argument("command", choices=["start", "status", "signal", "sweep", "hold", "watchdog", "unwheel"])
     ap.add_argument("--root", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--name")
@@ -386,7 +409,7 @@ def main(argv=None):
         _out({"error": "--log is required"})
         return 2
     return {"start": cmd_start, "status": cmd_status, "signal": cmd_signal, "sweep": cmd_sweep,
-            "hold": cmd_hold, "watchdog": cmd_watchdog}[a.command](a)
+            "hold": cmd_hold, "watchdog": cmd_watchdog, "unwheel": cmd_unwheel}[a.command](a)
 
 
 if __name__ == "__main__":
