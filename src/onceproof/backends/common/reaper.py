@@ -12,7 +12,8 @@ first. It polls the harness every ``POLL_S`` s; once the harness is gone it SIGK
 (:func:`note_scratch`, e.g. a PostgreSQL data directory) and the iptables chains it noted with their
 jumps (``lossy-link:drop``, :func:`onceproof.backends.common.iptables.remove_noted`), puts the clock offset
 files it noted back to ``+0`` and removes the dead processes' libfaketime shared memory (``clock-skew``,
-:func:`onceproof.backends.common.faketime.reset_noted`), and exits. A run
+:func:`onceproof.backends.common.faketime.reset_noted`), unmounts the brokers' size-limited disks it noted
+(``disk-full``, :func:`onceproof.backends.common.tmpfs.unmount_noted`), and exits. A run
 that tears down normally stops it (:func:`stop_watcher`).
 
 The Docker backend's reaper (:mod:`onceproof.backends.docker.reaper`) is the same kind of watcher for
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.common import faketime, iptables, processes
+from onceproof.backends.common import faketime, iptables, processes, tmpfs
 from onceproof.checkout import IMPORT_ROOT
 
 POLL_S = 0.5
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     for f in faketime.reset_noted(a.run_dir):
         print(f"reaper: clock offset file {f} back to +0", file=sys.stderr)
     faketime.remove_stale_shm()
+    for m in tmpfs.unmount_noted(a.run_dir):
+        print(f"reaper: unmounted the broker disk {m}", file=sys.stderr)
     for p in left:
         print(f"reaper: left behind: pid {p.pid}", file=sys.stderr)
     return 1 if left else 0

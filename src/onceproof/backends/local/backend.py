@@ -39,7 +39,8 @@ def java_version() -> str:
 class LocalBackend:
     """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`).
     Implements ``Backend``, ``NetworkFaults``, ``Databases`` (PostgreSQL) and ``Prepare``; with
-    :class:`KafkaCluster`'s ``ClockFaults`` (libfaketime) and :class:`LocalSpark`'s protocols it performs
+    :class:`KafkaCluster`'s ``ClockFaults`` (libfaketime), ``LogDirs`` and ``DiskFaults`` (tmpfs) and
+    :class:`LocalSpark`'s protocols it performs
     every fault of ``nemesis/catalog.py``, every target
     (processes are signalled one by one and every path runs through its own toxiproxy proxy)."""
 
@@ -51,14 +52,16 @@ class LocalBackend:
 
     def cluster(self, shape: ClusterShape) -> KafkaCluster:
         """A cluster on the first free, leased port range (``backends/common/ports.py``); with
-        ``shape.clocks``, its brokers start under libfaketime (``backends/common/faketime.py``).
+        ``shape.clocks``, its brokers start under libfaketime (``backends/common/faketime.py``); with
+        ``shape.small_disks``, each broker's data directory is a tmpfs of its own (``backends/common/tmpfs.py``).
 
         Raises: ``ClusterError`` when no port range is free.
         """
         base = free_base_port(shape.nodes, proxied=shape.proxied)
         spec = ClusterSpec(shape.data_dir, nodes=shape.nodes, base_port=base, log_dir=shape.log_dir,
                            proxied=shape.proxied)
-        return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks)
+        return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks,
+                            small_disks=shape.small_disks)
 
     def attach(self, data_dir: Path) -> KafkaCluster:
         return KafkaCluster.from_state(data_dir)

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import FOREIGN, GONE, BackendError, ClusterError, NodeState
-from onceproof.backends.common import faketime, jars, processes
+from onceproof.backends.common import faketime, jars, processes, tmpfs
 from onceproof.backends.common.broker_config import server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
@@ -76,11 +76,19 @@ class KafkaCluster:
     ``clocks``: every broker starts under libfaketime with its offset file ``node<i>/clock-offset`` at ``+0``
     (``backends/common/faketime.py``), so that :meth:`set_clock_offset` moves its clock at run time
     (:class:`onceproof.backends.base.ClockFaults`); without it nothing is preloaded.
+
+    ``small_disks``: every node's data directory ``node<i>/data`` is a tmpfs of its own of
+    ``tmpfs.size_mb()`` MiB, mounted at :meth:`format` and unmounted by :meth:`down` (its data go with it:
+    ``--keep-data`` keeps nothing of such a run's brokers), so that :meth:`fill_disk` can fill it
+    (:class:`onceproof.backends.base.DiskFaults`); when the mount is refused the nodes start on the host's
+    filesystem and :meth:`disk_unavailable` says why. Every node's log directory is
+    :meth:`log_dir_of` (:class:`onceproof.backends.base.LogDirs`).
     """
 
     spec: ClusterSpec
     tie_to_parent: bool = True
     clocks: bool = False
+    small_disks: bool = False
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     version: str = ""
@@ -123,8 +131,11 @@ class KafkaCluster:
         root = self.spec.data_dir
         for n in self.spec.node_specs:
             ndir = root / f"node{n.node_id}"
+            tmpfs.unmount(ndir / "data")  # an earlier attempt's (up() retries on a taken port)
             shutil.rmtree(ndir, ignore_errors=True)
             (ndir / "data").mkdir(parents=True)
+            if self.small_disks:
+                self._mount_disk(ndir / "data")
             cfg = ndir / "server.properties"
             cfg.write_text(server_properties(self.spec, n, ndir / "data"))
             log = self.spec.logs / f"broker-{n.node_id}.log"
@@ -372,6 +383,43 @@ class KafkaCluster:
                 log.warning("could not reset broker %d's clock offset: %s", n, e)
         return out
 
+    # ------------------------------------------------------------------ onceproof.backends.base.LogDirs, DiskFaults
+
+    def log_dir_of(self, node: int) -> Path:
+        """``node``'s ``log.dirs`` (``data_dir/node<i>/data``)."""
+        return self.spec.data_dir / f"node{node}" / "data"
+
+    def _mount_disk(self, data: Path) -> None:
+        """A tmpfs on ``data`` (noted for the reaper); a refusal is logged and the node uses the host's disk."""
+        try:
+            tmpfs.note(data)
+            tmpfs.mount(data, tmpfs.size_mb())
+        except (BackendError, ValueError, OSError) as e:
+            log.warning("broker data %s stays on the host's filesystem: %s", data, e)
+
+    def disk_unavailable(self) -> str | None:
+        if not self.small_disks:
+            return "the brokers' data directories are on the host's filesystem (the run planned no disk-full)"
+        plain = [n for n in self.nodes if not tmpfs.is_ours(self.log_dir_of(n))]
+        if plain:
+            why = tmpfs.unavailable() or "the mount was refused (see the run's log)"
+            return f"broker(s) {plain} have no size-limited disk: {why}"
+        return None
+
+    def fill_disk(self, node: int) -> dict:
+        """Fill ``node``'s tmpfs (``tmpfs.fill``). Raises ``BackendError`` when it has none."""
+        why = self.disk_unavailable()
+        if why:
+            raise BackendError(f"cannot fill broker {node}'s disk: {why}")
+        return tmpfs.fill(self.log_dir_of(node))
+
+    def unfill_disk(self, node: int) -> int:
+        return tmpfs.unfill(self.log_dir_of(node)) if self.small_disks else 0
+
+    def unmount_disks(self) -> list[int]:
+        """Unmount every node's tmpfs (after its broker stopped); returns the nodes unmounted. Never raises."""
+        return [n for n in self.nodes if self.small_disks and tmpfs.unmount(self.log_dir_of(n))]
+
     # ------------------------------------------------------------------ whole cluster
 
     def down(self, graceful: bool = False) -> list[tuple[int, int]]:
@@ -404,6 +452,7 @@ class KafkaCluster:
         if self.clocks:
             self.reset_clocks()
             faketime.remove_stale_shm()  # the SIGKILLed JVMs' libfaketime shared memory
+        self.unmount_disks()
         self.save_state()
         try:
             release_base_port(self.spec.base_port, self.spec.data_dir)
