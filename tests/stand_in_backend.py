@@ -122,7 +122,8 @@ class DiskStandInCluster(ClockStandInCluster):
     """:class:`ClockStandInCluster` with :class:`~onceproof.backends.base.LogDirs` (``data_dir/node<i>/data``,
     real directories a test writes segments into) and :class:`~onceproof.backends.base.DiskFaults` (a fill per
     node in a table; ``no_disk``: why it has none, ``None`` = it has; ``halts``: a filled node's process
-    exits, as Kafka's does when its only log directory fails)."""
+    exits, as Kafka's does when its only log directory fails). Its log files are :attr:`logs`' that exist
+    (a test writes them)."""
 
     __slots__ = ("fills", "no_disk", "halts")
 
@@ -149,6 +150,9 @@ class DiskStandInCluster(ClockStandInCluster):
     def unfill_disk(self, node: int) -> int:
         self.calls.append(("unfill", node))
         return self.fills.pop(node, 0)
+
+    def log_files(self) -> list[Path]:
+        return [p for p in self.logs.values() if p.exists()]
 
 
 class StandInNetwork(_OnlyTheProtocol):
