@@ -118,6 +118,56 @@ class ClockStandInCluster(StandInCluster):
         return self.logs.get(node)
 
 
+class DiskStandInCluster(ClockStandInCluster):
+    """:class:`ClockStandInCluster` with :class:`~onceproof.backends.base.LogDirs` (``data_dir/node<i>/data``,
+    real directories a test writes segments into) and :class:`~onceproof.backends.base.DiskFaults` (a fill per
+    node in a table; ``no_disk``: why it has none, ``None`` = it has; ``halts``: a filled node's process
+    exits, as Kafka's does when its only log directory fails) and :class:`~onceproof.backends.base.UnsyncedLoss`
+    (a kill that drops nothing). Its log files are :attr:`logs`' that exist (a test writes them)."""
+
+    __slots__ = ("fills", "no_disk", "halts")
+
+    def __init__(self, nodes: int = 3, data_dir: Path = Path("stand-in")):
+        super().__init__(nodes, data_dir)
+        self.fills: dict[int, int] = {}
+        self.no_disk: str | None = None
+        self.halts = True
+
+    def log_dir_of(self, node: int) -> Path:
+        return self._dir / f"node{node}" / "data"
+
+    def disk_unavailable(self) -> str | None:
+        return self.no_disk
+
+    def fill_disk(self, node: int) -> dict:
+        self.calls.append(("fill", node))
+        self.fills[node] = 1 << 20
+        if self.halts:
+            self._procs[node] = NodeState(None, GONE)
+        return {"path": str(self.log_dir_of(node) / "fill"), "size_bytes": 1 << 20, "free_before": 1 << 20,
+                "filled_bytes": 1 << 20, "free_after": 0}
+
+    def unfill_disk(self, node: int) -> int:
+        self.calls.append(("unfill", node))
+        return self.fills.pop(node, 0)
+
+    # onceproof.backends.base.UnsyncedLoss: nothing is ever unsynced here (a node's kill drops nothing)
+    def unsynced_unavailable(self) -> str | None:
+        return self.no_disk
+
+    def unsynced(self, node: int) -> dict:
+        return {"files": [], "unsynced_files": 0, "unsynced_bytes": 0}
+
+    def lose_unsynced(self, node: int) -> dict:
+        self.calls.append(("lose-unsynced", node))
+        killed = self.kill(node)
+        return {"killed": {"pid": killed.pid, "status_after": killed.status}, "files": {}, "dropped_files": 0,
+                "dropped_bytes": 0, "cut_bytes": 0, "restored_bytes": 0, "open_handles": 0}
+
+    def log_files(self) -> list[Path]:
+        return [p for p in self.logs.values() if p.exists()]
+
+
 class StandInNetwork(_OnlyTheProtocol):
     __slots__ = ("calls", "_cut", "_slow", "_nodes", "loss", "no_loss")
 
@@ -350,9 +400,9 @@ class StandInBackend(_StandInCore):
 
     name = "stand-in"
 
-    def cluster(self, shape: ClusterShape) -> ClockStandInCluster:
+    def cluster(self, shape: ClusterShape) -> DiskStandInCluster:
         self.built.append("cluster")
-        return ClockStandInCluster(shape.nodes, shape.data_dir)
+        return DiskStandInCluster(shape.nodes, shape.data_dir)
 
     def network(self, cluster: StandInCluster, log_dir: Path) -> StandInNetwork:
         self.built.append("network")

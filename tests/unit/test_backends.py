@@ -94,7 +94,8 @@ LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window
                    "restart-mid-txn", "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
                    "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop",
                    "add-input-partitions",
-                   "clock-skew:*"})
+                   "clock-skew:*", "corrupt-segment-tail:*", "disk-full:*",
+                   "lose-unsynced-writes:*"})
 
 
 def test_the_local_backend_performs_every_fault_and_target():
@@ -114,6 +115,14 @@ def test_capabilities_follow_the_protocols_a_backend_implements():
     assert not issubclass(capabilities.cluster_class(DockerBackend), base.ClockFaults)
     assert "clock-skew:*" not in capabilities.derive(DockerBackend)
     assert "clock-skew:*" not in NoNetworkStandIn().capabilities
+    # disk faults too: the Docker cluster reaches its bind-mounted log directories but has no small disks
+    assert issubclass(KafkaCluster, base.LogDirs) and issubclass(KafkaCluster, base.DiskFaults)
+    docker_cluster = capabilities.cluster_class(DockerBackend)
+    assert issubclass(docker_cluster, base.LogDirs) and not issubclass(docker_cluster, base.DiskFaults)
+    assert "corrupt-segment-tail:*" in capabilities.derive(DockerBackend)
+    assert "disk-full:*" not in capabilities.derive(DockerBackend)
+    assert "lose-unsynced-writes:*" not in capabilities.derive(DockerBackend)
+    assert not {"corrupt-segment-tail:*", "disk-full:*"} & NoNetworkStandIn().capabilities
     for proto in (base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes):
         assert issubclass(LocalSpark, proto) and issubclass(StandInSpark, proto), proto
     assert issubclass(DockerSpark, base.DriverPause) and issubclass(DockerSpark, base.ExecutorFaults)
@@ -167,6 +176,11 @@ def _members(proto: type) -> set[str]:
     ("Cluster", "tests.stand_in_backend:StandInCluster"),
     ("ClockFaults", "onceproof.backends.local.kafka:KafkaCluster"),
     ("ClockFaults", "tests.stand_in_backend:ClockStandInCluster"),
+    ("LogDirs", "onceproof.backends.local.kafka:KafkaCluster"),
+    ("LogDirs", "onceproof.backends.docker.cluster:DockerKafkaCluster"),
+    ("LogDirs", "tests.stand_in_backend:DiskStandInCluster"),
+    ("DiskFaults", "onceproof.backends.local.kafka:KafkaCluster"),
+    ("DiskFaults", "tests.stand_in_backend:DiskStandInCluster"),
     ("SparkApp", "tests.stand_in_backend:StandInSpark"),
     ("SparkApp", "tests.stand_in_backend:CoreStandInSpark"),
     ("FaultNetwork", "tests.stand_in_backend:StandInNetwork"),

@@ -83,7 +83,7 @@ def test_help_lists_the_commands_in_their_order():
     group = typer.main.get_command(cli.app)
     assert group.list_commands(typer.Context(group, info_name="onceproof")) == [
         "run", "check", "report", "index", "prune", "serve", "test-all", "shrink", "faults", "deps", "nemesis", "heal",
-        "watch", "cluster", "session"]
+        "watch", "cluster", "session", "ssh"]
     p = run_cli(["--help"], timeout=60)
     assert p.returncode == 0, p.stderr
     assert [c for c in ("run", "check", "test-all", "faults", "deps", "cluster")

@@ -229,7 +229,10 @@ CAPABILITIES = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit
                           "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
                           "add-input-partitions",
                           # toxics only: its network drops no packets (no PacketLoss)
-                          "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data"})
+                          "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data",
+                          # a stopped container's log directory is its bind mount on the host (LogDirs); it has
+                          # no size-limited disk (no DiskFaults): disk-full is refused
+                          "corrupt-segment-tail:*"})
 
 
 def test_the_backend_is_registered_and_declares_only_faults_that_exist():

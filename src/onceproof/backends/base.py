@@ -16,7 +16,9 @@ and optional protocols for what only some backends can do, as Jepsen's ``Kill``,
   time), :class:`Prepare` (fetch jars, build images ahead of time);
 * on its :class:`FaultNetwork`: :class:`PacketLoss` (drop packets at random);
 * on its :class:`Cluster`: :class:`ClockFaults` (offset one node's clock, not the host's),
-  :class:`UnsyncedLoss` (a node loses what its broker wrote and did not fsync, as in a power cut);
+  :class:`UnsyncedLoss` (a node loses what its broker wrote and did not fsync, as in a power cut),
+  :class:`LogDirs` (a node's log directory, to corrupt a stopped node's segments), :class:`DiskFaults`
+  (fill a node's size-limited data filesystem);
 * on its :class:`SparkApp`: :class:`DriverPause` (freeze and thaw the driver), :class:`ExecutorFaults`
   (find and kill executors), :class:`ExecutorPause` (freeze and thaw one executor, see what it has not
   read), :class:`TaskKill` (kill a task process that outlived its executor),
@@ -107,6 +109,9 @@ class ClusterShape:
     lazyfs: bool = False
     """Put every node's ``log.dirs`` on a layer that can forget unsynced writes (:class:`UnsyncedLoss`; a run
     that plans ``lose-unsynced-writes``); otherwise the brokers write to their directories directly."""
+    small_disks: bool = False
+    """Give every node's data directory a size-limited filesystem of its own that :class:`DiskFaults` can fill
+    (a run that plans ``disk-full``); otherwise the data directories are on the host's filesystem."""
 
 
 @dataclass(frozen=True)
@@ -487,6 +492,38 @@ class UnsyncedLoss(Protocol):
         "synced_size", ...}}, "dropped_files", "dropped_bytes", "cut_bytes", "restored_bytes",
         "open_handles"}`` (bytes). Raises ``BackendError`` naming the fix when the cluster has no such disks,
         or the layer's own error."""
+
+
+@runtime_checkable
+class LogDirs(Protocol):
+    """Optional to a :class:`Cluster`: each node's Kafka log directory (its ``log.dirs``, one directory) as a
+    path on this host, readable and writable by the harness while the node is stopped
+    (``corrupt-segment-tail``). Partition ``<topic>-<p>`` lives in ``<log dir>/<topic>-<p>/``, its segments
+    ``<20-digit base offset>.log`` (Kafka's ``LogFileUtils``)."""
+
+    def log_dir_of(self, node: int) -> Path:
+        """``node``'s log directory on this host (it exists once the cluster was formatted)."""
+
+
+@runtime_checkable
+class DiskFaults(Protocol):
+    """Optional to a :class:`Cluster`: each node's data directory on a size-limited filesystem of its own,
+    which can be filled to the last byte and emptied again (``disk-full``; on the local backend a tmpfs
+    mount per node, ``backends/common/tmpfs.py``). Only a cluster built with ``ClusterShape(small_disks=True)``
+    has such filesystems. Filling never touches Kafka's own files."""
+
+    def disk_unavailable(self) -> str | None:
+        """``None`` when :meth:`fill_disk` works on this cluster now, else why not and the fix."""
+
+    def fill_disk(self, node: int) -> dict:
+        """Fill ``node``'s data filesystem: one file of the harness takes every free byte, so the node's next
+        write fails (``ENOSPC``). Returns ``{"path", "size_bytes", "free_before", "filled_bytes",
+        "free_after"}`` (bytes). Raises ``BackendError`` naming the fix when the cluster has no such
+        filesystem (:meth:`disk_unavailable`)."""
+
+    def unfill_disk(self, node: int) -> int:
+        """Remove what :meth:`fill_disk` wrote on ``node`` (safe at any time, repeatedly); returns the bytes
+        freed (0 when nothing was filled)."""
 
 
 class Backend(Protocol):

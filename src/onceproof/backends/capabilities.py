@@ -6,8 +6,9 @@ can do is which of ``Kill``, ``Pause``, ``LogFiles`` it satisfies); no backend l
 backend itself (:class:`NetworkFaults`), of the :class:`SparkApp` class its ``spark()`` returns
 (:class:`DriverPause`, :class:`ExecutorFaults`, :class:`TaskKill`, :class:`Runtimes`), of the
 :class:`FaultNetwork` class its ``network()`` returns (:class:`PacketLoss`) or of the :class:`Cluster` class
-its ``cluster()`` returns (:class:`ClockFaults`). A backend's
-capabilities are the specs whose needs it meets (:func:`derive`); a new fault is one line here.
+its ``cluster()`` returns (:class:`ClockFaults`, :class:`LogDirs`, :class:`DiskFaults`,
+:class:`UnsyncedLoss`). A backend's capabilities are the specs whose needs it meets (:func:`derive`); a new
+fault is one line here.
 """
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ import typing
 
 from onceproof.backends.base import (
     ClockFaults,
+    DiskFaults,
     DriverPause,
     ExecutorFaults,
+    LogDirs,
     NetworkFaults,
     PacketLoss,
     Runtimes,
     TaskKill,
+    UnsyncedLoss,
 )
 
 BACKEND_PROTOCOLS = (NetworkFaults,)
 """Optional protocols a backend class implements; the others are its ``SparkApp``'s or its network's."""
 NETWORK_PROTOCOLS = (PacketLoss,)
 """Optional protocols of the :class:`FaultNetwork` class a backend's ``network()`` returns."""
-CLUSTER_PROTOCOLS = (ClockFaults,)
+CLUSTER_PROTOCOLS = (ClockFaults, LogDirs, DiskFaults, UnsyncedLoss)
 """Optional protocols of the :class:`Cluster` class a backend's ``cluster()`` returns."""
 
 NEEDS: dict[str, tuple[type, ...]] = {
@@ -53,6 +57,9 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "reassign-partitions:*": (),  # Kafka's reassignment tool against the bootstrap (KIP-455)
     "add-input-partitions": (),  # the Admin API (CreatePartitions, KIP-195)
     "clock-skew:*": (ClockFaults,),  # a broker's own clock offset (libfaketime on the local backend)
+    "corrupt-segment-tail:*": (LogDirs,),  # a stopped broker's segment garbled in its log directory
+    "disk-full:*": (DiskFaults,),  # a broker's size-limited data filesystem filled (tmpfs on the local backend)
+    "lose-unsynced-writes:*": (UnsyncedLoss,),  # a broker's unsynced writes dropped (a FUSE layer, local backend)
 }
 
 

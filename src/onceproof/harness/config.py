@@ -27,6 +27,7 @@ from onceproof.backends.base import Runtimes, can_perform
 from onceproof.backends.common import interpreter
 from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 from onceproof.checkout import repository
+from onceproof.clients import durability
 from onceproof.nemesis import catalog, schedule
 from onceproof.sinks import registry as sinks
 from onceproof.sinks import user_outputs
@@ -270,6 +271,14 @@ class TestConfig:
                                  lo=1)
     partitions: int = _opt(6, "partitions of the input and output topics", lo=1, hi=1000)
     brokers: int = _opt(3, "Kafka brokers (KRaft, combined broker+controller)", lo=1, hi=9)
+    cluster_config: str = _opt(durability.DEFAULT, "how durable the input, output and progress topics are: "
+                                                   + "; ".join(f"{d.name} ({d.summary})"
+                                                               for d in durability.CONFIGS.values())
+                               + ". The weak ones show that a fault can lose acknowledged writes and that the "
+                                 "checker catches it (docs/faults.md, 'Disk faults')",
+                               check=lambda v: None if v in durability.CONFIGS else
+                               f"unknown cluster config {v!r}; choose one of {', '.join(durability.names())}",
+                               example="weak-durability", choices=durability.names)
     master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,
                        example="local[2]")
     backend: str = _opt(registry.DEFAULT, "where the cluster, the pipeline and the fault network run: "
@@ -350,7 +359,8 @@ class TestConfig:
             faults = f"{len(self.nemesis)}-faults"
         else:
             faults = "+".join(self.nemesis).replace(":", "-") or "no-faults"
-        return f"{pipeline}-{faults}"
+        weak = "" if self.cluster_config == durability.DEFAULT else f"-{self.cluster_config}"
+        return f"{pipeline}-{faults}{weak}"
 
     # ------------------------------------------------------------------ options
     @staticmethod

@@ -33,7 +33,7 @@ from onceproof.backends.base import Backend, Cluster, ClusterShape, Database, Fa
 from onceproof.backends.common import reaper
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
-from onceproof.clients import topics
+from onceproof.clients import durability, topics
 from onceproof.clients.live_reader import LiveReader
 from onceproof.clients.lso_sampler import LsoSampler
 from onceproof.clients.topic_names import TopicNames
@@ -170,9 +170,10 @@ def _setup(r: _Run) -> None:
     with console.status(f"starting Kafka (KRaft, {cfg.brokers:d} brokers)"):
         done = _timed(r, "cluster_start_s")
         cluster.up()
+        weak = durability.get(cfg.cluster_config)
         topics.create_topics(cluster.bootstrap, {r.names.input: cfg.partitions, r.names.output: cfg.partitions,
                                                  r.names.progress: 1},
-                             replication=min(3, cfg.brokers))
+                             replication=weak.replication_for(cfg.brokers), configs=weak.configs)
         done()
     console.print(f"kafka up in {r.timings['cluster_start_s']}s at {cluster.bootstrap}")
     with console.status(f"starting the Spark driver ({what}) and its warm-up job"):
@@ -518,7 +519,9 @@ def run(cfg: TestConfig, console: Console | None = None,
         nem_hist = HistoryWriter(rd.nemesis, start_ns=history.start_ns)
         cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir=rd.logs,
                                                proxied=cfg.proxied,
-                                               clocks=catalog.needs_clock([f for _, f in plan])))
+                                               clocks=catalog.needs_clock([f for _, f in plan]),
+                                               small_disks=catalog.needs_small_disks([f for _, f in plan]),
+                                               lazyfs=catalog.needs_lazyfs([f for _, f in plan])))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
         result = _phases(r, drive or _run_phase)
     return _finish(r, result, t_start), rd.path

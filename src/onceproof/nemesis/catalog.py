@@ -9,10 +9,12 @@ from onceproof.nemesis.broker import KillBroker, PauseBroker
 from onceproof.nemesis.clock import ClockSkew
 from onceproof.nemesis.commit_delay import CommitDelay
 from onceproof.nemesis.commit_window import KillDriverInCommitWindow
+from onceproof.nemesis.disk import CorruptSegmentTail, DiskFull
 from onceproof.nemesis.fault import Fault
 from onceproof.nemesis.grow import AddInputPartitions
 from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.kill_executor import KillExecutor
+from onceproof.nemesis.lazyfs_fault import LoseUnsyncedWrites
 from onceproof.nemesis.lossy import LossyLink
 from onceproof.nemesis.network import Partition, SlowNetwork
 from onceproof.nemesis.operator import BounceBroker, ElectLeaders, RollingRestart
@@ -40,6 +42,9 @@ FAULTS = {
     ReassignPartitions.name: ReassignPartitions,
     AddInputPartitions.name: AddInputPartitions,
     ClockSkew.name: ClockSkew,
+    CorruptSegmentTail.name: CorruptSegmentTail,
+    DiskFull.name: DiskFull,
+    LoseUnsyncedWrites.name: LoseUnsyncedWrites,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name}  # need the cluster behind toxiproxy
@@ -58,6 +63,10 @@ LOSSY = {LossyLink.name}
 # Clock faults (nemesis/clock.py): run when named or in the ``clock`` package, not in ``all``: a run that plans
 # one starts its brokers under libfaketime (needs_clock), which ``all`` runs should not depend on.
 CLOCK = {ClockSkew.name}
+# Disk faults (nemesis/disk.py): run when named or in the ``disk`` package, not in ``all``: a run that plans
+# disk-full gives every broker a tmpfs of its own (needs_small_disks, root), and a garbled segment costs a broker
+# restart and a refetch per turn; lose-unsynced-writes puts every broker's log.dirs on a FUSE layer (needs_lazyfs).
+DISK = {CorruptSegmentTail.name, DiskFull.name, LoseUnsyncedWrites.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:
@@ -69,6 +78,18 @@ def needs_clock(specs: list[str]) -> bool:
     """True when any fault in ``specs`` offsets a process's clock: the run then starts its brokers with
     clocks that can be offset (``ClusterShape.clocks``)."""
     return any(s.partition(":")[0] in CLOCK for s in specs)
+
+
+def needs_small_disks(specs: list[str]) -> bool:
+    """True when any fault in ``specs`` fills a broker's disk: the run then starts its brokers on size-limited
+    filesystems (``ClusterShape.small_disks``)."""
+    return any(s.partition(":")[0] == DiskFull.name for s in specs)
+
+
+def needs_lazyfs(specs: list[str]) -> bool:
+    """True when any fault in ``specs`` drops a broker's unsynced writes: the run then puts every broker's
+    ``log.dirs`` on a lazyfs layer (``ClusterShape.lazyfs``)."""
+    return any(s.partition(":")[0] == LoseUnsyncedWrites.name for s in specs)
 
 
 def _targets(name: str) -> tuple[str, ...]:
@@ -88,8 +109,8 @@ def target_choices(capabilities: frozenset[str] | None = None) -> dict[str, tupl
 def all_specs() -> list[str]:
     """What ``--nemesis all`` means: every general fault family and every target, each its own spec
     (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``); not the :data:`TARGETED`
-    faults, nor the :data:`OPERATOR`, :data:`LOSSY` or :data:`CLOCK` ones."""
-    return [s for n in FAULTS if n not in TARGETED | OPERATOR | LOSSY | CLOCK for s in expand(n)]
+    faults, nor the :data:`OPERATOR`, :data:`LOSSY`, :data:`CLOCK` or :data:`DISK` ones."""
+    return [s for n in FAULTS if n not in TARGETED | OPERATOR | LOSSY | CLOCK | DISK for s in expand(n)]
 
 
 def expand(spec: str) -> list[str]:

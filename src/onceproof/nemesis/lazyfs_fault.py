@@ -23,7 +23,7 @@ the broker's recovery lines logged after the restart (``recovery_log``: Kafka's 
 segment``, truncations, invalid or corrupt records, ``recovered_unflushed`` counted). Effective: the broker was
 killed and the layer dropped its unsynced writes. Exercised: bytes of a segment (``.log``) of the run's
 input, output or ``__transaction_state`` topics were dropped (the pipeline's own data; for ``leader`` and
-``txn-coordinator`` also the move). Not registered in ``nemesis/catalog.py`` here (see the branch's report).
+``txn-coordinator`` also the move).
 """
 
 from __future__ import annotations

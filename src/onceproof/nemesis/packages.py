@@ -16,6 +16,10 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
 * ``clock`` – the transaction coordinator's clock jumping forward and back past ``transaction.timeout.ms``
   (``clock-skew``, libfaketime: ``nemesis/clock.py``); a package of its own so that no other suite needs
   libfaketime;
+* ``disk`` – a crashed broker's active segment garbled before it restarts, a broker's disk full
+  (``corrupt-segment-tail``, ``disk-full``: ``nemesis/disk.py``), and a broker's power cut that drops what it had
+  not fsynced (``lose-unsynced-writes``: ``nemesis/lazyfs_fault.py``, a FUSE layer); a package of its own so
+  that no other suite needs tmpfs or FUSE mounts (root);
 * ``upgrade`` – a driver stopped mid-batch (killed, or ``query.stop()``) and restarted from its checkpoint
   into a changed configuration or the previous PySpark;
 * ``all`` – every fault of every package.
@@ -36,6 +40,8 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "operator": ("bounce-broker:leader", "bounce-broker:txn-coordinator", "rolling-restart", "elect-leaders",
                  "reassign-partitions:output", "reassign-partitions:input", "add-input-partitions"),
     "clock": ("clock-skew:broker-jump-forward", "clock-skew:broker-jump-back"),
+    "disk": ("corrupt-segment-tail:leader", "corrupt-segment-tail:one", "disk-full:leader", "disk-full:one",
+             "lose-unsynced-writes:one", "lose-unsynced-writes:leader"),
     "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),
 }
 

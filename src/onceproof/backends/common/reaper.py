@@ -14,7 +14,8 @@ still mounted (``lose-unsynced-writes``: a killed layer leaves a dead FUSE mount
 :func:`onceproof.backends.common.lazyfs.unmount_noted`) and the iptables chains it noted with their
 jumps (``lossy-link:drop``, :func:`onceproof.backends.common.iptables.remove_noted`), puts the clock offset
 files it noted back to ``+0`` and removes the dead processes' libfaketime shared memory (``clock-skew``,
-:func:`onceproof.backends.common.faketime.reset_noted`), and exits. A run
+:func:`onceproof.backends.common.faketime.reset_noted`), unmounts the brokers' size-limited disks it noted
+(``disk-full``, :func:`onceproof.backends.common.tmpfs.unmount_noted`), and exits. A run
 that tears down normally stops it (:func:`stop_watcher`).
 
 The Docker backend's reaper (:mod:`onceproof.backends.docker.reaper`) is the same kind of watcher for
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.common import faketime, iptables, lazyfs, processes
+from onceproof.backends.common import faketime, iptables, lazyfs, processes, tmpfs
 from onceproof.checkout import IMPORT_ROOT
 
 POLL_S = 0.5
@@ -136,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     for f in faketime.reset_noted(a.run_dir):
         print(f"reaper: clock offset file {f} back to +0", file=sys.stderr)
     faketime.remove_stale_shm()
+    for m in tmpfs.unmount_noted(a.run_dir):
+        print(f"reaper: unmounted the broker disk {m}", file=sys.stderr)
     for p in left:
         print(f"reaper: left behind: pid {p.pid}", file=sys.stderr)
     return 1 if left else 0

@@ -11,6 +11,8 @@ Faults on a node are the engine's: ``kill`` = ``docker kill`` (SIGKILL; the cont
 restarts it on its data), ``pause`` / ``resume`` = ``docker pause`` / ``unpause`` (the cgroup freezer;
 :class:`NodeState` status ``stopped`` while paused), ``stop(clean)`` = ``docker stop`` (SIGTERM, SIGKILL
 after 15 s). A node's pid is the broker JVM's pid on the host (the container's main process).
+Its log directory is that bind mount on the host (``LogDirs``, ``corrupt-segment-tail``); it has no
+size-limited disk (no ``DiskFaults``: ``disk-full`` is refused on this backend).
 
 A run's site starts a reaper (:mod:`onceproof.backends.docker.reaper`) that removes every container of the run
 if the harness dies without tearing down; ``onceproof cluster up`` (``detached``) does not, and
@@ -179,6 +181,12 @@ class DockerKafkaCluster:
         """Delete the nodes' data (after :meth:`down`)."""
         for n in self.nodes:
             shutil.rmtree(self.data_dir / f"node{n}", ignore_errors=True)
+
+    def log_dir_of(self, node: int) -> Path:
+        """``node``'s ``log.dirs`` on the host: the directory bind-mounted as its container's data directory
+        (``<data_dir>/node<i>/data``; :class:`onceproof.backends.base.LogDirs`). Its files belong to the
+        container's user: a harness that may not write them gets ``PermissionError``."""
+        return self.data_dir / f"node{node}" / "data"
 
     # ------------------------------------------------------------------ one node
     def start(self, node: int) -> None:

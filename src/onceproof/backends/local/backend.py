@@ -39,7 +39,8 @@ def java_version() -> str:
 class LocalBackend:
     """Factory of the local services (:class:`KafkaCluster`, :class:`LocalSpark`, :class:`ProxyNetwork`).
     Implements ``Backend``, ``NetworkFaults``, ``Databases`` (PostgreSQL) and ``Prepare``; with
-    :class:`KafkaCluster`'s ``ClockFaults`` (libfaketime) and :class:`LocalSpark`'s protocols it performs
+    :class:`KafkaCluster`'s ``ClockFaults`` (libfaketime), ``LogDirs`` and ``DiskFaults`` (tmpfs) and
+    :class:`LocalSpark`'s protocols it performs
     every fault of ``nemesis/catalog.py``, every target
     (processes are signalled one by one and every path runs through its own toxiproxy proxy)."""
 
@@ -54,6 +55,7 @@ class LocalBackend:
         ``shape.clocks``, its brokers start under libfaketime (``backends/common/faketime.py``); with
         ``shape.lazyfs`` (not for a detached cluster), each broker's ``log.dirs`` is a lazyfs layer
         (``backends/common/lazyfs.py``).
+        ``shape.small_disks``, each broker's data directory is a tmpfs of its own (``backends/common/tmpfs.py``).
 
         Raises: ``ClusterError`` when no port range is free.
         """
@@ -61,7 +63,7 @@ class LocalBackend:
         spec = ClusterSpec(shape.data_dir, nodes=shape.nodes, base_port=base, log_dir=shape.log_dir,
                            proxied=shape.proxied)
         return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks,
-                            lazyfs=shape.lazyfs and not shape.detached)
+                            lazyfs=shape.lazyfs and not shape.detached, small_disks=shape.small_disks)
 
     def attach(self, data_dir: Path) -> KafkaCluster:
         return KafkaCluster.from_state(data_dir)

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import FOREIGN, GONE, BackendError, ClusterError, NodeState
-from onceproof.backends.common import faketime, jars, lazyfs, processes
+from onceproof.backends.common import faketime, jars, lazyfs, processes, tmpfs
 from onceproof.backends.common.broker_config import server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
@@ -83,6 +83,12 @@ class KafkaCluster:
     stopped (unmounted) in :meth:`down`, so that :meth:`lose_unsynced` can drop what the broker had not
     fsynced (:class:`onceproof.backends.base.UnsyncedLoss`). The formatted state is made durable
     (``checkpoint``) before the broker starts. Not for detached clusters: a layer lives with its harness.
+    ``small_disks``: every node's data directory ``node<i>/data`` is a tmpfs of its own of
+    ``tmpfs.size_mb()`` MiB, mounted at :meth:`format` and unmounted by :meth:`down` (its data go with it:
+    ``--keep-data`` keeps nothing of such a run's brokers), so that :meth:`fill_disk` can fill it
+    (:class:`onceproof.backends.base.DiskFaults`); when the mount is refused the nodes start on the host's
+    filesystem and :meth:`disk_unavailable` says why. Every node's log directory is
+    :meth:`log_dir_of` (:class:`onceproof.backends.base.LogDirs`).
     """
 
     spec: ClusterSpec
@@ -91,6 +97,7 @@ class KafkaCluster:
     lazyfs: bool = False
     layers: dict[int, lazyfs.Layer] = field(default_factory=dict)
     _sockets: Path | None = None
+    small_disks: bool = False
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     version: str = ""
@@ -134,8 +141,13 @@ class KafkaCluster:
         self.stop_layers()  # a retried up(): never rmtree through a mount
         for n in self.spec.node_specs:
             ndir = root / f"node{n.node_id}"
+            for d in ("data", "disk"):  # an earlier attempt's (up() retries on a taken port)
+                tmpfs.unmount(ndir / d)
             shutil.rmtree(ndir, ignore_errors=True)
             (ndir / "data").mkdir(parents=True)
+            if self.small_disks:
+                self._disk_dir(n.node_id).mkdir(parents=True, exist_ok=True)
+                self._mount_disk(self._disk_dir(n.node_id))
             if self.lazyfs:
                 self._start_layer(n.node_id)
             cfg = ndir / "server.properties"
@@ -451,6 +463,47 @@ class KafkaCluster:
             raise BackendError(f"broker {node}'s lazyfs layer could not drop its unsynced writes: {e}") from e
         out.pop("ok", None)
         return {"killed": {"pid": killed.pid, "status_after": killed.status}, **out}
+    # ------------------------------------------------------------------ onceproof.backends.base.LogDirs, DiskFaults
+
+    def log_dir_of(self, node: int) -> Path:
+        """``node``'s ``log.dirs`` (``data_dir/node<i>/data``)."""
+        return self.spec.data_dir / f"node{node}" / "data"
+
+    def _disk_dir(self, node: int) -> Path:
+        """Where ``node``'s size-limited filesystem is mounted: its ``log.dirs``, or under a lazyfs layer the
+        layer's backing directory ``node<i>/disk`` (the layer itself is mounted at ``log.dirs``)."""
+        return self.spec.data_dir / f"node{node}" / ("disk" if self.lazyfs else "data")
+
+    def _mount_disk(self, data: Path) -> None:
+        """A tmpfs on ``data`` (noted for the reaper); a refusal is logged and the node uses the host's disk."""
+        try:
+            tmpfs.note(data)
+            tmpfs.mount(data, tmpfs.size_mb())
+        except (BackendError, ValueError, OSError) as e:
+            log.warning("broker data %s stays on the host's filesystem: %s", data, e)
+
+    def disk_unavailable(self) -> str | None:
+        if not self.small_disks:
+            return "the brokers' data directories are on the host's filesystem (the run planned no disk-full)"
+        plain = [n for n in self.nodes if not tmpfs.is_ours(self._disk_dir(n))]
+        if plain:
+            why = tmpfs.unavailable() or "the mount was refused (see the run's log)"
+            return f"broker(s) {plain} have no size-limited disk: {why}"
+        return None
+
+    def fill_disk(self, node: int) -> dict:
+        """Fill ``node``'s tmpfs (``tmpfs.fill``). Raises ``BackendError`` when it has none."""
+        why = self.disk_unavailable()
+        if why:
+            raise BackendError(f"cannot fill broker {node}'s disk: {why}")
+        return tmpfs.fill(self._disk_dir(node))
+
+    def unfill_disk(self, node: int) -> int:
+        return tmpfs.unfill(self._disk_dir(node)) if self.small_disks else 0
+
+    def unmount_disks(self) -> list[int]:
+        """Unmount every node's tmpfs (after its broker stopped); returns the nodes unmounted. Never raises."""
+        return [n for n in self.nodes if self.small_disks and tmpfs.unmount(self._disk_dir(n))]
 
     # ------------------------------------------------------------------ whole cluster
 
@@ -485,6 +538,7 @@ class KafkaCluster:
             self.reset_clocks()
             faketime.remove_stale_shm()  # the SIGKILLed JVMs' libfaketime shared memory
         self.stop_layers()  # after the brokers: their files are closed, the layers unmount
+        self.unmount_disks()
         self.save_state()
         try:
             release_base_port(self.spec.base_port, self.spec.data_dir)

@@ -6,7 +6,7 @@ import sys
 
 from onceproof.backends import registry
 from onceproof.backends.base import can_perform
-from onceproof.backends.common import netem
+from onceproof.backends.common import netem, tmpfs
 from onceproof.harness.cli.app import console
 from onceproof.nemesis import catalog
 
@@ -35,3 +35,7 @@ def faults() -> None:
         console.print(f"[bold]{name}[/]  targets: {targets}  backends: {where}\n  {doc.splitlines()[0] if doc else ''}")
         if name in catalog.LOSSY:  # said here, detected now: netem's delay/reorder/duplicate are no target
             console.print(f"  netem delay/reorder/duplicate: not offered: {netem.unavailable()}", soft_wrap=True)
+        if catalog.needs_small_disks([name]):  # said here, probed now: the brokers' tmpfs needs mount privileges
+            why = tmpfs.unavailable()
+            console.print(f"  size-limited broker disks (tmpfs): {'available here' if why is None else why}",
+                          soft_wrap=True)
