@@ -65,6 +65,13 @@ def pipeline_loss(files: dict[str, dict], topics: set[str]) -> dict[str, int]:
     return out
 
 
+STARTED = "Kafka Server started"
+"""The line a KRaft node logs once it is up again (``KafkaRaftServer``: ``[KafkaRaftServer nodeId=<n>] Kafka
+Server started``)."""
+START_WAIT_S = 60.0
+"""How long a turn waits for :data:`STARTED` after the restart before it reads the recovery lines (s)."""
+
+
 def recovery_lines(text: str) -> list[str]:
     """The lines of ``text`` (a broker's log since the restart) that :data:`RECOVERY` matches. Pure."""
     return [ln.strip() for ln in text.splitlines() if RECOVERY.search(ln)]
@@ -147,9 +154,18 @@ class LoseUnsyncedWrites(_BrokerFault):
                              2)
         if ctx.teardown.is_set():
             return Outcome(SKIPPED, f"{target}: broker {choice.nodes}", {**ev, "reason": "run interrupted"})
+        t_start = time.monotonic()
         ev["rejoined_after_s"] = restart(ctx, choice.nodes)
+        ev["started_after_s"] = {}
         for n, (p, off) in marks.items():
-            lines = recovery_lines(_read_from(p, off))
+            # the metadata may still list a broker killed seconds ago (its session has not expired), so the
+            # recovery lines are read once the broker's own log says it started, not at "rejoined"
+            while STARTED not in _read_from(p, off) and time.monotonic() - t_start < START_WAIT_S:
+                if ctx.teardown.wait(0.5):
+                    break
+            text = _read_from(p, off)
+            ev["started_after_s"][n] = round(time.monotonic() - t_start, 1) if STARTED in text else None
+            lines = recovery_lines(text)
             ev["lost"][n]["recovery_log"] = lines[:MAX_LINES]
             ev["lost"][n]["recovered_unflushed"] = sum(1 for ln in lines if UNFLUSHED.search(ln))
         ev["pipeline_bytes_dropped"] = dropped_pipeline
