@@ -124,6 +124,20 @@ def test_a_record_visible_later_than_the_bound_is_late_visibility():
     assert {e["latency_s"] for e in r["anomalies"]["late-visibility"]} == {200.0}
 
 
+def test_the_wait_a_fault_window_covers_is_not_counted_against_visibility():
+    """Two records appended at T0 and seen 200 s and 250 s later; a driver-down window covers 60 s of each
+    wait: 140 s outside faults is within the 180-s bound, 190 s is not."""
+    live = _live(np.array([T0, T0 + 1.0]), np.array([200.0, 250.0]))
+    r = liveness.check(live, None, _nemesis(("upgrade", T0 + 10, T0 + 70)), Bounds(visibility_s=180))
+    assert r["counts"]["late-visibility"] == 1
+    (ex,) = r["anomalies"]["late-visibility"]
+    assert (ex["latency_s"], ex["outside_faults_s"]) == (250.0, 190.0)
+    # overlapping windows are counted once: [10, 70] and [40, 80] cover 70 s, leaving 180 s (not above the bound)
+    r = liveness.check(live, None, _nemesis(("upgrade", T0 + 10, T0 + 70), ("kill-broker", T0 + 40, T0 + 80)),
+                       Bounds(visibility_s=179.5))
+    assert [e["outside_faults_s"] for e in r["anomalies"]["late-visibility"]] == [180.0]
+
+
 def test_a_liveness_anomaly_makes_the_verdict_invalid_and_its_stats_are_kept():
     base = {"verdict": "valid", "valid": True, "counts": {}, "anomalies": {}, "stats": {}}
     out = pd.DataFrame({"partition": [0], "offset": [0], "key": ["k"], "seq": [0]})

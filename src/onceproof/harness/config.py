@@ -250,7 +250,8 @@ class TestConfig:
                                         "after it must be visible in the output (else no-recovery)",
                                  lo=0, lo_open=True, example=60.0)
     visibility_bound: float = _opt(180.0, "liveness: seconds from an input record's append to its output "
-                                          "being visible at read_committed (else late-visibility)",
+                                          "being visible at read_committed, fault windows not counted (else "
+                                          "late-visibility)",
                                    lo=0, lo_open=True, example=90.0)
     leftover_bound: float = _opt(5.0, "liveness: seconds a transaction open at a driver kill may still hold an "
                                       "output partition's LSO after the next driver's query started (else "
