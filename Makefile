@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup run test unit lint postgres-prereqs clock-prereqs fuse-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: probe-kafka17754 setup run test unit lint postgres-prereqs clock-prereqs fuse-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -130,6 +130,11 @@ soak: setup
 # eos as the control, 3 seeds) and the eos certificate (4 packages × 2 seeds); see docs/performance.md for the time
 # a user's driver-side transactional job (examples/driver_txn_pipeline.py) under kill-driver,kill-executor,
 # kill-broker on seeds 1-3, and test-all --pipeline-cmd on it and on its naive variant (about 12 min)
+# KAFKA-17754 probe (issue 29 item 5): a delayed produce request and a producer reused across transactions
+# (experiments/kafka17754.py; an experiment that prints what it saw, about 3 min)
+probe-kafka17754: setup
+	$(BIN)/python experiments/kafka17754.py
+
 certify-user: setup
 	ONCEPROOF_USER_SEEDS=1,2,3 $(BIN)/python -m pytest -v tests/cluster/test_user_certificate.py
 
