@@ -182,3 +182,42 @@ def test_a_silent_harness_is_swept_after_the_lease_and_a_released_one_is_not(nod
         assert r.run(["test", "-e", str(h.run_dir / "swept.json")]).returncode == 1
         h.sweep()
         assert _leftovers(r, run)["procs"] == []
+
+
+def test_the_relay_keeps_the_run_files_in_step_with_a_node(nodes, tmp_path):
+    """``backends/ssh/relay.py`` against a real node: a hook armed here reaches the node and goes when the
+    node consumes it; the node's control file, sink lines (whole lines only) and checkpoint come back."""
+    from onceproof.backends.ssh.relay import RunFilesRelay
+    from onceproof.pipeline import hooks
+
+    inv = inventory.load(nodes.nodes_toml)
+    run = _run_id()
+    local = tmp_path / "run"
+    (local / "control").mkdir(parents=True)
+    with SshHub(inv) as hub:
+        r = hub.remote("n2")
+        remote_run = inv.root / "runs" / run
+        NodeHelper(r, inv.root, run).install()
+        r.run(["mkdir", "-p", str(remote_run / "control"), str(remote_run / "checkpoint" / "offsets")]).check()
+        relay = RunFilesRelay({"n2": r}, remote_run, local, driver="n2")
+        (local / "control" / hooks.ARMED).write_text("")
+        relay.sync_once()
+        assert r.run(["test", "-e", str(remote_run / "control" / hooks.ARMED)]).returncode == 0
+        # the node's driver consumes the hook and opens the window; a task writes two lines and half a third
+        script = (f'rm "{remote_run}/control/{hooks.ARMED}"; echo \'{{"batch": 3}}\' > "{remote_run}/control/'
+                  f'{hooks.OPEN}"; printf \'{{"e":1}}\\n{{"e":2}}\\n{{"e":\' >> "{remote_run}/sink.jsonl"; '
+                  f'echo v1 > "{remote_run}/checkpoint/offsets/0"')
+        r.run(["sh", "-c", script]).check()
+        relay.sync_once()
+        assert not (local / "control" / hooks.ARMED).exists()
+        assert (local / "control" / hooks.OPEN).read_text() == '{"batch": 3}\n'
+        assert (local / "sink.jsonl").read_text() == '{"e":1}\n{"e":2}\n'
+        assert (local / "checkpoint" / "offsets" / "0").read_text() == "v1\n"
+        r.run(["sh", "-c", f"printf '3}}\\n' >> \"{remote_run}/sink.jsonl\""]).check()
+        relay.sync_once()
+        assert (local / "sink.jsonl").read_text() == '{"e":1}\n{"e":2}\n{"e":3}\n'
+        # the harness handled the open window and removed it: the node's copy goes
+        (local / "control" / hooks.OPEN).unlink()
+        relay.sync_once()
+        assert r.run(["test", "-e", str(remote_run / "control" / hooks.OPEN)]).returncode == 1
+        assert relay.errors == []

@@ -39,3 +39,13 @@ def test_loss_and_bandwidth():
     assert cmds[0] == ["tc", "qdisc", "add", "dev", "eth0", "root", "handle", "4f50:", "htb", "default", "10"]
     assert "256kbit" in cmds[2] and cmds[3][-6:] == ["rate", "256kbit", "burst", "16kb", "latency", "200ms"]
     assert cmds[-1][cmds[-1].index("sport") + 1] == "9092" and cmds[-1][-1] == "4f50:20"
+
+
+def test_every_control_file_name_is_classified_by_who_writes_it():
+    """A new hook file must say whether the harness or the pipeline writes it: the ssh relay copies the
+    first kind to the nodes and the second kind back."""
+    from onceproof.pipeline import hooks
+    names = {v for k, v in vars(hooks).items() if k.isupper() and isinstance(v, str) and k != "ZOMBIE"}
+    names |= {hooks.ZOMBIE.format(stage=s) for s in hooks.ZOMBIE_STAGES}
+    assert names == set(hooks.HARNESS_WRITES) | set(hooks.PIPELINE_WRITES)
+    assert not set(hooks.HARNESS_WRITES) & set(hooks.PIPELINE_WRITES)

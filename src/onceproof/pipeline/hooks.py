@@ -41,6 +41,15 @@ DRIVER_STOPPED = "driver-stopped.json"  # what the driver did about it: {"incarn
 READY = "driver.ready"
 APPS = "driver.apps.jsonl"
 
+HARNESS_WRITES = (ARMED, PRECOMMIT_DELAY, PRECOMMIT_HOLD, NOTIFY_DELAY,
+                  *(ZOMBIE.format(stage=s) for s in ZOMBIE_STAGES), ZOMBIE_RELEASE, DRIVER_OVERRIDES, DRIVER_STOP)
+"""The control files only the harness creates (the nemeses switching a hook); every other one is written by
+the pipeline (driver or tasks) and only read by the harness. A backend whose pipeline runs on other machines
+copies the first kind to them and the second kind back (``backends/ssh/relay.py``)."""
+PIPELINE_WRITES = (OPEN, MISSED, NOTIFY_LOG, ZOMBIE_PIDS, DRIVER_STOPPED, READY, APPS)
+"""The control files the pipeline writes (see :data:`HARNESS_WRITES`); a claimed hold becomes
+``<name>.claimed-<...>``."""
+
 
 class ControlDir:
     """The driver's view of ``<run>/control``. ``path=None`` disables every hook."""
