@@ -40,6 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceproof.backends import registry
 from onceproof.backends.base import ClusterShape
+from onceproof.nemesis.targets import txn_coordinator
 
 
 def _producer(bootstrap: str, txn_id: str, message_timeout_ms: int) -> Producer:
@@ -122,17 +123,25 @@ def main(argv: list[str] | None = None) -> int:
             md = admin.list_topics(topic, timeout=10)
             leader = md.topics[topic].partitions[0].leader
             path = f"client-{leader}"
+            # a transactional.id whose coordinator is another broker: only the produce request is held, not
+            # the EndTxn that ends its transaction (__transaction_state exists once a producer initialised)
+            first = _producer(cluster.bootstrap, f"probe-{variant}-0", a.message_timeout_ms)
+            first.init_transactions(60)
+            txn_id = next(t for t in (f"probe-{variant}-{k}" for k in range(200))
+                          if txn_coordinator(cluster.bootstrap, t)[0] != leader)
             prod = None
             rows = []
             for i in range(a.trials):
                 if prod is None or variant == "per-transaction":
-                    prod = _producer(cluster.bootstrap, f"probe-{variant}", a.message_timeout_ms)
+                    prod = _producer(cluster.bootstrap, txn_id, a.message_timeout_ms)
                     prod.init_transactions(60)
                 rows.append(trial(net, path, prod, topic, f"{variant}-{i}", a.latency_ms))
             time.sleep(a.latency_ms / 1000 + 2)  # whatever the toxic held has reached the broker by now
             seen = _visible(cluster.bootstrap, topic)
             report["variants"][variant] = {
-                "leader": leader, "steps": rows,
+                "leader": leader, "transactional_id": txn_id, "coordinator": txn_coordinator(cluster.bootstrap,
+                                                                                             txn_id)[0],
+                "steps": rows,
                 "aborted_visible": sorted(v for v in seen if v.endswith("-a")),
                 "committed_visible": len([v for v in seen if v.endswith("-b")])}
     finally:
