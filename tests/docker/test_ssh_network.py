@@ -43,8 +43,8 @@ def test_cuts_both_ways_loss_and_bandwidth_over_ssh_and_nothing_left(docker_engi
                 assert r1.run(["iptables", "-w", "-S", "INPUT"], root=True).stdout.splitlines()[1] == \
                     f"-A INPUT -j OP-{run[:8]}-IN"
                 cluster.up(timeout_s=180)
-                AdminClient({"bootstrap.servers": cluster.bootstrap}).create_topics(
-                    [NewTopic("t", 6, 3)])["t"].result(60)
+                admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept: its futures need it alive
+                admin.create_topics([NewTopic("t", 6, 3)])["t"].result(60)
                 p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1"})
 
                 # internal-1 cut both ways: node 1 cannot reach node 2's inter-broker port, nor node 2 node 1's
@@ -65,12 +65,14 @@ def test_cuts_both_ways_loss_and_bandwidth_over_ssh_and_nothing_left(docker_engi
                 net.restore(["internal-1"])
                 assert net.cut_paths() == [] and _connects(r1, n.ips["n2"], 9093)
 
-                # random loss on broker 2's data ports, counted by its rules
-                net.drop(2, 0.5)
+                # random loss on the data ports of a broker that leads a partition now (one that leads none may
+                # see no packet to its ports in a second), counted by its rules
+                lossy = admin.list_topics("t", timeout=10).topics["t"].partitions[0].leader
+                net.drop(lossy, 0.5)
                 for i in range(600):
                     p.produce("t", value=str(i).encode())
                 p.flush(60)
-                assert net.dropped()["dropped"] > 0
+                assert net.dropped()["dropped"] > 0, net.dropped_packets(lossy)
                 net.undrop()
 
                 # bandwidth on broker 3's client port (tc htb + tbf); latency is refused (no netem)

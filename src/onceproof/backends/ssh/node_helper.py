@@ -51,10 +51,22 @@ STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t
 
 
 def _dirs(a):
-    run = os.path.join(a.root, "runs", a.run)
+    """The run's directories, made when missing. Run through ``sudo``, they are given to the login user
+    (``SUDO_UID``/``SUDO_GID``), so the harness's own commands and SFTP can still write there."""
+    runs = os.path.join(a.root, "runs")
+    run = os.path.join(runs, a.run)
     pids = os.path.join(run, "pids")
+    net = os.path.join(run, "net")
+    made = [d for d in (runs, run, pids, net) if not os.path.isdir(d)]
     os.makedirs(pids, exist_ok=True)
-    os.makedirs(os.path.join(run, "net"), exist_ok=True)
+    os.makedirs(net, exist_ok=True)
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() == 0 and uid and gid:
+        for d in made:
+            try:
+                os.chown(d, int(uid), int(gid))
+            except OSError:
+                pass
     return run, pids
 
 
