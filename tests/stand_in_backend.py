@@ -136,6 +136,14 @@ class DiskStandInCluster(ClockStandInCluster):
     def log_dir_of(self, node: int) -> Path:
         return self._dir / f"node{node}" / "data"
 
+    def start(self, node: int) -> None:
+        """Start ``node``; its log (when :attr:`logs` has one) gets the line a KRaft node writes once up."""
+        super().start(node)
+        if node in self.logs:
+            with open(self.logs[node], "a") as f:
+                f.write(f"[2026-11-30 10:00:02,000] INFO [KafkaRaftServer nodeId={node}] Kafka Server started "
+                        "(kafka.server.KafkaRaftServer)\n")
+
     def disk_unavailable(self) -> str | None:
         return self.no_disk
 

@@ -50,7 +50,7 @@ from onceproof.backends.base import GONE, DiskFaults, LogDirs
 from onceproof.nemesis import log_segment
 from onceproof.nemesis.broker import _BrokerFault
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
-from onceproof.nemesis.operator import ISR_WAIT_S, _log_of, _log_size, _rejoin
+from onceproof.nemesis.operator import ISR_WAIT_S, _log_of, _log_size, _rejoin, _rejoin_isr
 
 DISK_TARGETS = ("leader", "one")
 FAIL_WAIT_S = 20.0
@@ -118,6 +118,27 @@ def judge_disk_full(failure: dict, gone: bool) -> bool:
     """Did the full disk take effect? The broker logged ``No space left on device`` and a log directory
     failure, a halt for it, or it exited. Pure."""
     return bool(failure.get("no_space")) and (failure.get("dir_failed") or failure.get("shutdown") or gone)
+
+
+STARTED = "Kafka Server started"
+"""The line a KRaft node logs once it is up (``[KafkaRaftServer nodeId=<n>] Kafka Server started``); its log
+recovery lines come before it."""
+START_WAIT_S = 60.0
+
+
+def _wait_started(ctx: NemesisContext, node: int, since: int) -> float | None:
+    """Seconds until broker ``node``'s log (after byte ``since``) says it started, ≤ :data:`START_WAIT_S`;
+    ``None`` when it did not. The metadata and the ISR may still list a broker killed seconds ago (its session
+    has not expired), so "rejoined" and "in sync" are no proof that the restarted broker has loaded its logs."""
+    if _log_of(ctx, node) is None:  # nothing will say it (a cluster without broker logs)
+        return None
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < START_WAIT_S:
+        if STARTED in _read_since(ctx, node, since):
+            return round(time.monotonic() - t0, 1)
+        if ctx.teardown.wait(0.5):
+            break
+    return None
 
 
 def _read_since(ctx: NemesisContext, node: int, since: int) -> str:
@@ -202,7 +223,9 @@ class CorruptSegmentTail(_BrokerFault):
         ev["held_s"] = round(time.monotonic() - t_kill + hold(ctx, left), 2)
         if ctx.teardown.is_set():
             return Outcome(SKIPPED, f"{target}: broker {node}", {**ev, "reason": "run interrupted"})
-        ev.update(_rejoin(ctx, node, wait_isr=True))
+        ev.update(_rejoin(ctx, node, wait_isr=False))
+        ev["started_after_s"] = _wait_started(ctx, node, since)
+        ev.update(_rejoin_isr(ctx, node))
         g = ev["garble"]
         label = f"{target}: broker {node}" + (f" {g['segment']}" if "segment" in g else "")
         if "segment" not in g:

@@ -102,16 +102,20 @@ def _rejoin(ctx: NemesisContext, node: int, wait_isr: bool) -> dict:
     out: dict = {"rejoined_after_s": restart(ctx, [node], ISR_WAIT_S)[node]}
     if not wait_isr or out["rejoined_after_s"] is None:
         return out
+    return {**out, **_rejoin_isr(ctx, node, t0)}
+
+
+def _rejoin_isr(ctx: NemesisContext, node: int, t0: float | None = None) -> dict:
+    """Wait (≤ ``ISR_WAIT_S`` from ``t0``, default now) until ``node`` is back in the ISR of every partition it
+    replicates: ``{"in_sync_after_s": s or None, "out_of_sync"?: [...]}``."""
+    t0 = time.monotonic() if t0 is None else t0
     lagging: list[str] | None = None
     while time.monotonic() - t0 < ISR_WAIT_S and not ctx.teardown.is_set():
         lagging = _out_of_sync(ctx.cluster.bootstrap, node)
         if lagging == []:
-            out["in_sync_after_s"] = round(time.monotonic() - t0, 1)
-            return out
+            return {"in_sync_after_s": round(time.monotonic() - t0, 1)}
         ctx.teardown.wait(1.0)
-    out["in_sync_after_s"] = None
-    out["out_of_sync"] = (lagging or [])[:10]
-    return out
+    return {"in_sync_after_s": None, "out_of_sync": (lagging or [])[:10]}
 
 
 class BounceBroker(_BrokerFault):
