@@ -35,6 +35,7 @@ from pathlib import Path
 
 from onceproof.backends.base import UnsyncedLoss
 from onceproof.nemesis.broker import _BrokerFault, restart
+from onceproof.nemesis.disk import START_WAIT_S, STARTED
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 TARGETS = ("one", "leader", "txn-coordinator")
@@ -63,13 +64,6 @@ def pipeline_loss(files: dict[str, dict], topics: set[str]) -> dict[str, int]:
         if t in topics and path.endswith(".log") and f.get("written", 0) > 0:
             out[t] = out.get(t, 0) + int(f["written"])
     return out
-
-
-STARTED = "Kafka Server started"
-"""The line a KRaft node logs once it is up again (``KafkaRaftServer``: ``[KafkaRaftServer nodeId=<n>] Kafka
-Server started``)."""
-START_WAIT_S = 60.0
-"""How long a turn waits for :data:`STARTED` after the restart before it reads the recovery lines (s)."""
 
 
 def recovery_lines(text: str) -> list[str]:
