@@ -98,10 +98,11 @@ def test_a_single_replica_loses_the_garbled_committed_records_and_the_checker_sa
     p = run_cli(["run", "--sink", "eos", "--nemesis", "corrupt-segment-tail:leader", "--cluster-config",
                  "single-replica", "--time-limit", "60", "--seed", "1", "--results", str(results_root)], timeout=1400)
     run_dir, result, ops = load_run(results_root)
-    (o,) = _turns(ops, ("corrupt-segment-tail:leader",))
-    ev = o["evidence"]
-    assert o["outcome"] == "effective", ev
-    assert ev["garble"]["markers_garbled"]["commit"] >= 1, ev["garble"]  # a committed transaction's only copy
+    # one or more turns, as the time limit fits; a turn before the partition has a batch has nothing to garble
+    turns = [o for o in _turns(ops, ("corrupt-segment-tail:leader",)) if o["outcome"] == "effective"]
+    assert turns and all(o["evidence"]["recovery"]["found"] for o in turns), turns
+    # a committed transaction's only copy was garbled
+    assert any(o["evidence"]["garble"]["markers_garbled"]["commit"] >= 1 for o in turns), turns
     assert p.returncode == 1 and result["verdict"] == "invalid", (result["verdict"], result["counts"],
                                                                   p.stdout[-3000:])
     assert result["counts"]["lost"] > 0, result["counts"]

@@ -28,10 +28,11 @@ from pathlib import Path, PurePosixPath
 
 from onceproof.backends.ssh.remote import Remote, RemoteError
 from onceproof.pipeline import hooks
+from onceproof.store import runfiles
 
 CHECKPOINT_DIRS = ("offsets", "commits", "sources", "metadata")
 """The checkpoint's parts the harness reads (the offset log, the commit log; Spark's checkpoint layout)."""
-APPEND = ("sink.jsonl",)
+APPEND = (runfiles.SINK,)
 """Files the relay copies by offset (append-only)."""
 
 
