@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
+import pytest
 from docker.types import IPAMConfig, IPAMPool
 
 import docker
@@ -133,3 +134,11 @@ def ssh_nodes(client: docker.DockerClient, image: str, tmp: Path, count: int = 2
                 c.remove(force=True)
         with contextlib.suppress(docker.errors.APIError):
             net.remove()
+
+
+@pytest.fixture(scope="module")
+def nodes(docker_engine, docker_images, tmp_path_factory):
+    """Two nodes for a test module (n1 a broker, n2 the Spark node), removed at its end."""
+    with ssh_nodes(docker_engine.client, docker_images["node"].tag, tmp_path_factory.mktemp("ssh"), count=2,
+                   roles=(["broker"], ["spark-master", "spark-worker", "driver"])) as n:
+        yield n

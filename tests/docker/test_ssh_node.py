@@ -20,16 +20,9 @@ import pytest
 from onceproof.backends.ssh import inventory
 from onceproof.backends.ssh.node import NodeHelper
 from onceproof.backends.ssh.transport import SshHub
-from tests.docker.ssh_nodes import ssh_nodes
+from tests.docker.ssh_nodes import nodes  # noqa: F401 (a fixture, used by name)
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def nodes(docker_engine, docker_images, tmp_path_factory):
-    with ssh_nodes(docker_engine.client, docker_images["node"].tag, tmp_path_factory.mktemp("ssh"), count=2,
-                   roles=(["broker"], ["spark-master", "spark-worker", "driver"])) as n:
-        yield n
 
 
 def _run_id() -> str:

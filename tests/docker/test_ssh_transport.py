@@ -15,16 +15,9 @@ import pytest
 from onceproof.backends.ssh import inventory, transport
 from onceproof.backends.ssh.transport import HostKeyError, SshError, SshHub
 from tests.conftest import run_cli
-from tests.docker.ssh_nodes import new_key, ssh_nodes
+from tests.docker.ssh_nodes import new_key, nodes  # noqa: F401 (nodes: a fixture, used by name)
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def nodes(docker_engine, docker_images, tmp_path_factory):
-    with ssh_nodes(docker_engine.client, docker_images["node"].tag, tmp_path_factory.mktemp("ssh"), count=2,
-                   roles=(["broker"], ["spark-master", "spark-worker", "driver"])) as n:
-        yield n
 
 
 def test_commands_files_root_and_deadlines_over_real_ssh(nodes, tmp_path):

@@ -126,13 +126,14 @@ recovery lines come before it."""
 START_WAIT_S = 60.0
 
 
-def _wait_started(ctx: NemesisContext, node: int, since: int) -> float | None:
-    """Seconds until broker ``node``'s log (after byte ``since``) says it started, ≤ :data:`START_WAIT_S`;
-    ``None`` when it did not. The metadata and the ISR may still list a broker killed seconds ago (its session
-    has not expired), so "rejoined" and "in sync" are no proof that the restarted broker has loaded its logs."""
+def _wait_started(ctx: NemesisContext, node: int, since: int, t0: float | None = None) -> float | None:
+    """Seconds from ``t0`` (monotonic; default now) until broker ``node``'s log (after byte ``since``) says it
+    started, waiting until ``t0`` + :data:`START_WAIT_S`; ``None`` when it did not. The metadata and the ISR
+    may still list a broker killed seconds ago (its session has not expired), so "rejoined" and "in sync" are
+    no proof that the restarted broker has loaded its logs."""
     if _log_of(ctx, node) is None:  # nothing will say it (a cluster without broker logs)
         return None
-    t0 = time.monotonic()
+    t0 = time.monotonic() if t0 is None else t0
     while time.monotonic() - t0 < START_WAIT_S:
         if STARTED in _read_since(ctx, node, since):
             return round(time.monotonic() - t0, 1)

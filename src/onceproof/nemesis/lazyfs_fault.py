@@ -31,12 +31,12 @@ from __future__ import annotations
 import random
 import re
 import time
-from pathlib import Path
 
 from onceproof.backends.base import UnsyncedLoss
 from onceproof.nemesis.broker import _BrokerFault, restart
-from onceproof.nemesis.disk import START_WAIT_S, STARTED
+from onceproof.nemesis.disk import _implements, _read_since, _wait_started
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
+from onceproof.nemesis.operator import _log_size
 
 TARGETS = ("one", "leader", "txn-coordinator")
 RECOVERY = re.compile(r"[Rr]ecover|unflushed|[Tt]runcat|[Ii]nvalid (?:messages|records|batch)|[Cc]orrupt|"
@@ -71,33 +71,6 @@ def recovery_lines(text: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if RECOVERY.search(ln)]
 
 
-def _has_unsynced(cluster) -> bool:
-    """The cluster's class implements :class:`UnsyncedLoss` (asked of the class, as ``clock._has_clocks``)."""
-    return cluster is not None and issubclass(type(cluster), UnsyncedLoss)
-
-
-def _broker_log(ctx: NemesisContext, node: int) -> Path | None:
-    return next((p for p in ctx.cluster.log_files() if p.name == f"broker-{node}.log"), None)
-
-
-def _size(p: Path | None) -> int:
-    try:
-        return p.stat().st_size if p else 0
-    except OSError:
-        return 0
-
-
-def _read_from(p: Path | None, offset: int) -> str:
-    if p is None:
-        return ""
-    try:
-        with open(p, "rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 class LoseUnsyncedWrites(_BrokerFault):
     """SIGKILL the target broker, drop what it had not fsynced, hold, restart it on what is left, wait for it
     to rejoin; evidence in the module docstring."""
@@ -117,7 +90,7 @@ class LoseUnsyncedWrites(_BrokerFault):
 
     def invoke(self, ctx: NemesisContext, rng: random.Random) -> Outcome:
         cluster = ctx.cluster
-        if not _has_unsynced(cluster):
+        if not _implements(cluster, UnsyncedLoss):
             return Outcome(SKIPPED, self.target or "", {"reason": "this backend's cluster cannot lose unsynced writes"})
         why = cluster.unsynced_unavailable()
         if why:
@@ -126,7 +99,7 @@ class LoseUnsyncedWrites(_BrokerFault):
         if not choice.nodes:
             return Outcome(SKIPPED, target, choice.why)
         ev: dict = {"target": target, **choice.why, "nodes": choice.nodes, "lost": {}}
-        marks = {n: (_broker_log(ctx, n), _size(_broker_log(ctx, n))) for n in choice.nodes}
+        marks = {n: _log_size(ctx, n) for n in choice.nodes}
         topics = {ctx.input_topic, ctx.output_topic, TXN_STATE}
         dropped_pipeline: dict[str, int] = {}
         for n in choice.nodes:
@@ -151,15 +124,10 @@ class LoseUnsyncedWrites(_BrokerFault):
         t_start = time.monotonic()
         ev["rejoined_after_s"] = restart(ctx, choice.nodes)
         ev["started_after_s"] = {}
-        for n, (p, off) in marks.items():
-            # the metadata may still list a broker killed seconds ago (its session has not expired), so the
-            # recovery lines are read once the broker's own log says it started, not at "rejoined"
-            while STARTED not in _read_from(p, off) and time.monotonic() - t_start < START_WAIT_S:
-                if ctx.teardown.wait(0.5):
-                    break
-            text = _read_from(p, off)
-            ev["started_after_s"][n] = round(time.monotonic() - t_start, 1) if STARTED in text else None
-            lines = recovery_lines(text)
+        for n, off in marks.items():
+            # the recovery lines are read once the broker's own log says it started, not at "rejoined"
+            ev["started_after_s"][n] = _wait_started(ctx, n, off, t_start)
+            lines = recovery_lines(_read_since(ctx, n, off))
             ev["lost"][n]["recovery_log"] = lines[:MAX_LINES]
             ev["lost"][n]["recovered_unflushed"] = sum(1 for ln in lines if UNFLUSHED.search(ln))
         ev["pipeline_bytes_dropped"] = dropped_pipeline

@@ -11,6 +11,25 @@ from pathlib import Path
 
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
 
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = INFO
+"""
+"""A broker's log4j2 configuration (``{log}``: its log file): one file per broker, the state-change log at WARN;
+every backend that writes a broker's own config uses it."""
+
 
 def server_properties(spec: ClusterSpec, n: NodeSpec, log_dir: Path) -> str:
     """The ``server.properties`` text (``key=value`` lines) of KRaft node ``n`` of cluster ``spec``, its

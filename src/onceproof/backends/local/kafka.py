@@ -28,7 +28,7 @@ import psutil
 
 from onceproof.backends.base import FOREIGN, GONE, BackendError, ClusterError, NodeState
 from onceproof.backends.common import faketime, jars, lazyfs, processes, tmpfs
-from onceproof.backends.common.broker_config import server_properties
+from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
 from onceproof.backends.common.ports import claim_base_port, free_base_port, release_base_port
@@ -39,22 +39,6 @@ log = logging.getLogger("onceproof.kafka")
 _BIND_FAILED = re.compile(r"failed to bind to [^\s:]*:(\d+)|(?:Address already in use|BindException)()")
 
 
-_LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-logger.kafka.name = kafka
-logger.kafka.level = INFO
-logger.state.name = state.change.logger
-logger.state.level = WARN
-logger.controller.name = org.apache.kafka.controller
-logger.controller.level = INFO
-"""
 
 
 @dataclass
@@ -154,9 +138,9 @@ class KafkaCluster:
             cfg.write_text(server_properties(self.spec, n, ndir / "data"))
             log = self.spec.logs / f"broker-{n.node_id}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            (ndir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
+            (ndir / "log4j2.properties").write_text(LOG4J2.format(log=log))
             fmt_log4j = ndir / "log4j2-format.properties"
-            fmt_log4j.write_text(_LOG4J2.format(log=self.spec.logs / f"format-{n.node_id}.log"))
+            fmt_log4j.write_text(LOG4J2.format(log=self.spec.logs / f"format-{n.node_id}.log"))
             cmd = self._jvm(cp, fmt_log4j, 256) + ["kafka.tools.StorageTool", "format",
                                                      # "=" form: a base64 id may start with "-"
                                                      f"--cluster-id={self.cluster_id}", "-c", str(cfg)]

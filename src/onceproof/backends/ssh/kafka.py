@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from onceproof.backends.base import GONE, ClusterError, NodeState
-from onceproof.backends.common.broker_config import server_properties
+from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
 from onceproof.backends.ssh import install
@@ -34,20 +34,6 @@ from onceproof.backends.ssh.inventory import Inventory, Node
 from onceproof.backends.ssh.node import NodeHelper
 from onceproof.backends.ssh.remote import RemoteError
 from onceproof.backends.ssh.transport import SshHub
-
-LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-logger.state.name = state.change.logger
-logger.state.level = WARN
-"""
-"""The brokers' log4j2 configuration (as the local backend's): one file per broker."""
 
 
 def broker_properties(inv: Inventory, i: int, data_dir: PurePosixPath) -> dict[str, str]:
