@@ -59,6 +59,9 @@ USAGE = [
     (["test-all", "--pipeline-cmd", "{python} job.py", "--mutants"], "--mutants"),
     (["test-all", "--pipeline-cmd", "{python} job.py", "--sink", "at-least-once"], "--sink"),
     (["test-all", "--pipeline-cmd", "{python} job.py", "--workload", "counter"], "--workload"),
+    (["external", "check", "--cluster", "/nonexistent/cluster.toml"], "--cluster"),
+    (["external", "check", "--cluster", "examples/cluster.toml", "--nemesis", "partition"], "--nemesis"),
+    (["external", "check", "--cluster", "examples/cluster.toml", "--nemesis", "bogus"], "--nemesis"),
 ]
 
 
@@ -83,7 +86,7 @@ def test_help_lists_the_commands_in_their_order():
     group = typer.main.get_command(cli.app)
     assert group.list_commands(typer.Context(group, info_name="onceproof")) == [
         "run", "check", "report", "index", "prune", "serve", "test-all", "shrink", "faults", "deps", "nemesis", "heal",
-        "watch", "cluster", "session", "ssh"]
+        "watch", "cluster", "session", "ssh", "external"]
     p = run_cli(["--help"], timeout=60)
     assert p.returncode == 0, p.stderr
     assert [c for c in ("run", "check", "test-all", "faults", "deps", "cluster")

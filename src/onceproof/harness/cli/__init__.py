@@ -5,13 +5,15 @@ Commands: ``run`` (a whole test), ``check`` (a stored run, or any pipeline's liv
 ``shrink`` (a failing schedule cut down), ``faults``, ``deps`` (resolve the jars ahead of time),
 ``cluster`` (``up`` / ``status`` / ``down``: a bare Kafka cluster), ``session`` (``start`` / ``status`` /
 ``stop``: an ad hoc chaos session) with ``nemesis`` and ``heal`` (faults by hand) and ``watch`` (its live
-view), ``ssh`` (``trust`` / ``check``: the nodes of ``--backend ssh``). ``run``, ``session
+view), ``ssh`` (``trust`` / ``check``: the nodes of ``--backend ssh``), ``external`` (``check``: a
+``cluster.toml``). ``run``, ``session
 start`` and the ``cluster`` commands take ``--backend`` (``backends/registry.py``).
 
 Modules: :mod:`.app` (the typer app, :func:`main` and its exit codes, usage and crash handling),
 :mod:`.run`, :mod:`.check`, :mod:`.results` (``report``, ``index``, ``prune``, ``serve``), :mod:`.suite`
 (``test-all``, ``shrink``), :mod:`.catalog` (``faults``), :mod:`.cluster` (``cluster``, ``deps``),
-:mod:`.session` (``session``, ``nemesis``, ``heal``, ``watch``), :mod:`.ssh` (``ssh``).
+:mod:`.session` (``session``, ``nemesis``, ``heal``, ``watch``), :mod:`.ssh` (``ssh``), :mod:`.external`
+(``external``).
 This module registers the commands on the app, in the order ``onceproof --help`` lists them.
 
 Exit codes (Jepsen's): 0 valid, 1 invalid, 2 unknown, 254 usage error (bad option or argument; one
@@ -22,7 +24,7 @@ script (``onceproof = "onceproof.harness.cli:main"``) and ``python -m onceproof.
 
 from __future__ import annotations
 
-from onceproof.harness.cli import catalog, check, cluster, results, run, session, ssh, suite
+from onceproof.harness.cli import catalog, check, cluster, external, results, run, session, ssh, suite
 from onceproof.harness.cli.app import EXIT, EXIT_CRASHED, EXIT_USAGE, UsageError, app, main
 from onceproof.harness.cli.run import config_from_options, parse_run_args
 
@@ -46,3 +48,4 @@ app.command()(session.watch)
 app.add_typer(cluster.cluster_app, name="cluster")
 app.add_typer(session.session_app, name="session")
 app.add_typer(ssh.ssh_app, name="ssh")
+app.add_typer(external.external_app, name="external")
