@@ -1,0 +1,86 @@
+"""``backends/external/commands.py`` (fault-map commands on the harness's machine, with a deadline that ends
+them) and ``backends/external/ledger.py`` (the pending heals), with real local processes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from onceproof.backends.external.commands import CommandRunner, LocalRemote
+from onceproof.backends.external.fault_map import Command
+from onceproof.backends.external.ledger import PendingHeals
+from onceproof.backends.ssh.remote import RemoteError
+from onceproof.secrets import Secret, Secrets
+
+
+def test_a_local_command_returns_its_status_and_output():
+    done = LocalRemote().run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout_s=10)
+    assert (done.returncode, done.stdout, done.stderr, done.node) == (3, "out\n", "err\n", "local")
+    assert not done.timed_out
+
+
+def test_the_deadline_ends_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "child"
+    t0 = time.monotonic()
+    done = LocalRemote().run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout_s=1)
+    assert done.timed_out and time.monotonic() - t0 < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the command's child outlived its deadline"
+        time.sleep(0.1)
+
+
+def test_a_command_that_ignores_sigterm_is_killed_after_the_grace():
+    t0 = time.monotonic()
+    done = LocalRemote().run(["sh", "-c", "trap '' TERM; sleep 30"], timeout_s=0.5)
+    assert done.timed_out and 5 <= time.monotonic() - t0 < 15
+
+
+def test_a_missing_program_and_an_unknown_target_are_errors_naming_them():
+    with pytest.raises(RemoteError, match="no-such-program-xyz"):
+        LocalRemote().run(["no-such-program-xyz"])
+    with pytest.raises(RemoteError, match="ssh:op@h: no such command target"):
+        CommandRunner().run(Command(argv=("true",), where="ssh:op@h"))
+
+
+def test_the_runner_scrubs_the_secrets_from_what_a_command_prints():
+    runner = CommandRunner(secrets=Secrets([Secret("hunter2-pw")]))
+    done = runner.run(Command(argv=("sh", "-c", "echo login hunter2-pw; echo hunter2-pw >&2; exit 1")))
+    assert done.returncode == 1
+    assert "hunter2-pw" not in done.stdout + done.stderr and "***" in done.stdout and "***" in done.stderr
+
+
+def test_the_ledger_drains_newest_first_and_keeps_what_failed(tmp_path):
+    ledger = PendingHeals(tmp_path)
+    assert ledger.entries() == []
+    log = tmp_path / "healed"
+    a = ledger.add("pause-broker:one", Command(argv=("sh", "-c", f"echo a >> {log}")))
+    ledger.add("kill-broker:leader", Command(argv=("sh", "-c", f"echo b >> {log}; exit 7")))
+    c = ledger.add("pause-driver", Command(argv=("sh", "-c", f"echo c >> {log}")))
+    assert [e.spec for e in PendingHeals(tmp_path).entries()] == ["pause-broker:one", "kill-broker:leader",
+                                                                  "pause-driver"]
+    out = ledger.drain(CommandRunner().run)
+    assert log.read_text().split() == ["c", "b", "a"]
+    assert [(e.token, d.returncode) for e, d in out][::2] == [(c, 0), (a, 0)]
+    left = ledger.entries()
+    assert [e.spec for e in left] == ["kill-broker:leader"] and left[0].heal.argv[0] == "sh"
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_heal_that_cannot_start_stays_pending_and_the_others_run(tmp_path):
+    ledger = PendingHeals(tmp_path)
+    ledger.add("kill-broker:one", Command(argv=("no-such-program-xyz",)))
+    ok = ledger.add("pause-broker:one", Command(argv=("true",)))
+    out = ledger.drain(CommandRunner().run)
+    assert isinstance(out[1][1], RemoteError) and out[0][0].token == ok
+    assert [e.spec for e in ledger.entries()] == ["kill-broker:one"]
+
+
+def test_a_broken_ledger_names_itself(tmp_path):
+    (tmp_path / "faults-pending.json").write_text("[{")
+    with pytest.raises(ValueError, match="faults-pending.json: not a pending-heal ledger"):
+        PendingHeals(tmp_path).entries()
