@@ -84,3 +84,71 @@ def test_a_broken_ledger_names_itself(tmp_path):
     (tmp_path / "faults-pending.json").write_text("[{")
     with pytest.raises(ValueError, match="faults-pending.json: not a pending-heal ledger"):
         PendingHeals(tmp_path).entries()
+
+
+# ------------------------------------------------------------------ ExternalCluster without a cluster
+
+def _cluster(tmp_path, faults: str):
+    from onceproof.backends.external import cluster_file
+    from onceproof.backends.external.kafka import ExternalCluster
+    text = f"""
+[kafka]
+bootstrap = "127.0.0.1:1"
+[kafka.brokers]
+1 = {{ host = "k1" }}
+[spark]
+bootstrap = "k1:9092"
+master = "spark://m:7077"
+submit = "true {{job_args}}"
+[spark.files]
+harness_path = "{tmp_path}"
+cluster_path = "/mnt/run"
+{faults}
+"""
+    p = tmp_path / "cluster.toml"
+    p.write_text(text)
+    return ExternalCluster(cluster_file.load(p, env={}), tmp_path, CommandRunner(), "abcdef123456")
+
+
+def test_a_closed_port_does_not_answer_within_the_probe():
+    from onceproof.backends.external.kafka import answers
+    t0 = time.monotonic()
+    assert answers("127.0.0.1:1", timeout_s=1.0) is False
+    assert time.monotonic() - t0 < 5
+
+
+def test_up_names_the_bootstrap_and_the_fix_when_nothing_answers(tmp_path):
+    from onceproof.backends.base import ClusterError
+    c = _cluster(tmp_path, "")
+    with pytest.raises(ClusterError, match=r"no answer from 127.0.0.1:1 .*fix \[kafka\] bootstrap"):
+        c.up(timeout_s=3)
+
+
+def test_a_failing_fault_command_is_an_error_and_leaves_no_pending_heal(tmp_path):
+    from onceproof.backends.base import ClusterError
+    c = _cluster(tmp_path, '[faults.pause-broker]\nrun = "sh -c \'echo nope >&2; exit 4\'"\n'
+                           'heal = "true"\n')
+    with pytest.raises(ClusterError, match=r"\[faults.pause-broker\] for broker 1 exited 4: nope"):
+        c.pause(1)
+    assert c.ledger.entries() == [] and c.commands[0]["returncode"] == 4
+
+
+def test_a_pause_is_healed_by_down_and_recorded_as_evidence(tmp_path):
+    log = tmp_path / "ops"
+    c = _cluster(tmp_path, f'[vars]\nlog = "{log}"\n[faults.pause-broker]\n'
+                           f'run = "sh -c \'echo pause {{broker_id}} {{host}} >> {{log}}\'"\n'
+                           f'heal = "sh -c \'echo unpause {{broker_id}} >> {{log}}\'"\n')
+    c._addresses = {1: "127.0.0.1:1"}  # what up() reads from the metadata; nothing listens there
+    c.pause(1)
+    assert [e.spec for e in c.ledger.entries()] == ["pause-broker:1"]
+    assert c.state(1).status == "stopped"  # it does not answer, and onceproof paused it
+    assert c.down() == []
+    assert log.read_text().splitlines() == ["pause 1 k1", "unpause 1"]
+    assert c.ledger.entries() == [] and c.state(1).status == "gone"
+
+
+def test_start_without_a_kill_broker_entry_names_the_table_to_add(tmp_path):
+    from onceproof.backends.base import ClusterError
+    c = _cluster(tmp_path, "")
+    with pytest.raises(ClusterError, match=r"add \[faults.kill-broker\]"):
+        c.start(1)
