@@ -3,6 +3,8 @@ what a consumed, claimed, removed or appended file turns into."""
 
 from __future__ import annotations
 
+from pathlib import Path, PurePosixPath
+
 from onceproof.backends.ssh.relay import Action, Entry, SyncState, apply_done, parse_listing, plan
 from onceproof.pipeline import hooks
 
@@ -66,3 +68,22 @@ def test_append_only_logs_come_back_by_offset():
 def test_listing_lines():
     assert parse_listing("control/driver.ready\t12\t1800000000.5\nbad line\nsink.jsonl\tx\t1\n") == \
         {"control/driver.ready": Entry(12, 1800000000.5)}
+
+
+def test_the_driver_node_runs_the_pipeline_on_its_run_directory_and_the_standalone_master():
+    from onceproof.backends.base import PipelineArgs
+    from onceproof.backends.ssh.app import remote_pipeline
+    local = Path("/home/u/results/run-1")
+    p = PipelineArgs(bootstrap="10.0.0.1:9092", sink="eos", checkpoint=local / "checkpoint", control=local / "control",
+                     sink_log=local / "sink.jsonl", input_topic="input", output_topic="output",
+                     progress_topic="output-progress", sink_id="s", trigger_ms=500, max_offsets=1000,
+                     txn_timeout_ms=30000, pool_size=16, master="local-cluster[2,1,1024]")
+    remote = remote_pipeline(p, PurePosixPath("/var/lib/onceproof/runs/abc"), "spark://10.0.0.4:7077")
+    argv = remote.argv()
+    assert argv[argv.index("--checkpoint") + 1] == "/var/lib/onceproof/runs/abc/checkpoint"
+    assert argv[argv.index("--control-dir") + 1] == "/var/lib/onceproof/runs/abc/control"
+    assert argv[argv.index("--sink-log") + 1] == "/var/lib/onceproof/runs/abc/sink.jsonl"
+    assert argv[argv.index("--master") + 1] == "spark://10.0.0.4:7077"
+    assert argv[argv.index("--bootstrap") + 1] == "10.0.0.1:9092"
+    named = remote_pipeline(p.__class__(**{**p.__dict__, "master": "local[2]"}), PurePosixPath("/r"), "spark://m:7077")
+    assert named.master == "local[2]"

@@ -72,6 +72,18 @@ def site_dist() -> Dist:
     return Dist("site", tuple((f"wheels/{w.name}", w) for w in sorted(wheels, key=lambda w: w.name)), unwheel=True)
 
 
+def source_dist() -> Dist:
+    """onceproof's own package (``checkout.IMPORT_ROOT/onceproof``, Python files and package data, no
+    caches) as ``src/onceproof/...``: the driver runs ``onceproof.job`` from it and the executors unpickle
+    the pipeline's functions by module, so every Spark node needs it on its ``PYTHONPATH`` (as the Docker
+    backend mounts the repository). Content-addressed like the others: a changed source ships again."""
+    from onceproof.checkout import IMPORT_ROOT
+    pkg = IMPORT_ROOT / "onceproof"
+    files = sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                   and p.suffix not in (".pyc", ".pyo"))
+    return Dist("onceproof-src", tuple((f"src/{p.relative_to(IMPORT_ROOT).as_posix()}", p) for p in files))
+
+
 def spark_kafka_dist() -> Dist:
     """Spark's Kafka connector jars for the driver's PySpark (``jars.spark_kafka_classpath()``), as
     ``jars/<jar>``. Raises: ``jars.ResolveError``."""

@@ -59,6 +59,7 @@ class SshSparkCluster:
         self.workers: list[Node] = inv.with_role("spark-worker")
         self.site: PurePosixPath | None = None
         self.connector: PurePosixPath | None = None
+        self.source: PurePosixPath | None = None
 
     @property
     def master_url(self) -> str:
@@ -70,10 +71,11 @@ class SshSparkCluster:
         return self.local_dir / "logs"
 
     def env(self) -> dict[str, str]:
-        """The environment of every Spark process and of the driver: the shipped PySpark on the
-        ``PYTHONPATH`` and as ``SPARK_HOME``, ``python3`` for Python workers."""
+        """The environment of every Spark process and of the driver: onceproof's source and the shipped
+        PySpark on the ``PYTHONPATH``, PySpark as ``SPARK_HOME``, ``python3`` for Python workers."""
         assert self.site is not None
-        return {"SPARK_HOME": f"{self.site}/pyspark", "PYTHONPATH": str(self.site), "PYSPARK_PYTHON": "python3",
+        path = f"{self.source}:{self.site}" if self.source is not None else str(self.site)
+        return {"SPARK_HOME": f"{self.site}/pyspark", "PYTHONPATH": path, "PYSPARK_PYTHON": "python3",
                 "SPARK_DAEMON_MEMORY": "512m",
                 "PYSPARK_DRIVER_PYTHON": "python3", "SPARK_LOCAL_DIRS": str(self.helpers[self.master.name].run_dir
                                                                             / "spark-local")}
@@ -81,7 +83,7 @@ class SshSparkCluster:
     def install(self) -> dict[str, bool]:
         """Ship the helper, the site and the connector jars to every Spark node, in parallel;
         ``{node: whether the site was uploaded now}``. Raises: :class:`SparkNodesError`."""
-        site, conn = install.site_dist(), install.spark_kafka_dist()
+        site, conn, src = install.site_dist(), install.spark_kafka_dist(), install.source_dist()
 
         def one(name: str) -> bool:
             h = self.helpers[name]
@@ -90,6 +92,8 @@ class SshSparkCluster:
             self.site = path / "site"
             cpath, _ = install.ensure(h.remote, self.inv.root, conn)
             self.connector = cpath / "jars"
+            spath, _ = install.ensure(h.remote, self.inv.root, src)
+            self.source = spath / "src"
             return uploaded
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(self.helpers)) as ex:

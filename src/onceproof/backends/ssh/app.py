@@ -1,0 +1,148 @@
+"""The pipeline on the Spark nodes of ``nodes.toml``: the ssh backend's
+:class:`~onceproof.backends.base.SparkApp`.
+
+* The standalone master and workers: :class:`~onceproof.backends.ssh.spark.SshSparkCluster`.
+* The driver: ``python3 -m onceproof.job`` on the ``driver`` node, in client deploy mode against the
+  master, supervised by :class:`~onceproof.backends.ssh.driver.RemoteDriverSupervisor`.
+* The run's files: the pipeline's paths are the node's run directory (``<root>/runs/<run>/checkpoint``,
+  ``control``, ``sink.jsonl``, ``logs``); :class:`~onceproof.backends.ssh.relay.RunFilesRelay` keeps the
+  harness's run directory in step with the Spark nodes', so the nemeses, the checkpoint readers and
+  ``ready()`` keep reading local paths.
+
+Implements ``SparkApp`` and ``DriverPause`` (SIGSTOP/SIGCONT of the driver's group on its node). Not
+``ExecutorFaults``: executor pids live on the worker nodes and ``sink.jsonl`` does not yet name a task's
+host, so ``kill-executor`` is not offered on this backend (capabilities are derived from the protocols).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path, PurePosixPath
+
+from onceproof.backends.base import PipelineArgs
+from onceproof.backends.common.supervisor import checkpoint_ready, read_ready
+from onceproof.backends.ssh.driver import RemoteDriverSupervisor
+from onceproof.backends.ssh.relay import RunFilesRelay
+from onceproof.backends.ssh.remote import RemoteError
+from onceproof.backends.ssh.spark import SshSparkCluster
+from onceproof.pipeline.identity import SINK_ID_FILE
+from onceproof.store import runfiles
+
+
+def remote_pipeline(pipeline: PipelineArgs, remote_run: PurePosixPath, master_url: str) -> PipelineArgs:
+    """``pipeline`` as the driver node runs it: the run's paths under ``remote_run`` (the same names as in
+    the harness's run directory) and the standalone master, unless the user named a master other than
+    the default ``local-cluster[...]``."""
+    master = master_url if pipeline.master.startswith("local-cluster") else pipeline.master
+    return dataclasses.replace(pipeline, checkpoint=Path(str(remote_run / runfiles.CHECKPOINT)),
+                               control=Path(str(remote_run / runfiles.CONTROL)),
+                               sink_log=Path(str(remote_run / runfiles.SINK)), master=master)
+
+
+class SshSpark:
+    """The supervised pipeline ``pipeline`` on ``spark``'s nodes; the harness's run directory is
+    ``run_dir`` (``pipeline``'s checkpoint, control and sink log are in it), its logs ``log_dir``
+    (``run_dir/logs``). Nothing runs until :meth:`start`."""
+
+    def __init__(self, spark: SshSparkCluster, pipeline: PipelineArgs, run_dir: Path, log_dir: Path):
+        self.spark, self.pipeline, self.run_dir, self.log_dir = spark, pipeline, Path(run_dir), Path(log_dir)
+        driver = spark.inv.with_role("driver")[0]
+        self.helper = spark.helpers[driver.name]
+        self.remote_run = self.helper.run_dir
+        self.inner = remote_pipeline(pipeline, self.remote_run, spark.master_url)
+        self.sup: RemoteDriverSupervisor | None = None
+        remotes = {name: h.remote for name, h in spark.helpers.items()
+                   if name == driver.name or spark.inv.node(name).has("spark-worker")}
+        self.relay = RunFilesRelay(remotes, self.remote_run, self.run_dir, driver.name)
+
+    # ------------------------------------------------------------------ SparkApp
+    @property
+    def checkpoint(self) -> Path:
+        """The harness's copy of the checkpoint (offset and commit logs, relayed from the driver node)."""
+        return self.pipeline.checkpoint
+
+    @property
+    def driver_pid(self) -> int | None:
+        """The current driver's pid on the driver node."""
+        return self.sup.pid if self.sup is not None else None
+
+    @property
+    def starts_before_cluster(self) -> bool:
+        """False: :meth:`start` installs and starts the Spark nodes first, which the brokers' start would
+        only compete with for the harness's SSH connections."""
+        return False
+
+    def start(self) -> None:
+        """Install and start the master and workers (waiting until every worker registered), send the
+        checkpoint's sink id to the driver node, start the relay, then the supervised driver.
+
+        Raises: ``SparkNodesError`` (a ``BackendError``) naming the node when Spark does not come up."""
+        self.spark.up()
+        r = self.helper.remote
+        for sub in (runfiles.CHECKPOINT, runfiles.CONTROL, runfiles.LOGS):
+            r.run(["mkdir", "-p", str(self.remote_run / sub)], timeout_s=30).check()
+        sink_id = self.pipeline.checkpoint / SINK_ID_FILE
+        if sink_id.exists():
+            r.put(sink_id, self.remote_run / runfiles.CHECKPOINT / SINK_ID_FILE)
+        self.relay.start()
+        jars = ",".join(f"local:{self.spark.connector}/{j}" for j in self._connector_jars())
+        argv = ["python3", "-m", "onceproof.job", *self.inner.argv(), *(["--jars", jars] if jars else [])]
+        self.sup = RemoteDriverSupervisor(argv=argv, log_dir=self.log_dir, env=self.spark.env(), helper=self.helper,
+                                          remote_logs=self.remote_run / runfiles.LOGS, remote_cwd=self.remote_run)
+        self.sup.start()
+
+    def _connector_jars(self) -> list[str]:
+        done = self.helper.remote.run(["ls", str(self.spark.connector)], timeout_s=30).check()
+        return sorted(j for j in done.stdout.split() if j.endswith(".jar"))
+
+    def ready(self) -> dict | None:
+        """The driver's ``driver.ready`` as relayed (its pid is the node's), or for a user's pipeline the
+        relayed checkpoint's metadata."""
+        pid = self.driver_pid
+        if self.pipeline.command:
+            return checkpoint_ready(self.pipeline.checkpoint, pid)
+        return read_ready(self.pipeline.control)
+
+    def stop(self) -> None:
+        """Stop the driver, make the relay's last pass, then stop the master and workers (logs collected)."""
+        try:
+            if self.sup is not None:
+                self.sup.stop()
+        finally:
+            try:
+                self.relay.stop()
+            finally:
+                self.spark.down()
+
+    def kill_now(self) -> None:
+        """SIGKILL the driver and the Spark daemons without waiting (the teardown's last resort)."""
+        if self.sup is not None:
+            self.sup.kill_now()
+        with contextlib.suppress(RemoteError):
+            self.spark.down()
+
+    def kill_driver(self, pid: int) -> bool:
+        """SIGKILL the driver ``pid``'s group on its node; True when the node reports it gone."""
+        return self.sup is not None and self.sup.kill(pid)
+
+    def freeze_driver(self, pid: int) -> bool:
+        """SIGSTOP the driver ``pid``'s group on its node; True when sent."""
+        return self.sup is not None and self.sup.signal_driver(pid, "STOP")
+
+    def thaw_driver(self, pid: int) -> None:
+        """SIGCONT the driver ``pid``'s group."""
+        if self.sup is not None:
+            self.sup.signal_driver(pid, "CONT")
+
+    def restarts(self) -> int:
+        return self.sup.restarts() if self.sup is not None else 0
+
+    def driver_log(self) -> Path | None:
+        """The newest relayed ``driver-<n>.log``."""
+        logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
+        return logs[-1] if logs else None
+
+    def log_files(self) -> list[Path]:
+        """The relayed driver logs and the collected master and worker logs (``logs/<node>/``)."""
+        return sorted(self.log_dir.glob("driver-*.log")) + sorted(self.spark.log_dir.glob("*/*.log"))
