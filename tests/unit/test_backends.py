@@ -392,3 +392,18 @@ def test_the_fault_list_names_the_backends_that_can_perform_each_fault():
     assert of("kill-broker") == ["local", "docker"]
     assert of("zombie-task") == ["local"]  # the docker backend's Spark cannot kill one task
     assert of("add-input-partitions") == ["local", "docker"]
+
+
+def test_the_toxics_table_matches_the_nemeses_and_a_network_with_kinds_narrows_the_targets():
+    from onceproof.backends import capabilities
+    from onceproof.backends.ssh.backend import SshBackend
+    from onceproof.nemesis import lossy, network
+    mine = {f"slow-network:{t}": v[0] for t, v in network._TOXICS.items()}
+    mine |= {f"lossy-link:{t}": v[0] for t, v in lossy.TOXICS.items()}
+    assert capabilities.TOXICS == mine
+    ssh = capabilities.derive(SshBackend)
+    assert "slow-network:bandwidth" in ssh and "partition:*" in ssh and "lossy-link:drop" in ssh
+    assert not {"slow-network:*", "slow-network:latency", "slow-network:slicer", "lossy-link:reset-peer",
+                "lossy-link:timeout", "lossy-link:limit-data", "kill-executor"} & ssh
+    assert capabilities.network_kinds(LocalBackend) is None
+    assert "slow-network:*" in capabilities.derive(LocalBackend)

@@ -599,6 +599,16 @@ class Databases(Protocol):
 
 
 @runtime_checkable
+class RunResources(Protocol):
+    """Optional to a :class:`Backend`: what a backend holds for the whole run beyond its services (SSH
+    connections, the nodes' leases and watchdogs). The runner closes it after every other teardown step
+    (it is pushed first on the teardown stack), on every exit path."""
+
+    def close(self) -> None:
+        """Release the run's resources, bounded in time; safe twice or when nothing was opened."""
+
+
+@runtime_checkable
 class Prepare(Protocol):
     """Optional to a :class:`Backend`: what runs need, fetched or built ahead of time (jars, images)."""
 

@@ -63,6 +63,27 @@ NEEDS: dict[str, tuple[type, ...]] = {
 }
 
 
+TOXICS: dict[str, str] = {
+    "slow-network:latency": "latency",
+    "slow-network:bandwidth": "bandwidth",
+    "slow-network:slicer": "slicer",
+    "lossy-link:reset-peer": "reset_peer",
+    "lossy-link:timeout": "timeout",
+    "lossy-link:limit-data": "limit_data",
+}
+"""The toxic each network fault's target asks :meth:`FaultNetwork.slow` for (toxiproxy's type names; the
+nemeses' own tables are ``nemesis/network._TOXICS`` and ``nemesis/lossy.TOXICS``, a unit test keeps them
+equal). A network class that declares ``kinds`` (the toxics it can make, e.g. the ssh backend's tc
+``{"bandwidth"}``) performs only the targets whose toxic is among them; one without (toxiproxy) all."""
+
+
+def network_kinds(backend: type) -> frozenset[str] | None:
+    """The ``kinds`` of ``backend``'s :func:`network_class`, ``None`` when it declares none (every toxic)."""
+    net = network_class(backend)
+    kinds = getattr(net, "kinds", None) if net is not None else None
+    return frozenset(kinds) if kinds is not None else None
+
+
 def spark_class(backend: type) -> type:
     """The class ``backend.spark()`` returns, from its return annotation.
 
@@ -102,8 +123,21 @@ def implements(backend: type, protocol: type) -> bool:
 
 
 def derive(backend: type) -> frozenset[str]:
-    """The fault specs (:data:`NEEDS`' keys) whose protocols ``backend`` (a backend class) implements."""
-    return frozenset(spec for spec, needs in NEEDS.items() if all(implements(backend, p) for p in needs))
+    """The fault specs (:data:`NEEDS`' keys) whose protocols ``backend`` (a backend class) implements; when
+    its network declares ``kinds``, a network fault's targets narrowed to the toxics among them
+    (``slow-network:*`` becomes e.g. ``slow-network:bandwidth``; see :data:`TOXICS`)."""
+    kinds = network_kinds(backend)
+    out: set[str] = set()
+    for spec, needs in NEEDS.items():
+        if not all(implements(backend, p) for p in needs):
+            continue
+        if kinds is None:
+            out.add(spec)
+        elif spec.endswith(":*") and any(s.startswith(spec[:-1]) for s in TOXICS):
+            out.update(s for s, toxic in TOXICS.items() if s.startswith(spec[:-1]) and toxic in kinds)
+        elif spec not in TOXICS or TOXICS[spec] in kinds:
+            out.add(spec)
+    return frozenset(out)
 
 
 def _of(backend: object) -> frozenset[str]:

@@ -29,7 +29,16 @@ from rich.console import Console
 
 from onceproof import kafka_config
 from onceproof.backends import registry
-from onceproof.backends.base import Backend, Cluster, ClusterShape, Database, FaultNetwork, PipelineArgs, SparkApp
+from onceproof.backends.base import (
+    Backend,
+    Cluster,
+    ClusterShape,
+    Database,
+    FaultNetwork,
+    PipelineArgs,
+    RunResources,
+    SparkApp,
+)
 from onceproof.backends.common import reaper
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
@@ -133,6 +142,8 @@ def _setup(r: _Run) -> None:
     """Fault network (if any), Kafka and topics, the supervised Spark driver. Each resource's teardown is
     registered *before* it starts, so an interrupt in the middle of a start still stops it."""
     cfg, console, td, cluster = r.cfg, r.console, r.td, r.cluster
+    if isinstance(r.backend, RunResources):  # pushed first, so it runs after every other step
+        td.push("backend resources close", r.backend.close)
     if cfg.proxied:
         r.net = net = r.backend.network(cluster, r.rd.logs)
         td.push("proxy network stop", net.stop)
