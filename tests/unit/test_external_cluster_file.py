@@ -3,6 +3,7 @@ what ``--dry-run`` prints (``dry_run``), on synthetic files and the worked examp
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path, PurePosixPath
 
@@ -158,3 +159,31 @@ def test_dry_run_renders_every_broker_and_both_steps_of_the_commit_window():
     assert lines[-1].startswith("delete topics: onceproof-abcdef12-input")
     with pytest.raises(FaultMapError, match=r"add \[faults.kill-executor\]"):
         dry_run.describe(cf, ["kill-executor"], "abcdef1234")
+
+
+def test_the_cluster_runs_the_job_on_its_side_of_the_files_with_its_own_kafka_and_master(tmp_path):
+    from onceproof.backends.base import PipelineArgs
+    from onceproof.backends.external.spark import job_args
+    cf = _load(tmp_path, MINIMAL.replace('submit = "', 'jars_dir = "/opt/jars/"\nsubmit = "'))
+    run = tmp_path / "results" / "r1"
+    p = PipelineArgs(bootstrap="localhost:29091", sink="eos", checkpoint=run / "checkpoint", control=run / "control",
+                     sink_log=run / "sink.jsonl", input_topic="onceproof-r1-input", output_topic="onceproof-r1-output",
+                     progress_topic="onceproof-r1-output-progress", sink_id="s", trigger_ms=500, max_offsets=1000,
+                     txn_timeout_ms=30000, pool_size=16, master="local-cluster[2,1,1024]")
+    args = job_args(cf, p, connector=["a.jar", "b.jar"])
+    at = {k: args[args.index(k) + 1] for k in ("--bootstrap", "--master", "--checkpoint", "--control-dir",
+                                                "--sink-log", "--jars", "--input-topic")}
+    assert at == {"--bootstrap": "k1:9092", "--master": "spark://m:7077", "--checkpoint": "/mnt/run/r1/checkpoint",
+                  "--control-dir": "/mnt/run/r1/control", "--sink-log": "/mnt/run/r1/sink.jsonl",
+                  "--jars": "local:/opt/jars/a.jar,local:/opt/jars/b.jar", "--input-topic": "onceproof-r1-input"}
+    outside = dataclasses.replace(p, checkpoint=tmp_path / "elsewhere" / "checkpoint")
+    with pytest.raises(ClusterFileError, match="harness_path"):
+        job_args(cf, outside, connector=[])
+
+
+def test_the_external_backend_offers_only_what_the_map_holds():
+    from onceproof.backends.external.backend import ExternalBackend
+    caps = ExternalBackend(cluster_file.load(EXAMPLE, env={})).capabilities
+    assert {"kill-broker:leader", "pause-broker:one", "kill-driver", "kill-driver-in-commit-window"} <= caps
+    assert not {s for s in caps if s.startswith(("partition", "slow-network", "bounce-broker", "kill-executor",
+                                                 "commit-delay", "elect-leaders"))}

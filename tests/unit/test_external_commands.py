@@ -152,3 +152,41 @@ def test_start_without_a_kill_broker_entry_names_the_table_to_add(tmp_path):
     c = _cluster(tmp_path, "")
     with pytest.raises(ClusterError, match=r"add \[faults.kill-broker\]"):
         c.start(1)
+
+
+# ------------------------------------------------------------------ the driver through the submit template
+
+def _wait(cond, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_the_template_supervisor_restarts_a_killed_incarnation_and_stops_the_last(tmp_path):
+    from onceproof.backends.external.driver import TemplateDriverSupervisor
+
+    def render(n: int) -> Command:  # stands in for `docker compose run ...`: a process that lives until killed
+        return Command(argv=("sh", "-c", f'echo "$ONCEPROOF_DRIVER_INCARNATION $SECRET_VAR" > {tmp_path}/env-{n}; '
+                                         f'sleep 60 & echo $! > {tmp_path}/pid-{n}; wait'))
+
+    def stop_driver(n: int) -> Command:  # stands in for `docker kill <driver-n>`
+        return Command(argv=("sh", "-c", f"kill -9 $(cat {tmp_path}/pid-{n})"))
+
+    sup = TemplateDriverSupervisor(argv=[], log_dir=tmp_path / "logs", env={"SECRET_VAR": "from-env"},
+                                   render=render, stop_driver=stop_driver, run=CommandRunner().run,
+                                   restart_delay_s=0.1)
+    sup.start()
+    try:
+        _wait(lambda: (tmp_path / "pid-1").exists() and (tmp_path / "env-1").exists())
+        assert (tmp_path / "env-1").read_text().split() == ["1", "from-env"]
+        first = sup.pid
+        assert first is not None and sup.kill_current()
+        _wait(lambda: (tmp_path / "pid-2").exists())
+        assert sup.restarts() == 1 and sup.incarnations == 2 and sup.pid not in (None, first)
+    finally:
+        sup.stop()
+    sleeper = int((tmp_path / "pid-2").read_text())
+    _wait(lambda: not psutil.pid_exists(sleeper) or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE)
+    assert [e[1] for e in sup.events] == ["start", "exit", "start"]
+    assert (tmp_path / "logs" / "driver-1.log").exists() and (tmp_path / "logs" / "driver-2.log").exists()

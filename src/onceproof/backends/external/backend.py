@@ -1,0 +1,81 @@
+"""The ``external`` backend: a running Kafka and Spark cluster that onceproof must not install or own,
+described by ``cluster.toml`` (issue 28, design §1.2).
+
+=================  ==========================================================================
+service            module
+=================  ==========================================================================
+the file           :mod:`onceproof.backends.external.cluster_file` (``cluster.toml``)
+faults             :mod:`onceproof.backends.external.fault_map`, :mod:`~onceproof.backends.external.commands`,
+                   :mod:`~onceproof.backends.external.ledger` (pending heals)
+``Cluster``        :mod:`onceproof.backends.external.kafka` (checks, never starts; state from the wire)
+``SparkApp``       :mod:`onceproof.backends.external.spark`, :mod:`onceproof.backends.external.driver`
+``--dry-run``      :mod:`onceproof.backends.external.dry_run`
+=================  ==========================================================================
+
+Its capabilities are the faults its protocols allow *and* the fault map holds: onceproof runs only the
+faults the user mapped. No fault network: partitions on a user's cluster are the map's to make (later).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from onceproof.backends.base import ClusterError, ClusterShape, PipelineArgs, can_perform
+from onceproof.backends.capabilities import derive
+from onceproof.backends.external.cluster_file import ClusterFile
+from onceproof.backends.external.commands import CommandRunner
+from onceproof.backends.external.kafka import ExternalCluster
+from onceproof.backends.external.spark import ExternalSpark
+
+PASSWORD_ENV = "ONCEPROOF_KAFKA_PASSWORD"
+"""The variable the submit command's environment carries the SASL password in (never its argv)."""
+
+
+class ExternalBackend:
+    """Factory of the external services for the cluster of ``cf``. One run at a time per instance."""
+
+    name = "external"
+    user_pipelines = False  # the submit template runs onceproof.job
+    file_sinks = False
+
+    def __init__(self, cf: ClusterFile):
+        self.cf = cf
+        self.run_id = ""
+        self.runner = CommandRunner(secrets=cf.kafka.security.secrets())
+        self._cluster: ExternalCluster | None = None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this backend's protocols allow, narrowed to the specs the fault map can run."""
+        able = derive(type(self))
+        return frozenset(s for s in self.cf.faults.specs() if can_perform(able, s))
+
+    def cluster(self, shape: ClusterShape) -> ExternalCluster:
+        """The cluster of ``cluster.toml`` for a new run (its ledger in ``shape.data_dir``); nothing
+        started. Raises: ``ClusterError`` for a shape the cluster cannot take (clocks, disks, lazyfs:
+        onceproof does not start its brokers)."""
+        extra = [n for n in ("clocks", "small_disks", "lazyfs", "proxied") if getattr(shape, n)]
+        if extra:
+            raise ClusterError(f"the external backend does not start the brokers, so it cannot give them "
+                               f"{', '.join(extra)}; drop the clock, disk and network faults from --nemesis")
+        self.run_id = uuid.uuid4().hex[:12]
+        Path(shape.data_dir).mkdir(parents=True, exist_ok=True)
+        self._cluster = ExternalCluster(self.cf, Path(shape.data_dir), self.runner, self.run_id)
+        return self._cluster
+
+    def attach(self, data_dir: Path) -> ExternalCluster:
+        """Not offered: the cluster is already running. Raises: ``ClusterError``."""
+        raise ClusterError("the external backend has nothing to attach to: the cluster is the user's")
+
+    def spark(self, pipeline: PipelineArgs, log_dir: Path) -> ExternalSpark:
+        """The pipeline through ``[spark] submit``. Raises: ``ClusterError`` before :meth:`cluster`."""
+        if self._cluster is None:
+            raise ClusterError("the external backend runs the pipeline for a run it opened (call cluster() first)")
+        pw = self.cf.kafka.security.password
+        env = {PASSWORD_ENV: pw.reveal()} if pw is not None else {}
+        return ExternalSpark(self.cf, pipeline, log_dir, self.runner, self._cluster.ledger, self.run_id, env)
+
+    def versions(self) -> dict[str, str]:
+        """What onceproof knows of a cluster it does not own: the file and the security protocol."""
+        return {"cluster": str(self.cf.path), "kafka": "external", "security": self.cf.kafka.security.protocol}
