@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from onceproof.backends.base import ClusterError, ClusterShape, PipelineArgs, can_perform
+from onceproof.backends.base import ClusterError, ClusterShape, PipelineArgs
 from onceproof.backends.capabilities import derive
 from onceproof.backends.external.cluster_file import ClusterFile
 from onceproof.backends.external.commands import CommandRunner
@@ -48,8 +48,7 @@ class ExternalBackend:
     @property
     def capabilities(self) -> frozenset[str]:
         """What this backend's protocols allow, narrowed to the specs the fault map can run."""
-        able = derive(type(self))
-        return frozenset(s for s in self.cf.faults.specs() if can_perform(able, s))
+        return derive(type(self)) & self.cf.faults.specs()
 
     def cluster(self, shape: ClusterShape) -> ExternalCluster:
         """The cluster of ``cluster.toml`` for a new run (its ledger in ``shape.data_dir``); nothing

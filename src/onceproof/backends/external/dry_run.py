@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from onceproof.backends.external.cluster_file import ClusterFile
-from onceproof.backends.external.fault_map import DRIVER, EXECUTOR, FaultMapError
-from onceproof.nemesis.commit_window import KillDriverInCommitWindow
+from onceproof.backends.external.fault_map import COMMIT_WINDOW, DRIVER, EXECUTOR, FaultMapError
 
-SPEC_KEYS = {KillDriverInCommitWindow.name: ("pause-driver", "kill-driver")}
+SPEC_KEYS = {COMMIT_WINDOW: ("pause-driver", "kill-driver")}
 """Faults that use several map entries, in the order they run (the window is held by a pause, then the
 driver is killed while paused)."""
 

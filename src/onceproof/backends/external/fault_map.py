@@ -33,9 +33,6 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from onceproof.nemesis import catalog
-from onceproof.nemesis.commit_window import KillDriverInCommitWindow
-
 BROKER = ("broker_id", "host", "port")
 """Placeholders of a broker fault: the broker's ``node.id``, and its host and port as Kafka's metadata
 gives them (what the harness's clients connect to)."""
@@ -59,6 +56,12 @@ PLACEHOLDERS: dict[str, tuple[str, ...]] = {
 
 ENTRY_KEYS = tuple(PLACEHOLDERS)
 """The keys a ``[faults]`` table may hold."""
+
+SPEC_OF = {"kill-broker": "kill-broker:*", "pause-broker": "pause-broker:*", "bounce-broker": "bounce-broker:*",
+           "kill-driver": "kill-driver", "kill-executor": "kill-executor"}
+"""The fault spec each key makes possible (``pause-driver`` makes none alone)."""
+COMMIT_WINDOW = "kill-driver-in-commit-window"
+"""The fault ``kill-driver`` and ``pause-driver`` make possible together (the window held by a pause)."""
 
 HEAL_REQUIRED = ("pause-broker", "pause-driver")
 """Keys whose fault must be undone by the map (a paused process stays paused): ``heal`` is required.
@@ -210,15 +213,13 @@ class FaultMap:
         return cls(entries=entries, variables=variables, broker_fields=broker_fields)
 
     def specs(self) -> frozenset[str]:
-        """The fault specs a run may plan with this map (``catalog.expand``-ed: every target of a broker
-        fault, since the harness picks the broker). ``kill-driver`` with ``pause-driver`` adds
-        ``kill-driver-in-commit-window``; ``pause-driver`` alone is no fault of the catalog."""
-        out: set[str] = set()
-        for key in self.entries:
-            if key in catalog.FAULTS:
-                out.update(catalog.expand(key))
+        """The fault specs a run may plan with this map, in the forms of ``backends/capabilities.NEEDS``:
+        a broker fault as ``<name>:*`` (the harness picks the broker, so every target), a driver fault by
+        name. ``kill-driver`` with ``pause-driver`` adds ``kill-driver-in-commit-window``; ``pause-driver``
+        alone is no fault of the catalog."""
+        out = {SPEC_OF[key] for key in self.entries if key in SPEC_OF}
         if {"kill-driver", "pause-driver"} <= set(self.entries):
-            out.add(KillDriverInCommitWindow.name)
+            out.add(COMMIT_WINDOW)
         return frozenset(out)
 
     def entry(self, key: str) -> FaultEntry:

@@ -26,6 +26,7 @@ def check(cluster: Path = typer.Option(..., "--cluster", help="the cluster file 
           run_id: str = typer.Option("0123456789ab", "--run-id", help="the run id the names are rendered with")
           ) -> None:
     """Check a cluster.toml and print every command a run would execute on the cluster (runs none)."""
+    from onceproof.backends.base import can_perform
     from onceproof.backends.external.cluster_file import ClusterFileError, load
     from onceproof.backends.external.dry_run import describe
     from onceproof.backends.external.fault_map import FaultMapError
@@ -43,7 +44,7 @@ def check(cluster: Path = typer.Option(..., "--cluster", help="the cluster file 
             raise usage(str(e), "--nemesis") from None
     else:
         specs = sorted({s.partition(":")[0] for s in possible})
-    missing = [s for s in specs if not set(catalog.expand(s)) <= possible]
+    missing = [s for s in specs if not all(can_perform(possible, x) for x in catalog.expand(s))]
     if missing:
         raise usage(f"{', '.join(missing)}: not in the fault map of {cluster}; add [faults.<name>] with run and "
                     f"heal commands (it maps: {', '.join(sorted(possible)) or 'nothing'})", "--nemesis")
