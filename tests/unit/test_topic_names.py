@@ -1,11 +1,11 @@
-"""``clients/topic_names``: the run's topic names (prefix "" = the names runs have always used) and the
+"""``topic_names``: the run's topic names (prefix "" = the names runs have always used) and the
 guard that refuses any other topic."""
 
 from __future__ import annotations
 
 import pytest
 
-from onceproof.clients.topic_names import TopicGuard, TopicNameError, TopicNames
+from onceproof.topic_names import TopicGuard, TopicNameError, TopicNames
 
 
 def test_the_empty_prefix_gives_todays_names():

@@ -45,7 +45,6 @@ from onceproof.checking import recovery
 from onceproof.clients import durability, topics
 from onceproof.clients.live_reader import LiveReader
 from onceproof.clients.lso_sampler import LsoSampler
-from onceproof.clients.topic_names import TopicNames
 from onceproof.harness import signals
 from onceproof.harness.config import TestConfig
 from onceproof.harness.summary import brief, fault_counts, summarize
@@ -63,6 +62,7 @@ from onceproof.store.compact import compact
 from onceproof.store.history import HistoryWriter
 from onceproof.store.runfiles import RESULTS, TEST
 from onceproof.store.runs import RunDir
+from onceproof.topic_names import TopicNames
 from onceproof.workloads import producers
 from onceproof.workloads import registry as workloads
 from onceproof.workloads.base import Client
@@ -73,7 +73,7 @@ log = logging.getLogger("onceproof.runner")
 
 TOPICS = TopicNames("")
 """The topics of a run on a cluster onceproof owns (local, Docker): ``input``, ``output``,
-``output-progress`` (``clients/topic_names``)."""
+``output-progress`` (``topic_names``)."""
 
 
 def versions(backend: Backend) -> dict[str, str]:

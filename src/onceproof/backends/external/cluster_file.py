@@ -15,7 +15,7 @@ The schema (a worked example for the repository's ``docker-compose.yml`` is ``ex
 Safety rules checked here: no secret is written in the file (``secrets.check_secret_keys``: a password
 is ``password_env``/``password_file``); the topic prefix is not empty, so a run's topics, consumer
 groups and transactional ids are ``<topic_prefix><run8>-...`` and never a name the cluster already has
-(``clients/topic_names``).
+(``topic_names``).
 
 Errors: :class:`ClusterFileError` (a ``ValueError``) whose message starts with ``<file>: <key>`` and
 names the fix; the CLI turns it into exit 254.
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from onceproof.backends.external.fault_map import COMMON, Command, FaultMap, FaultMapError
-from onceproof.clients.topic_names import TopicNameError, TopicNames
 from onceproof.kafka_config import KafkaConfigError, KafkaSecurity
 from onceproof.secrets import SecretKeyError, check_secret_keys
+from onceproof.topic_names import TopicNameError, TopicNames
 
 DEFAULT_PREFIX = "onceproof-"
 """The default ``[kafka] topic_prefix``."""
