@@ -407,3 +407,34 @@ def test_the_toxics_table_matches_the_nemeses_and_a_network_with_kinds_narrows_t
                 "lossy-link:timeout", "lossy-link:limit-data", "kill-executor"} & ssh
     assert capabilities.network_kinds(LocalBackend) is None
     assert "slow-network:*" in capabilities.derive(LocalBackend)
+
+
+def test_the_backends_that_need_a_file_are_made_from_it_and_refuse_without():
+    from onceproof.backends.base import BackendError, ForeignCluster, RunResources
+    from onceproof.backends.registry import BackendOptions
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    with pytest.raises(BackendError, match="--backend ssh needs --nodes"):
+        registry.get("ssh")
+    with pytest.raises(BackendError, match="--backend external needs --cluster"):
+        registry.get("external")
+    with pytest.raises(BackendError, match="--backend local takes no --nodes"):
+        registry.get("local", BackendOptions(nodes=examples / "nodes.toml"))
+    with pytest.raises(BackendError, match="takes --cluster, not --nodes"):
+        registry.get("external", BackendOptions(nodes=examples / "nodes.toml"))
+    ssh = registry.get("ssh", BackendOptions(nodes=examples / "nodes.toml"))
+    assert ssh is registry.get("ssh", BackendOptions(nodes=examples / "nodes.toml")) and ssh.hub is None
+    assert isinstance(ssh, RunResources) and not isinstance(ssh, ForeignCluster)
+    ext = registry.get("external", BackendOptions(cluster=examples / "cluster.toml"))
+    assert isinstance(ext, ForeignCluster) and not isinstance(registry.get("local"), ForeignCluster)
+    assert ext.security().protocol == "PLAINTEXT"
+    assert capabilities.of_class(type(ext)) >= ext.capabilities
+    assert "elect-leaders" in capabilities.derive(type(ext)) and "elect-leaders" not in capabilities.of_class(type(ext))
+
+
+def test_a_broken_nodes_file_is_a_backend_error_naming_its_key(tmp_path):
+    from onceproof.backends.base import BackendError
+    from onceproof.backends.registry import BackendOptions
+    bad = tmp_path / "nodes.toml"
+    bad.write_text('node = [{ name = "n1", host = "h", roles = ["broker"] }]\n[ssh]\nuser = "op"\n')
+    with pytest.raises(BackendError, match="ssh.known_hosts: required"):
+        registry.get("ssh", BackendOptions(nodes=bad))

@@ -60,6 +60,10 @@ USAGE = [
     (["test-all", "--pipeline-cmd", "{python} job.py", "--sink", "at-least-once"], "--sink"),
     (["test-all", "--pipeline-cmd", "{python} job.py", "--workload", "counter"], "--workload"),
     (["external", "check", "--cluster", "/nonexistent/cluster.toml"], "--cluster"),
+    (["run", "--backend", "ssh"], "--nodes"),
+    (["run", "--nodes", "examples/nodes.toml"], "takes no --nodes"),
+    (["run", "--backend", "ssh", "--nodes", "/nonexistent/nodes.toml"], "--nodes"),
+    (["run", "--backend", "external", "--cluster", "examples/cluster.toml", "--nemesis", "partition"], "--nemesis"),
     (["external", "check", "--cluster", "examples/cluster.toml", "--nemesis", "partition"], "--nemesis"),
     (["external", "check", "--cluster", "examples/cluster.toml", "--nemesis", "bogus"], "--nemesis"),
 ]

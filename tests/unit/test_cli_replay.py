@@ -68,6 +68,8 @@ COMPANIONS = {  # options that only go with another's non-default value
     "pipeline_python": {"pipeline_cmd": "{python} job.py --bootstrap {bootstrap}", "pipeline_python": sys.executable},
 }
 NEEDS_PIPELINE_CMD = ("output", "pipeline_python")
+COMPANIONS |= {"nodes": {"backend": "ssh"}, "cluster_file": {"backend": "external"}}
+NEEDS_BACKEND = ("nodes", "cluster_file")  # each goes with its own backend only
 
 
 @pytest.mark.parametrize("name", sorted(run_options()))
@@ -86,14 +88,14 @@ def test_all_options_at_once_survive():
     # every other option
     every = {f.name: non_default(f) for f in fields(TestConfig)} | {"pipeline_python": sys.executable}
     cfg = TestConfig(**{k: v for k, v in every.items()
-                        if k not in ("pipeline_cmd", "file_read", *NEEDS_PIPELINE_CMD)}).validate()
+                        if k not in ("pipeline_cmd", "file_read", *NEEDS_PIPELINE_CMD, *NEEDS_BACKEND)}).validate()
     assert parse_back(cfg) == cfg
     cfg = TestConfig(**{**{k: v for k, v in every.items()
-                           if k not in ("pipeline_cmd", "workload", "backend", *NEEDS_PIPELINE_CMD)},
+                           if k not in ("pipeline_cmd", "workload", "backend", *NEEDS_PIPELINE_CMD, *NEEDS_BACKEND)},
                         "sink": "file"}).validate()
     assert cfg.file_read == "listing" and parse_back(cfg) == cfg
     cfg = TestConfig(**{k: v for k, v in every.items()
-                        if k not in ("sink", "backend", "workload", "file_read")}).validate()
+                        if k not in ("sink", "backend", "workload", "file_read", *NEEDS_BACKEND)}).validate()
     assert cfg.pipeline_cmd and cfg.output == "postgres" and cfg.pipeline_python and parse_back(cfg) == cfg
 
 

@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from onceproof.kafka_config import KafkaSecurity
+from onceproof.topic_names import TopicNames
+
 # Process statuses: psutil's names (psutil.STATUS_*), plus two of ours. A backend without OS processes
 # maps its states onto these (a paused container is STOPPED).
 GONE = "gone"  # no process: never started, killed, stopped
@@ -596,6 +599,19 @@ class Databases(Protocol):
     def database(self, kind: str, data_dir: Path, log_dir: Path) -> Database:
         """A server of ``kind`` (one of :attr:`databases`), not started, with its data in ``data_dir``
         and its log in ``log_dir``. Raises ``ValueError`` for another kind."""
+
+
+@runtime_checkable
+class ForeignCluster(Protocol):
+    """Optional to a :class:`Backend`: a cluster onceproof does not own (``external``). The run's topics
+    then carry a prefix of their own (never a name the cluster already has), and the harness's Kafka
+    clients take the cluster's security settings."""
+
+    def security(self) -> KafkaSecurity:
+        """How the harness's clients authenticate and encrypt (``kafka_config.configure`` takes it)."""
+
+    def topic_names(self) -> TopicNames:
+        """The run's topics (valid after :meth:`Backend.cluster` opened the run)."""
 
 
 @runtime_checkable

@@ -140,6 +140,14 @@ def derive(backend: type) -> frozenset[str]:
     return frozenset(out)
 
 
+def of_class(backend: type) -> frozenset[str]:
+    """What the backend class ``backend`` can perform at most: :func:`derive`, narrowed by its
+    ``capability_limit`` when it has one (a backend whose faults are the user's to map, ``external``: its
+    instances narrow further, to the map they were given)."""
+    limit = getattr(backend, "capability_limit", None)
+    return derive(backend) & limit if limit is not None else derive(backend)
+
+
 def _of(backend: object) -> frozenset[str]:
     return derive(type(backend))
 

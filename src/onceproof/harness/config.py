@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from onceproof.backends import capabilities, registry
-from onceproof.backends.base import Runtimes, can_perform
+from onceproof.backends.base import BackendError, Runtimes, can_perform
 from onceproof.backends.common import interpreter
 from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 from onceproof.checkout import repository
@@ -174,6 +174,16 @@ def _check_backend(v: str) -> str | None:
     return None if v in names else f"unknown backend {v!r}; choose one of {', '.join(names)}"
 
 
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+"""The repository's worked examples (``nodes.toml``, ``cluster.toml``), in a checkout."""
+
+
+def _check_file(v: str, what: str) -> str | None:
+    if v and not Path(v).expanduser().is_file():
+        return f"no such file {v}; give the {what} file (docs/backends.md shows one)"
+    return None
+
+
 def _check_master(v: str) -> str | None:
     return None if v.strip() else "must name a Spark master, e.g. local-cluster[2,1,1024] or local[2]"
 
@@ -285,6 +295,11 @@ class TestConfig:
     backend: str = _opt(registry.DEFAULT, "where the cluster, the pipeline and the fault network run: "
                                           + ", ".join(registry.names()), check=_check_backend,
                         choices=registry.names)
+    nodes: str = _opt("", "--backend ssh: the machines to run on (nodes.toml; docs/backends.md, examples/nodes.toml)",
+                      check=lambda v: _check_file(v, "nodes"), example=str(EXAMPLES / "nodes.toml"))
+    cluster_file: str = _opt("", "--backend external: the running cluster and its fault map (cluster.toml; "
+                                 "docs/backends.md, examples/cluster.toml)", flag="--cluster",
+                             check=lambda v: _check_file(v, "cluster"), example=str(EXAMPLES / "cluster.toml"))
     test_name: str = _opt("", "results/<test-name>/...; default <sink>-<faults>", check=_check_test_name,
                           example="my-test")
     results_root: Path = _opt(DEFAULT_ROOT, "results root directory", flag="--results", check=_check_results)
@@ -295,6 +310,22 @@ class TestConfig:
                              "(0 keeps all)", lo=0)
 
     # ------------------------------------------------------------------ derived
+    @property
+    def backend_options(self) -> registry.BackendOptions:
+        """What the backend needs beyond its name: ``--nodes`` and ``--cluster`` as paths."""
+        return registry.BackendOptions(nodes=Path(self.nodes).expanduser() if self.nodes else None,
+                                       cluster=Path(self.cluster_file).expanduser() if self.cluster_file else None)
+
+    def backend_instance(self):
+        """The backend this config runs on (``registry.get`` with :attr:`backend_options`).
+
+        Raises: ``ConfigError`` for ``--backend`` naming what the backend refused (a missing ``--nodes``,
+        a broken ``nodes.toml`` or ``cluster.toml``)."""
+        try:
+            return registry.get(self.backend, self.backend_options)
+        except BackendError as e:
+            raise ConfigError("--backend", str(e)) from None
+
     @property
     def proxied(self) -> bool:
         return self.proxy or catalog.needs_proxy(self.faults)
@@ -464,17 +495,17 @@ class TestConfig:
         sink = self.sink_entry
         if sink.output_dir and not backend.file_sinks:
             raise ConfigError("--sink", f"the {backend.name} backend cannot run {sink.label}; use --backend "
-                              + ", ".join(n for n in registry.names() if registry.get(n).file_sinks))
+                              + ", ".join(n for n in registry.names() if registry.backend_class(n).file_sinks))
         if sink.database and sink.database not in getattr(backend, "databases", ()):
             raise ConfigError("--sink", f"the {backend.name} backend starts no {sink.database} server for "
                                         f"{sink.label}; use --backend "
                               + ", ".join(n for n in registry.names()
-                                          if sink.database in getattr(registry.get(n), "databases", ())))
+                                          if sink.database in getattr(registry.backend_class(n), "databases", ())))
         if sink.spark_runtime and not capabilities.implements(type(backend), Runtimes):
             raise ConfigError("--sink", f"{sink.label} runs on PySpark {sink.spark_runtime}, and the {backend.name} "
                                         "backend runs one PySpark only; use --backend "
                               + ", ".join(n for n in registry.names()
-                                          if capabilities.implements(type(registry.get(n)), Runtimes)))
+                                          if capabilities.implements(registry.backend_class(n), Runtimes)))
         mode = workloads.get(self.workload).output_mode if self.workload in workloads.names() else None
         if mode is not None and mode not in sink.output_modes:
             others = " or ".join(s.name for s in sinks.entries() if mode in s.output_modes and not s.mutant)
@@ -525,13 +556,13 @@ class TestConfig:
         Raises: ``ConfigError`` for ``--nemesis`` naming the backend or the sink and the faults it cannot
         perform, and what to ask for instead.
         """
-        backend = registry.get(self.backend)
+        backend = self.backend_instance()
         self._check_sink_fits(backend)
         if self.pipeline_cmd:
             if not backend.user_pipelines:
                 raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "
                                   "use --backend " + ", ".join(n for n in registry.names()
-                                                               if registry.get(n).user_pipelines))
+                                                               if registry.backend_class(n).user_pipelines))
             if self.sink != self.default_of(self._field("sink")):
                 raise ConfigError("--sink", "--sink chooses the bundled pipeline's sink; a --pipeline-cmd pipeline "
                                   "brings its own: drop --sink")

@@ -28,13 +28,13 @@ import confluent_kafka
 from rich.console import Console
 
 from onceproof import kafka_config
-from onceproof.backends import registry
 from onceproof.backends.base import (
     Backend,
     Cluster,
     ClusterShape,
     Database,
     FaultNetwork,
+    ForeignCluster,
     PipelineArgs,
     RunResources,
     SparkApp,
@@ -519,10 +519,11 @@ def run(cfg: TestConfig, console: Console | None = None,
     console = console or Console()
     cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
     plan = cfg.fault_plan()
-    backend = registry.get(cfg.backend)
-    # every Kafka client of the run takes its security from here (kafka_config); the local and
-    # Docker clusters are PLAINTEXT, a cluster onceproof does not own will bring its own (issue 28)
-    kafka_config.configure(kafka_config.PLAINTEXT)
+    backend = cfg.backend_instance()
+    # every Kafka client of the run takes its security from here (kafka_config); the clusters onceproof
+    # starts are PLAINTEXT, one it does not own brings its own (ForeignCluster)
+    foreign = isinstance(backend, ForeignCluster)
+    kafka_config.configure(backend.security() if foreign else kafka_config.PLAINTEXT)
     t_start = time.monotonic()
     rd, meta = _begin(cfg, backend, console, plan)
     with _client_log(rd):
@@ -533,7 +534,8 @@ def run(cfg: TestConfig, console: Console | None = None,
                                                clocks=catalog.needs_clock([f for _, f in plan]),
                                                small_disks=catalog.needs_small_disks([f for _, f in plan]),
                                                lazyfs=catalog.needs_lazyfs([f for _, f in plan])))
-        r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan)
+        r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan,
+                 names=backend.topic_names() if foreign else TOPICS)
         result = _phases(r, drive or _run_phase)
     return _finish(r, result, t_start), rd.path
 

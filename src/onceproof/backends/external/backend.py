@@ -21,12 +21,16 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from onceproof.backends.base import ClusterError, ClusterShape, PipelineArgs
+from onceproof.backends.base import BackendError, ClusterError, ClusterShape, PipelineArgs
 from onceproof.backends.capabilities import derive
+from onceproof.backends.external import cluster_file
 from onceproof.backends.external.cluster_file import ClusterFile
 from onceproof.backends.external.commands import CommandRunner
+from onceproof.backends.external.fault_map import COMMIT_WINDOW, SPEC_OF
 from onceproof.backends.external.kafka import ExternalCluster
 from onceproof.backends.external.spark import ExternalSpark
+from onceproof.kafka_config import KafkaSecurity
+from onceproof.topic_names import TopicNames
 
 PASSWORD_ENV = "ONCEPROOF_KAFKA_PASSWORD"
 """The variable the submit command's environment carries the SASL password in (never its argv)."""
@@ -38,6 +42,22 @@ class ExternalBackend:
     name = "external"
     user_pipelines = False  # the submit template runs onceproof.job
     file_sinks = False
+    capability_limit = frozenset(SPEC_OF.values()) | {COMMIT_WINDOW}
+    """What any fault map can make possible (``capabilities.of_class``)."""
+
+    @classmethod
+    def from_options(cls, options) -> ExternalBackend:
+        """The backend for ``options.cluster`` (``registry.BackendOptions``). Raises: ``BackendError``
+        without ``--cluster``, with ``--nodes``, or naming the key of a broken ``cluster.toml``."""
+        if options.nodes is not None:
+            raise BackendError("--backend external takes --cluster, not --nodes (that is --backend ssh's)")
+        if options.cluster is None:
+            raise BackendError("--backend external needs --cluster cluster.toml: the running cluster and its "
+                               "fault map (docs/backends.md, examples/cluster.toml)")
+        try:
+            return cls(cluster_file.load(options.cluster))
+        except cluster_file.ClusterFileError as e:
+            raise BackendError(str(e)) from None
 
     def __init__(self, cf: ClusterFile):
         self.cf = cf
@@ -62,6 +82,17 @@ class ExternalBackend:
         Path(shape.data_dir).mkdir(parents=True, exist_ok=True)
         self._cluster = ExternalCluster(self.cf, Path(shape.data_dir), self.runner, self.run_id)
         return self._cluster
+
+    def security(self) -> KafkaSecurity:
+        """``[kafka.security]`` (the harness's clients use it)."""
+        return self.cf.kafka.security
+
+    def topic_names(self) -> TopicNames:
+        """``<topic_prefix><run8>-input`` etc. for the run :meth:`cluster` opened. Raises: ``ClusterError``
+        before it."""
+        if not self.run_id:
+            raise ClusterError("the external backend names a run's topics once cluster() opened the run")
+        return self.cf.topic_names(self.run_id)
 
     def attach(self, data_dir: Path) -> ExternalCluster:
         """Not offered: the cluster is already running. Raises: ``ClusterError``."""

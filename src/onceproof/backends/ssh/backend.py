@@ -30,7 +30,7 @@ from pathlib import Path
 
 from onceproof.backends.base import BackendError, ClusterError, ClusterShape, PipelineArgs
 from onceproof.backends.capabilities import DERIVED
-from onceproof.backends.ssh import install
+from onceproof.backends.ssh import install, inventory
 from onceproof.backends.ssh.app import SshSpark
 from onceproof.backends.ssh.inventory import Inventory
 from onceproof.backends.ssh.kafka import SshKafkaCluster
@@ -53,6 +53,20 @@ class SshBackend:
     user_pipelines = False  # the driver node runs onceproof.job only
     file_sinks = False  # the executors write on the worker nodes, not where the harness reads
     capabilities = DERIVED
+
+    @classmethod
+    def from_options(cls, options) -> SshBackend:
+        """The backend for ``options.nodes`` (``registry.BackendOptions``). Raises: ``BackendError``
+        without ``--nodes``, with ``--cluster``, or naming the key of a broken ``nodes.toml``."""
+        if options.cluster is not None:
+            raise BackendError("--backend ssh takes --nodes, not --cluster (that is --backend external's)")
+        if options.nodes is None:
+            raise BackendError("--backend ssh needs --nodes nodes.toml: the machines to run on "
+                               "(docs/backends.md, examples/nodes.toml)")
+        try:
+            return cls(inventory.load(options.nodes))
+        except inventory.InventoryError as e:
+            raise BackendError(str(e)) from None
 
     def __init__(self, inv: Inventory):
         self.inv = inv

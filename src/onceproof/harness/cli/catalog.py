@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from onceproof.backends import registry
+from onceproof.backends import capabilities, registry
 from onceproof.backends.base import can_perform
 from onceproof.backends.common import netem, tmpfs
 from onceproof.harness.cli.app import console
@@ -16,7 +16,7 @@ def backends_of(name: str) -> list[str]:
     ``name (targets...)`` for some of them. The backend classes are imported, none is started."""
     out = []
     for b in registry.names():
-        caps = registry.get(b).capabilities
+        caps = capabilities.of_class(registry.backend_class(b))
         specs = catalog.expand(name)
         able = [s for s in specs if can_perform(caps, s)]
         if len(able) == len(specs):

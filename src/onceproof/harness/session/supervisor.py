@@ -26,7 +26,6 @@ import time
 import psutil
 from rich.console import Console
 
-from onceproof.backends import registry
 from onceproof.harness import runner, signals
 from onceproof.harness.config import ConfigError
 from onceproof.harness.session.live import LiveStatus
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_run_args(run_args)
         cfg.validate()
-        registry.get(cfg.backend)
+        cfg.backend_instance()
     except Exception as e:  # noqa: BLE001 - the CLI checked these already; recorded for it to print
         st.update(state="failed", error=str(e))
         return 254
