@@ -39,3 +39,17 @@ def test_the_guard_allows_the_runs_topics_only():
         with pytest.raises(TopicNameError, match=f"topic '{other}' is not this run's"):
             g.check(other)
     assert TopicGuard(TopicNames()).allows("output-progress")
+
+
+def test_the_guard_refuses_another_topic_before_any_request():
+    from onceproof.clients import topics
+    names = TopicNames("onceproof-0123abcd-")
+    topics.guard(TopicGuard(names))
+    try:
+        with pytest.raises(TopicNameError, match="'orders' is not this run's"):
+            topics.create_topics("127.0.0.1:1", {names.input: 3, "orders": 3}, timeout_s=1)
+        with pytest.raises(TopicNameError, match="'__consumer_offsets' is not this run's"):
+            topics.delete_topics("127.0.0.1:1", [names.output, "__consumer_offsets"], timeout_s=1)
+    finally:
+        topics.guard(None)
+    assert topics.delete_topics("127.0.0.1:1", []) == []

@@ -20,12 +20,24 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSp
 
 from onceproof.kafka_config import client_config
 from onceproof.store.columns import Chunks, release_freed_memory
+from onceproof.topic_names import TopicGuard
 
 log = logging.getLogger("onceproof.topics")
 
 
 class TopicError(RuntimeError):
     """A topic could not be created or read."""
+
+
+_guard: TopicGuard | None = None
+
+
+def guard(g: TopicGuard | None) -> None:
+    """Set (or clear, ``None``) the process-wide guard :func:`create_topics` and :func:`delete_topics`
+    consult: on a cluster onceproof does not own, the run may create and delete only its own topics, and a
+    topic of that name that already exists is not its own. The runner sets it once per run."""
+    global _guard
+    _guard = g
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -36,10 +48,14 @@ def admin(bootstrap: str) -> AdminClient:
 
 def create_topics(bootstrap: str, specs: dict[str, int], replication: int = 3,
                   configs: dict[str, str] | None = None, timeout_s: float = 60.0) -> None:
-    """Create ``{topic: partitions}`` (already existing topics are left alone).
+    """Create ``{topic: partitions}`` (already existing topics are left alone, unless a :func:`guard` is
+    set: then each name must be the run's and must not exist yet).
 
-    Raises: ``TopicError`` naming the topic that failed.
+    Raises: ``TopicError`` naming the topic that failed; ``TopicNameError`` for a name the guard refuses.
     """
+    for t in specs:
+        if _guard is not None:
+            _guard.check(t)
     a = admin(bootstrap)
     new = [NewTopic(t, num_partitions=n, replication_factor=replication, config=configs or {})
            for t, n in specs.items()]
@@ -49,8 +65,33 @@ def create_topics(bootstrap: str, specs: dict[str, int], replication: int = 3,
         except KafkaException as e:
             if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise TopicError(f"creating topic {topic!r} failed: {e}") from e
+            if _guard is not None:
+                raise TopicError(f"topic {topic!r} exists already on a cluster onceproof does not own: it is not "
+                                 "this run's; choose another [kafka] topic_prefix") from e
     # Wait until every partition has a leader, so the first produce does not race the metadata.
     wait_for_leaders(bootstrap, specs, timeout_s, a)
+
+
+def delete_topics(bootstrap: str, names: list[str] | tuple[str, ...], timeout_s: float = 60.0) -> list[str]:
+    """Delete ``names`` (each checked by the :func:`guard` when one is set); a topic that does not exist is
+    skipped. Returns the names deleted.
+
+    Raises: ``TopicError`` naming the topic that failed; ``TopicNameError`` for a name the guard refuses.
+    """
+    for t in names:
+        if _guard is not None:
+            _guard.check(t)
+    if not names:
+        return []
+    deleted = []
+    for topic, fut in admin(bootstrap).delete_topics(list(names), operation_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=timeout_s)
+            deleted.append(topic)
+        except KafkaException as e:
+            if e.args[0].name() != "UNKNOWN_TOPIC_OR_PART":
+                raise TopicError(f"deleting topic {topic!r} failed: {e}") from e
+    return deleted
 
 
 def wait_for_leaders(bootstrap: str, specs: dict[str, int], timeout_s: float, a: AdminClient | None = None) -> None:

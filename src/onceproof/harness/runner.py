@@ -62,7 +62,7 @@ from onceproof.store.compact import compact
 from onceproof.store.history import HistoryWriter
 from onceproof.store.runfiles import RESULTS, TEST
 from onceproof.store.runs import RunDir
-from onceproof.topic_names import TopicNames
+from onceproof.topic_names import TopicGuard, TopicNames
 from onceproof.workloads import producers
 from onceproof.workloads import registry as workloads
 from onceproof.workloads.base import Client
@@ -182,6 +182,8 @@ def _setup(r: _Run) -> None:
         done = _timed(r, "cluster_start_s")
         cluster.up()
         weak = durability.get(cfg.cluster_config)
+        if isinstance(r.backend, ForeignCluster) and not cfg.keep_data:  # the run's own topics, and only those
+            td.push("delete the run's topics", lambda: topics.delete_topics(cluster.bootstrap, r.names.all()))
         topics.create_topics(cluster.bootstrap, {r.names.input: cfg.partitions, r.names.output: cfg.partitions,
                                                  r.names.progress: 1},
                              replication=weak.replication_for(cfg.brokers), configs=weak.configs)
@@ -524,6 +526,7 @@ def run(cfg: TestConfig, console: Console | None = None,
     # starts are PLAINTEXT, one it does not own brings its own (ForeignCluster)
     foreign = isinstance(backend, ForeignCluster)
     kafka_config.configure(backend.security() if foreign else kafka_config.PLAINTEXT)
+    topics.guard(None)  # set below for a foreign cluster, once the run's topic names are known
     t_start = time.monotonic()
     rd, meta = _begin(cfg, backend, console, plan)
     with _client_log(rd):
@@ -536,6 +539,8 @@ def run(cfg: TestConfig, console: Console | None = None,
                                                lazyfs=catalog.needs_lazyfs([f for _, f in plan])))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan,
                  names=backend.topic_names() if foreign else TOPICS)
+        if foreign:
+            topics.guard(TopicGuard(r.names))
         result = _phases(r, drive or _run_phase)
     return _finish(r, result, t_start), rd.path
 
