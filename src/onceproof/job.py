@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from onceproof import kafka_config
 from onceproof.pipeline import hooks
 from onceproof.pipeline.identity import (  # noqa: F401
     INCARNATION_ENV,
@@ -109,6 +110,10 @@ STOP_TIMEOUT_S = 60
 """``spark.sql.streaming.stopTimeout``: how long ``query.stop()`` waits for the query's micro-batch
 thread to end (Spark cancels the running batch's jobs and interrupts the thread, then waits; the default
 0 waits for ever). Past it ``stop()`` raises and :func:`await_query` records the error."""
+REDACT_JAAS = r'(?i)password\s*=\s*"[^"]*"'
+"""``spark.redaction.string.regex`` with SASL: Spark redacts what matches in plan strings and the UI (the
+JAAS line of ``kafka.sasl.jaas.config``, whose key the default ``spark.redaction.regex`` does not match;
+Spark's configuration page, "spark.redaction.string.regex")."""
 
 
 def wait_for_input(args: argparse.Namespace, timeout_s: float, poll_s: float = 0.5,
@@ -190,7 +195,7 @@ def warm_up_source(spark, args: argparse.Namespace, transform) -> float:
     and a count. The first micro-batch after a driver start otherwise pays for loading and planning
     these in the driver (about 5 s of its 10-15 s, executor logs). Returns its wall time, s."""
     t0 = time.monotonic()
-    src = (spark.read.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
+    src = (spark.read.format("kafka").options(**kafka_config.spark_options(args.bootstrap))
            .option("subscribe", args.input_topic).option("startingOffsets", "earliest")
            .option("endingOffsets", "latest").option("kafka.isolation.level", "read_committed").load())
     transform(src).count()
@@ -231,6 +236,8 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
         b = b.config("spark.jars", args.jars)
     for k, v in (conf or {}).items():  # the workload's (e.g. its state store provider)
         b = b.config(k, v)
+    if kafka_config.current().sasl:  # the JAAS line is an option value, which spark.redaction.regex (keys) misses
+        b = b.config("spark.redaction.string.regex", REDACT_JAAS)
     return b.getOrCreate()
 
 
@@ -268,7 +275,7 @@ def read_source(spark, args: argparse.Namespace, max_offsets: int, min_partition
     the earliest offset, failing on data loss, at most ``max_offsets`` records per micro-batch, with
     ``minPartitions`` when ``min_partitions`` is set."""
     src = (spark.readStream.format("kafka")
-           .option("kafka.bootstrap.servers", args.bootstrap)
+           .options(**kafka_config.spark_options(args.bootstrap))
            .option("subscribe", args.input_topic)
            .option("startingOffsets", "earliest")
            .option("failOnDataLoss", "true")
@@ -281,6 +288,8 @@ def read_source(spark, args: argparse.Namespace, max_offsets: int, min_partition
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # the cluster's security from the environment the backend gave the driver (PLAINTEXT when none)
+    kafka_config.configure(kafka_config.from_environment())
     sink = sinks.get(args.sink)
     sink_id = resolve_sink_id(args)
     incarnation = driver_incarnation()

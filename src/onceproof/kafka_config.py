@@ -8,8 +8,9 @@ workload's producers, the nemeses' probes, the health checks) builds its configu
 default, PLAINTEXT, adds no key, so the dicts are exactly the ones the clients built before.
 
 The pipeline's modules (``onceproof.pipeline``, run on Spark's Python) use :func:`client_config` too,
-but nothing there calls :func:`configure` yet: the job runs PLAINTEXT until the security reaches it
-(design §4.3: through the driver's environment, never argv; a later stage).
+the driver configures itself from its environment (:func:`from_environment`, written by the backend with
+:func:`to_environment`: never argv), and a sink's executors from the parts its closure carries
+(:func:`to_parts`, :func:`from_parts`).
 
 Protocol sources:
 
@@ -30,6 +31,8 @@ Standard library (plus ``onceproof.secrets``) only: the pipeline imports this mo
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +192,61 @@ class KafkaSecurity:
 
 
 PLAINTEXT = KafkaSecurity()
+
+SECURITY_ENV = "ONCEPROOF_KAFKA_SECURITY"
+"""The variable that carries a security's non-secret fields to the driver, as JSON (absent: PLAINTEXT)."""
+PASSWORD_ENV = "ONCEPROOF_KAFKA_PASSWORD"
+"""The variable that carries the SASL password to the driver: the environment, never argv or Spark's conf."""
+
+
+def to_environment(sec: KafkaSecurity) -> dict[str, str]:
+    """The driver's environment for ``sec``: ``{}`` for PLAINTEXT; else :data:`SECURITY_ENV` (protocol,
+    mechanism, username, CA file as JSON) and, with SASL, :data:`PASSWORD_ENV` (revealed: hand it to a
+    child's environment only)."""
+    if sec.protocol == "PLAINTEXT":
+        return {}
+    out = {SECURITY_ENV: json.dumps({"protocol": sec.protocol, "mechanism": sec.mechanism, "username": sec.username,
+                                     "ca_file": str(sec.ca_file) if sec.ca_file else ""})}
+    if sec.password is not None:
+        out[PASSWORD_ENV] = sec.password.reveal()
+    return out
+
+
+def from_environment(env: Mapping[str, str] | None = None) -> KafkaSecurity:
+    """The security :func:`to_environment` wrote (PLAINTEXT when :data:`SECURITY_ENV` is unset).
+
+    Raises: :class:`KafkaConfigError` when the JSON is broken or SASL comes without its password."""
+    env = os.environ if env is None else env
+    raw = env.get(SECURITY_ENV, "")
+    if not raw:
+        return PLAINTEXT
+    try:
+        f = json.loads(raw)
+    except ValueError as e:
+        raise KafkaConfigError(f"{SECURITY_ENV}: not JSON ({e})") from None
+    pw = env.get(PASSWORD_ENV, "")
+    return KafkaSecurity(protocol=f.get("protocol", "PLAINTEXT"), mechanism=f.get("mechanism", ""),
+                         username=f.get("username", ""), password=Secret(pw) if pw else None,
+                         ca_file=Path(f["ca_file"]) if f.get("ca_file") else None)
+
+
+def to_parts(sec: KafkaSecurity) -> tuple[str, ...]:
+    """``sec`` as a plain tuple that pickles (a :class:`Secret` refuses to): what a sink's task closure
+    carries to the executors, which call :func:`configure` with :func:`from_parts`. ``()`` for PLAINTEXT.
+    The password is in it, revealed: it goes into no log, conf or argv."""
+    if sec.protocol == "PLAINTEXT":
+        return ()
+    return (sec.protocol, sec.mechanism, sec.username, sec.password.reveal() if sec.password else "",
+            str(sec.ca_file) if sec.ca_file else "")
+
+
+def from_parts(parts: tuple[str, ...]) -> KafkaSecurity:
+    """The security :func:`to_parts` flattened (PLAINTEXT for ``()``)."""
+    if not parts:
+        return PLAINTEXT
+    protocol, mechanism, username, password, ca = parts
+    return KafkaSecurity(protocol=protocol, mechanism=mechanism, username=username,
+                         password=Secret(password) if password else None, ca_file=Path(ca) if ca else None)
 
 _security: KafkaSecurity = PLAINTEXT
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import pickle
 import sys
 from pathlib import Path
 
@@ -165,3 +166,28 @@ def test_the_harness_clients_take_the_configured_security(monkeypatch):
     configure(PLAINTEXT)
     topics.admin("h:1")
     assert set(seen[1]) == {"bootstrap.servers", "socket.timeout.ms", "logger"}
+
+
+def test_the_driver_gets_the_security_through_its_environment_and_executors_through_parts():
+    from onceproof import kafka_config as kc
+    sec = KafkaSecurity(protocol="SASL_SSL", mechanism="SCRAM-SHA-512", username="op",
+                        password=Secret("pw-1234567"), ca_file=Path("/certs/ca.pem"))
+    env = kc.to_environment(sec)
+    assert set(env) == {kc.SECURITY_ENV, kc.PASSWORD_ENV} and "pw-1234567" not in env[kc.SECURITY_ENV]
+    back = kc.from_environment(env)
+    assert back == sec and back.to_librdkafka() == sec.to_librdkafka()
+    assert kc.from_environment({}) == kc.PLAINTEXT and kc.to_environment(kc.PLAINTEXT) == {}
+    parts = kc.to_parts(sec)
+    assert pickle.loads(pickle.dumps(parts)) == parts and kc.from_parts(parts) == sec
+    assert kc.to_parts(kc.PLAINTEXT) == () and kc.from_parts(()) == kc.PLAINTEXT
+    with pytest.raises(KafkaConfigError, match="SCRAM-SHA-512 .*password|password_env or password_file"):
+        kc.from_environment({kc.SECURITY_ENV: env[kc.SECURITY_ENV]})
+
+
+def test_a_sink_config_never_prints_its_password():
+    from onceproof import kafka_config as kc
+    from onceproof.pipeline.transactional_sink import SinkConfig
+    sec = KafkaSecurity(protocol="SASL_PLAINTEXT", mechanism="PLAIN", username="op", password=Secret("pw-1234567"))
+    cfg = SinkConfig(bootstrap="b:9092", output_topic="o", progress_topic="p", sink_id="s", security=kc.to_parts(sec))
+    assert "pw-1234567" not in repr(cfg) + str(cfg) and "security=***" in repr(cfg)
+    assert pickle.loads(pickle.dumps(cfg)) == cfg

@@ -82,6 +82,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from onceproof import kafka_config
 from onceproof.kafka_config import client_config
 from onceproof.pipeline import hooks, marker, provenance
 from onceproof.pipeline.mutants import Flaws
@@ -107,6 +108,8 @@ class SinkConfig:
         flaws: a mutant's deliberate flaws (``pipeline/mutants.py``); all off for the real sink.
         incarnation: driver incarnation ("1", "2", ... from ``ONCEPROOF_DRIVER_INCARNATION``; "0" when
             unset); logged on every event and sent as the ``op.incarnation`` header.
+        security: the cluster's security as ``kafka_config.to_parts`` flattens it (``()``: PLAINTEXT); a task
+            configures its executor's clients with it before its first client.
     """
 
     bootstrap: str
@@ -118,6 +121,11 @@ class SinkConfig:
     control_dir: str = ""
     incarnation: str = "0"
     flaws: Flaws = Flaws()  # MUTANTS ONLY (pipeline/mutants.py): never set outside test-all --mutants
+    security: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:  # the password in ``security`` never reaches a log or a Spark plan string
+        return (f"SinkConfig(bootstrap={self.bootstrap!r}, output_topic={self.output_topic!r}, "
+                f"sink_id={self.sink_id!r}, security={'***' if self.security else '()'})")
 
 
 def event_log(log_path: str, incarnation: str, sink: str) -> Callable[..., None]:
@@ -275,6 +283,8 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: di
     # pyspark: only on an executor; this module is also imported by the driver's and harness's code
     from pyspark import TaskContext
 
+    if cfg.security:  # this executor's clients take the cluster's security (PLAINTEXT needs nothing)
+        kafka_config.configure(kafka_config.from_parts(cfg.security))
     ctx = TaskContext.get()
     part, attempt = ctx.partitionId(), ctx.attemptNumber()
     txn_id = _attempt_txn_id(cfg, part, attempt)

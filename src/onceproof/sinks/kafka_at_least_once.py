@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from onceproof import kafka_config
 from onceproof.pipeline import provenance
 from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
 
@@ -29,7 +30,7 @@ def write_batch(job: JobContext, batch_df, batch_id: int) -> None:
         headers.append(h(provenance.INPUT, F.concat_ws(":", F.col("in_partition").cast("string"),
                                                        F.col("in_offset").cast("string"))))
     out = batch_df.select("key", "value", F.array(*headers).alias("headers"))
-    (out.write.format("kafka").option("kafka.bootstrap.servers", job.args.bootstrap)
+    (out.write.format("kafka").options(**kafka_config.spark_options(job.args.bootstrap))
      .option("topic", job.args.output_topic).option("kafka.acks", "all").save())
     job.control.after_sink_commit(batch_id)
 

@@ -11,6 +11,7 @@ Each mutant (``eos-no-marker``, ...; ``pipeline/mutants.py``) is the same sink w
 
 from __future__ import annotations
 
+from onceproof import kafka_config
 from onceproof.pipeline import mutants
 from onceproof.pipeline.eos_sink import ExactlyOnceSink
 from onceproof.pipeline.transactional_sink import SinkConfig, abort_leftovers
@@ -28,7 +29,8 @@ def sink_config(job: JobContext) -> SinkConfig:
     return SinkConfig(bootstrap=a.bootstrap, output_topic=a.output_topic, progress_topic=a.progress_topic,
                       sink_id=job.sink_id, flaws=flaws,
                       txn_timeout_ms=a.txn_timeout_ms,
-                      log_path=a.sink_log, control_dir=a.control_dir, incarnation=job.incarnation)
+                      log_path=a.sink_log, control_dir=a.control_dir, incarnation=job.incarnation,
+                      security=kafka_config.to_parts(kafka_config.current()))
 
 
 def write(df, job: JobContext):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from onceproof import kafka_config
 from onceproof.backends.base import BackendError, ClusterError, ClusterShape, PipelineArgs
 from onceproof.backends.capabilities import derive
 from onceproof.backends.external import cluster_file
@@ -31,9 +32,6 @@ from onceproof.backends.external.kafka import ExternalCluster
 from onceproof.backends.external.spark import ExternalSpark
 from onceproof.kafka_config import KafkaSecurity
 from onceproof.topic_names import TopicNames
-
-PASSWORD_ENV = "ONCEPROOF_KAFKA_PASSWORD"
-"""The variable the submit command's environment carries the SASL password in (never its argv)."""
 
 
 class ExternalBackend:
@@ -102,8 +100,7 @@ class ExternalBackend:
         """The pipeline through ``[spark] submit``. Raises: ``ClusterError`` before :meth:`cluster`."""
         if self._cluster is None:
             raise ClusterError("the external backend runs the pipeline for a run it opened (call cluster() first)")
-        pw = self.cf.kafka.security.password
-        env = {PASSWORD_ENV: pw.reveal()} if pw is not None else {}
+        env = kafka_config.to_environment(self.cf.kafka.security)  # the submit command passes it on (-e ...)
         return ExternalSpark(self.cf, pipeline, log_dir, self.runner, self._cluster.ledger, self.run_id, env)
 
     def versions(self) -> dict[str, str]:
