@@ -41,12 +41,23 @@ def test_packages_name_known_faults_and_all_is_their_union():
 
 def test_mutant_cells_pair_each_mutant_with_its_package_and_eos_is_the_control():
     cells = suite.plan_cells(sinks_=[], workloads=["keyed"], package_names=[], test_count=2, time_limit=20,
-                             mutants=True)
-    by = {(c.sink, c.package) for c in cells}
+                             mutants=True, weak_configs=True)
+    assert not any(c.cluster_config for c in suite.plan_cells(sinks_=[], workloads=["keyed"], package_names=[],
+                                                              test_count=1, time_limit=20, mutants=True))
+    with pytest.raises(ValueError, match="--weak-configs .* with --mutants"):
+        suite.plan_cells(sinks_=["eos"], workloads=["keyed"], package_names=["disk"], test_count=1, time_limit=20,
+                         weak_configs=True)
+    by = {(c.label, c.package) for c in cells}
     for name, m in mutants.MUTANTS.items():
         assert (name, m.package) in by
-    assert {p for s, p in by if s == "eos"} == {m.package for m in mutants.MUTANTS.values()} | {"process"}
-    assert all(c.expect == ("valid" if c.sink == "eos" else "invalid") for c in cells)
+    # eos is the control of every package used, the weak cluster configs' included (single-replica × disk)
+    assert {p for s, p in by if s == "eos"} == {m.package for m in mutants.MUTANTS.values()} | {"process", "disk"}
+    assert ("eos@single-replica", "disk") in by
+    assert all(c.expect == ("valid" if c.label == "eos" else "invalid") for c in cells)
+    weak = next(c for c in cells if c.cluster_config)
+    argv = suite.run_command(weak, Path("/r"), [])
+    assert argv[argv.index("--cluster-config") + 1] == "single-replica" and argv[argv.index("--sink") + 1] == "eos"
+    assert weak.name == "eos-single-replica-disk"
     assert sorted({c.seed for c in cells}) == [1, 2]
     # a package's faults need more than 20 s: the cell's time limit is raised, never the plan refused
     assert all(c.time_limit >= 20 for c in cells) and any(c.time_limit > 20 for c in cells)

@@ -32,6 +32,9 @@ class Durability:
     replication: int | None = None
     configs: dict[str, str] = field(default_factory=dict)
     summary: str = ""
+    targeted_by: str = ""
+    """The fault package (``nemesis/packages.py``) whose faults this config cannot survive: ``test-all
+    --mutants`` runs the eos sink on it under that package and expects the loss caught (``""``: none)."""
 
     def replication_for(self, brokers: int) -> int:
         """The replication factor of the run's topics on a cluster of ``brokers``."""
@@ -43,7 +46,7 @@ CONFIGS: dict[str, Durability] = {d.name: d for d in (
     Durability("weak-durability", configs={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
                summary="RF 3, min.insync.replicas=1, unclean.leader.election.enable=true"),
     Durability("single-replica", replication=1, configs={"min.insync.replicas": "1"},
-               summary="RF 1, min.insync.replicas=1"),
+               summary="RF 1, min.insync.replicas=1", targeted_by="disk"),
 )}
 DEFAULT = "default"
 

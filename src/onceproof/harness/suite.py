@@ -37,6 +37,7 @@ from rich.table import Table
 
 from onceproof.backends import registry
 from onceproof.backends.user_pipeline import PipelineCommand
+from onceproof.clients import durability
 from onceproof.nemesis import catalog, packages, schedule
 from onceproof.pipeline import mutants
 from onceproof.report import certificate
@@ -73,6 +74,14 @@ class Cell:
     expect: str
     time_limit: float
     pipeline_cmd: str = ""
+    cluster_config: str = ""
+    """A weak cluster config (``clients/durability.py``) the run's topics use instead of the default: the
+    cell then expects the loss caught (``invalid``)."""
+
+    @property
+    def label(self) -> str:
+        """How the certificate names the system under test: the sink, ``@<cluster config>`` when weak."""
+        return f"{self.sink}@{self.cluster_config}" if self.cluster_config else self.sink
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -83,7 +92,7 @@ class Cell:
     @property
     def name(self) -> str:
         w = "" if self.workload == "keyed" else f"{self.workload}-"
-        return f"{w}{self.sink.replace(':', '-')}-{self.package}"
+        return f"{w}{self.label.replace(':', '-').replace('@', '-')}-{self.package}"
 
 
 def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: float = 10.0,
@@ -99,7 +108,8 @@ def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: f
 
 
 def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[str], test_count: int,
-               time_limit: float, mutants: bool = False, seed_base: int = 1, pipeline_cmd: str = "") -> list[Cell]:
+               time_limit: float, mutants: bool = False, seed_base: int = 1, pipeline_cmd: str = "",
+               weak_configs: bool = False) -> list[Cell]:
     """The suite's cells, in run order: for each package, each sink, each workload, seeds
     ``seed_base`` .. ``seed_base + test_count - 1``.
 
@@ -107,11 +117,16 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
     (``Sink.targeted_by``; or against every package in ``package_names`` when given), and ``eos`` against
     every package used, as the control. With ``pipeline_cmd``: the user's job instead of any sink, as the
     keyed workload (its contract), against each package narrowed to the faults it can take
-    (:func:`left_out` lists the others); a package left with none is dropped.
+    (:func:`left_out` lists the others); a package left with none is dropped. With ``mutants`` and
+    ``weak_configs``: also the eos sink on each weak cluster config (``clients/durability.py``,
+    ``targeted_by``) against the package that loses its data, expecting ``invalid`` (cell label
+    ``eos@<config>``).
 
     Raises: ``ValueError`` for an unknown sink, workload or package, ``test_count`` < 1, ``pipeline_cmd``
     with ``mutants`` or another workload, or no cell left.
     """
+    if weak_configs and not mutants:
+        raise ValueError("--weak-configs adds cells to the detection table: use it with --mutants")
     if pipeline_cmd:
         return _user_cells(pipeline_cmd, workloads, package_names, test_count, time_limit, mutants, seed_base)
 
@@ -130,7 +145,10 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
         for s in weak:
             for p in package_names or [s.targeted_by]:
                 pairs.append((s.name, p))
-        used = list(dict.fromkeys(p for _, p in pairs))
+        # then the weak cluster configs, the eos sink on each, against the package that loses their data
+        configs = [(d.name, p) for d in durability.CONFIGS.values() if d.targeted_by and weak_configs
+                   for p in package_names or [d.targeted_by]]
+        used = list(dict.fromkeys([*(p for _, p in pairs), *(p for _, p in configs)]))
         pairs = [(sinks.DEFAULT, p) for p in used] + pairs
     else:
         for s in sinks_:
@@ -146,6 +164,12 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
                 seed = seed_base + k
                 cells.append(Cell(sink, w, pkg, seed, sinks.get(sink).expect,
                                   fit_time_limit(specs, time_limit, seed)))
+    for name, pkg in (configs if mutants and weak_configs else []):
+        specs = _fitting(packages.specs(pkg), sinks.get(sinks.DEFAULT).capabilities)
+        for w in workloads:
+            for k in range(test_count):
+                cells.append(Cell(sinks.DEFAULT, w, pkg, seed_base + k, "invalid",
+                                  fit_time_limit(specs, time_limit, seed_base + k), cluster_config=name))
     return cells
 
 
@@ -180,10 +204,10 @@ def left_out(cells: list[Cell]) -> list[dict]:
     is never mistaken for the whole one."""
     out, seen = [], set()
     for c in cells:
-        if (c.sink, c.package) in seen:
+        if (c.label, c.package) in seen:
             continue
-        seen.add((c.sink, c.package))
-        out += [{"sut": c.sink, "package": c.package, "spec": spec, "why": _needs(spec, c.capabilities)}
+        seen.add((c.label, c.package))
+        out += [{"sut": c.label, "package": c.package, "spec": spec, "why": _needs(spec, c.capabilities)}
                 for spec in packages.specs(c.package) if not _fitting([spec], c.capabilities)]
     return out
 
@@ -224,8 +248,8 @@ def rest_of_group(cells: list[Cell], i: int) -> tuple[list[Cell], list[dict]]:
     The claim "caught within N seeds" is settled by the first catch, so ``--stop-when-caught`` skips the rest."""
     c = cells[i]
     same = [j for j in range(i + 1, len(cells))
-            if (cells[j].sink, cells[j].workload, cells[j].package) == (c.sink, c.workload, c.package)]
-    dropped = [{"sink": cells[j].sink, "workload": cells[j].workload, "package": cells[j].package,
+            if (cells[j].label, cells[j].workload, cells[j].package) == (c.label, c.workload, c.package)]
+    dropped = [{"sink": cells[j].label, "workload": cells[j].workload, "package": cells[j].package,
                 "seed": cells[j].seed, "caught_at_seed": c.seed} for j in same]
     return [x for j, x in enumerate(cells) if j not in set(same)], dropped
 
@@ -235,6 +259,8 @@ def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
     ``extra``: the user's further ``run`` options, passed as they are."""
     sut = ["--pipeline-cmd", cell.pipeline_cmd] if cell.pipeline_cmd else \
         ["--sink", cell.sink, "--workload", cell.workload, *mutants.run_args(cell.sink)]
+    if cell.cluster_config:
+        sut += ["--cluster-config", cell.cluster_config]
     return run_argv([*sut, "--nemesis", ",".join(cell_specs(cell)), "--seed", str(cell.seed),
                      "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
                      "--results", str(runs_dir), *extra])
@@ -290,13 +316,13 @@ class Suite:
             rec = self.records[i] if i < len(self.records) else None
             if rec:
                 ok = "[green]PASS[/]" if rec["passed"] else "[red]FAIL[/]"
-                t.add_row(str(i + 1), c.sink, c.workload, c.package, str(c.seed), c.expect, rec["verdict"],
+                t.add_row(str(i + 1), c.label, c.workload, c.package, str(c.seed), c.expect, rec["verdict"],
                           f"{rec['elapsed_s']:.0f}s", ok)
             elif i == running:
-                t.add_row(str(i + 1), c.sink, c.workload, c.package, str(c.seed), c.expect, "[yellow]running[/]",
+                t.add_row(str(i + 1), c.label, c.workload, c.package, str(c.seed), c.expect, "[yellow]running[/]",
                           f"{time.monotonic() - started:.0f}s", "")
             else:
-                t.add_row(str(i + 1), c.sink, c.workload, c.package, str(c.seed), c.expect, "[dim]queued[/]", "", "")
+                t.add_row(str(i + 1), c.label, c.workload, c.package, str(c.seed), c.expect, "[dim]queued[/]", "", "")
         done = [r["elapsed_s"] for r in self.records]
         if done:
             left = len(self.cells) - len(self.records)
@@ -341,7 +367,7 @@ class Suite:
                 code = self._child.returncode
                 self._child = None
                 run_dir = new_run(self.runs_dir, cell.name, before)
-                rec = certificate.cell_from_run(run_dir, sink=cell.sink, workload=cell.workload,
+                rec = certificate.cell_from_run(run_dir, sink=cell.label, workload=cell.workload,
                                                 package=cell.package, seed=cell.seed, expect=cell.expect,
                                                 exit_code=code, elapsed_s=round(time.monotonic() - t0, 1),
                                                 suite_dir=self.dir)

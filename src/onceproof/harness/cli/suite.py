@@ -37,6 +37,9 @@ def test_all(
     seed_base: int = typer.Option(1, help="the first seed"),
     mutants: bool = typer.Option(False, "--mutants", help="the detection table: every mutant and at-least-once "
                                                           "against the package aimed at it, eos as the control"),
+    weak_configs: bool = typer.Option(False, "--weak-configs", help="with --mutants: also the eos sink on each weak "
+                                      "cluster config (--cluster-config single-replica) against the package that "
+                                      "loses its data (disk), expecting the loss caught"),
     time_limit: float = typer.Option(30.0, help="each run's --time-limit, s (raised to what a package needs)"),
     suite_name: str = typer.Option("", help="results/<suite-name>/<timestamp>/; default test-all or mutants"),
     results: Path = typer.Option(DEFAULT_ROOT, help="results root directory"),
@@ -70,7 +73,8 @@ def test_all(
         cells = suite.plan_cells(sinks_=[x.strip() for x in sink.split(",") if x.strip()],
                                  workloads=[x.strip() for x in workload.split(",") if x.strip()],
                                  package_names=pkgs, test_count=test_count, time_limit=time_limit,
-                                 mutants=mutants, seed_base=seed_base, pipeline_cmd=pipeline_cmd)
+                                 mutants=mutants, seed_base=seed_base, pipeline_cmd=pipeline_cmd,
+                                 weak_configs=weak_configs)
     except ValueError as e:
         raise usage(str(e)) from None
     extra = list(ctx.args)
