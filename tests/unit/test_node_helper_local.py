@@ -1,0 +1,79 @@
+"""``backends/ssh/node_helper.py`` (``onceproof-node.py``) run on this machine as a node would run it: real
+processes started, read, signalled and swept through its command line, each answer one JSON line. The SSH
+side is tested against real sshd in ``tests/docker/test_ssh_node.py``; this is the fast check of the rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from onceproof.backends.ssh import node_helper
+
+HELPER = node_helper.__file__
+
+
+def _call(root, run, *args: str) -> dict:
+    p = subprocess.run([sys.executable, HELPER, args[0], "--root", str(root), "--run", run, *args[1:]],
+                       capture_output=True, text=True, timeout=60)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _wait(cond, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def run():
+    return "u" + uuid.uuid4().hex[:11]
+
+
+def test_start_status_signal_and_the_exit_record(tmp_path, run):
+    log = tmp_path / "logs" / "sleeper.log"
+    got = _call(tmp_path, run, "start", "--name", "sleeper", "--log", str(log), "--env", "GREETING=hi", "--",
+                "sh", "-c", 'echo "$GREETING $ONCEPROOF_RUN"; exec sleep 60')
+    pid = got["pid"]
+    assert psutil.Process(pid).environ()["ONCEPROOF_RUN"] == run
+    _wait(lambda: log.exists() and log.read_text().strip() == f"hi {run}")
+    assert _call(tmp_path, run, "status", "--name", "sleeper")["state"] in ("sleeping", "running")
+    assert _call(tmp_path, run, "signal", "--name", "sleeper", "--sig", "STOP")["sent"]
+    _wait(lambda: _call(tmp_path, run, "status", "--name", "sleeper")["state"] == "stopped")
+    assert _call(tmp_path, run, "signal", "--name", "sleeper", "--sig", "KILL")["sent"]
+    _wait(lambda: _call(tmp_path, run, "status", "--name", "sleeper")["exit"] is not None)
+    st = _call(tmp_path, run, "status", "--name", "sleeper")
+    assert st["state"] == "gone" and st["exit"]["signal"] == 9
+    assert _call(tmp_path, run, "signal", "--name", "sleeper")["why"] == "gone"
+    assert "no process named" in _call(tmp_path, run, "status", "--name", "nobody")["error"]
+
+
+def test_sweep_kills_the_groups_and_every_process_tagged_with_the_run(tmp_path, run):
+    a = _call(tmp_path, run, "start", "--name", "a", "--log", str(tmp_path / "a.log"), "--",
+              "sh", "-c", "sleep 60 & sleep 60")["pid"]
+    # a process that left its group but keeps the run's tag, as a daemonised child would
+    stray = subprocess.Popen(["sleep", "60"], env={"ONCEPROOF_RUN": run, "PATH": "/usr/bin:/bin"},
+                             start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], env={"ONCEPROOF_RUN": run + "x", "PATH": "/usr/bin:/bin"})
+    try:
+        out = _call(tmp_path, run, "sweep")
+        assert [g["pid"] for g in out["groups_killed"]] == [a] and stray.pid in out["tagged_killed"]
+        assert stray.wait(10) == -9
+        assert other.poll() is None, "another run's process was swept"
+        _wait(lambda: not psutil.pid_exists(a) or psutil.Process(a).status() == psutil.STATUS_ZOMBIE)
+        assert json.loads((tmp_path / "runs" / run / "swept.json").read_text())["left"] == []
+    finally:
+        other.kill()
+        stray.kill()
+
+
+def test_bad_arguments_are_refused_with_exit_2(tmp_path):
+    p = subprocess.run([sys.executable, HELPER, "start", "--root", str(tmp_path), "--run", "../etc", "--name", "x",
+                        "--log", "/dev/null", "--", "true"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "bad --run" in p.stdout
