@@ -134,7 +134,8 @@ class SshBackend:
             raise ClusterError(f"the ssh backend cannot build brokers with {', '.join(extra)} yet; drop the "
                                "clock and disk faults from --nemesis")
         hub = self._open()
-        self._cluster = SshKafkaCluster(self.inv, hub, self.run_id, Path(shape.data_dir))
+        self._cluster = SshKafkaCluster(self.inv, hub, self.run_id, Path(shape.data_dir),
+                                        log_dir=Path(shape.log_dir) if shape.log_dir else None)
         return self._cluster
 
     def attach(self, data_dir: Path) -> SshKafkaCluster:
@@ -155,7 +156,8 @@ class SshBackend:
         if self._cluster is None:
             raise ClusterError("the ssh backend runs the pipeline next to the brokers it started "
                                "(call cluster() first)")
-        spark = SshSparkCluster(self.inv, self._open(), self.run_id, Path(log_dir).parent / "spark")
+        spark = SshSparkCluster(self.inv, self._open(), self.run_id, Path(log_dir).parent / "spark",
+                                log_dir=Path(log_dir))
         return SshSpark(spark, pipeline, Path(log_dir).parent, Path(log_dir))
 
     def versions(self) -> dict[str, str]:

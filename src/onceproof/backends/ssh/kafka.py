@@ -64,11 +64,13 @@ class SshKafkaCluster:
         inv: the nodes (``inv.brokers`` in order are brokers 1..n).
         hub: the run's SSH connections.
         run_id: the run's id; its data is ``<root>/runs/<run_id>/kafka`` on each broker node.
-        local_dir: where the harness keeps this cluster's state file and collected logs.
+        local_dir: where the harness keeps this cluster's state file (and its collected logs, unless
+            ``log_dir`` names another directory: the run's ``logs/``).
     """
 
-    def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path):
+    def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None):
         self.inv, self.hub, self.run_id, self.local_dir = inv, hub, run_id, local_dir
+        self._log_dir = log_dir
         become = inv.ssh.become == "sudo"
         self.helpers = {i: NodeHelper(hub.remote(n.name), inv.root, run_id, root_commands=become or n.user == "root")
                         for i, n in enumerate(inv.brokers, 1)}
@@ -96,7 +98,7 @@ class SshKafkaCluster:
 
     @property
     def log_dir(self) -> Path:
-        return self.local_dir / "logs"
+        return self._log_dir or self.local_dir / "logs"
 
     @property
     def state_file(self) -> Path:
@@ -205,10 +207,12 @@ class SshKafkaCluster:
         return out
 
     def _wait_gone(self, node: int, within_s: float) -> NodeState:
+        """``node``'s state once its process is gone, or after ``within_s`` s. A zombie is waited out: the
+        node helper's monitor reaps the broker a moment after it dies, and only then is it ``gone``."""
         deadline = time.monotonic() + within_s
         while True:
             st = self.state(node)
-            if not st.alive or time.monotonic() > deadline:
+            if st.status == GONE or time.monotonic() > deadline:
                 return st
             time.sleep(0.2)
 

@@ -48,8 +48,9 @@ class SshSparkCluster:
     (the same path on each).
     """
 
-    def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path):
+    def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None):
         self.inv, self.hub, self.run_id, self.local_dir = inv, hub, run_id, local_dir
+        self._log_dir = log_dir
         become = inv.ssh.become == "sudo"
         names = dict.fromkeys(n.name for n in (*inv.with_role("spark-master"), *inv.with_role("spark-worker"),
                                                 *inv.with_role("driver")))
@@ -68,7 +69,7 @@ class SshSparkCluster:
 
     @property
     def log_dir(self) -> Path:
-        return self.local_dir / "logs"
+        return self._log_dir or self.local_dir / "logs"
 
     def env(self) -> dict[str, str]:
         """The environment of every Spark process and of the driver: onceproof's source and the shipped

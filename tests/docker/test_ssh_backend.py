@@ -1,0 +1,79 @@
+"""``--backend ssh`` end to end on five ``onceproof/node`` containers the harness reaches only over SSH
+(``tests/docker/ssh_nodes.py``): three brokers, a Spark master with a worker and the driver, a second worker.
+onceproof installs Kafka, Spark, its own source and the node helper over SFTP, runs the pipeline there, and
+sweeps every node at the end.
+
+* the eos sink stays valid under a broker kill, a broker isolated in both directions by the run's own iptables
+  chains, a broker paused, and the driver killed in its commit window; every fault effective and exercised;
+* the at-least-once sink is caught duplicating after a driver kill in the commit window;
+* after each run no node holds a JVM or an ``OP-`` iptables rule, and the brokers' and Spark's logs are in
+  the run's ``logs/<node>/``.
+
+About 3 and 2 minutes on 2 cores (measured 183 s and 106 s), the five nodes about 5 s. In ``make
+test-extended`` until more runs than the first four back it (one of them was ``unknown``: a killed broker read
+as a zombie, fixed in ``ssh/kafka.py``'s wait).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_run, run_cli
+from tests.docker.ssh_nodes import ssh_nodes
+
+pytestmark = [pytest.mark.docker, pytest.mark.extended]
+
+
+@pytest.fixture(scope="module")
+def five(docker_engine, docker_images, tmp_path_factory):
+    """n1..n3 brokers, n4 master + worker + driver, n5 worker, for the module."""
+    with ssh_nodes(docker_engine.client, docker_images["node"].tag, tmp_path_factory.mktemp("ssh5"), count=5) as n:
+        yield n
+
+
+def _residue(nodes) -> dict[str, str]:
+    """Per node: the JVMs and ``OP-`` iptables rules left (empty when clean), read inside each container."""
+    out = {}
+    for name, c in nodes.containers.items():
+        got = c.exec_run(["sh", "-c", "ps -eo args | grep '[j]ava' | cut -c1-80; iptables -S | grep OP- ; true"],
+                         user="root").output.decode().strip()
+        if got:
+            out[name] = got
+    return out
+
+
+@pytest.mark.timeout(1500)
+def test_eos_is_valid_on_ssh_nodes_under_broker_and_driver_faults_and_nothing_is_left(five, results_root):
+    p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "eos", "--nemesis",
+                 "kill-broker,pause-broker,partition,kill-driver-in-commit-window", "--time-limit", "60",
+                 "--seed", "1", "--results", str(results_root)], timeout=1200)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    # the pipeline's anomalies; input-duplicate* are the workload's client resending into the input when the
+    # isolated broker's connections stall (reported, not the pipeline's: checkers/exactly_once.py)
+    pipeline = {k: n for k, n in result["counts"].items() if not k.startswith("input-")}
+    assert result["verdict"] == "valid" and all(n == 0 for n in pipeline.values()), result["counts"]
+    cov = {c["fault"]: c for c in result["coverage"]}
+    assert set(cov) == {"kill-broker", "pause-broker", "partition", "kill-driver-in-commit-window"}, cov
+    assert all(c["planned"] == c["effective"] == c["exercised"] >= 1 for c in cov.values()), cov
+    part = next(o["evidence"] for o in ops if o.get("type") == "info" and o.get("f", "").startswith("partition"))
+    assert not part["probe_during"]["ok"] and part["probe_after"]["ok"], part
+    assert result["health_after_heal"]["healthy"], result["health_after_heal"]
+    assert _residue(five) == {}
+    logs = run_dir / "logs"  # a finished run's logs may be gzipped (store/compact.py)
+
+    def kept(p):
+        return p.exists() or p.with_name(p.name + ".gz").exists()
+    assert all(kept(logs / f"n{i}" / f"broker-{i}.log") for i in (1, 2, 3)), sorted(logs.rglob("*"))
+    assert kept(logs / "n4" / "spark-master.log") and kept(logs / "driver-2.log"), sorted(logs.rglob("*"))
+
+
+@pytest.mark.timeout(1200)
+def test_at_least_once_is_caught_on_ssh_nodes_after_a_driver_kill_in_the_commit_window(five, results_root):
+    p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "at-least-once",
+                 "--nemesis", "kill-driver-in-commit-window", "--time-limit", "30", "--seed", "1",
+                 "--results", str(results_root)], timeout=900)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 1, p.stdout[-4000:] + p.stderr[-4000:]
+    assert result["verdict"] == "invalid" and result["counts"]["duplicate"] > 0, result["counts"]
+    assert _residue(five) == {}
