@@ -2,9 +2,10 @@
 driver in its process group, and the Docker backend's driver and executors in ``pid_mode=host``
 containers. A sink task announces its host pid (``sink.jsonl``); its executor is the JVM above it.
 
-:class:`SupervisedSpark` holds the :class:`onceproof.backends.base.SparkApp` and
-:class:`onceproof.backends.base.ExecutorFaults` members that read the run's files and walk host
-processes; a backend's subclass starts, stops and signals its own driver.
+:class:`SupervisedDriver` holds the :class:`onceproof.backends.base.SparkApp` members that read the run's
+files and the supervisor (every backend's, the ssh and external ones too); :class:`SupervisedSpark` adds the
+:class:`onceproof.backends.base.ExecutorFaults` members that walk host processes. A backend's subclass
+starts, stops and signals its own driver.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from onceproof.backends.common.supervisor import (
 )
 
 
-class SupervisedSpark:
-    """The shared part of a backend's :class:`~onceproof.backends.base.SparkApp`. A subclass sets
-    ``pipeline`` (:class:`PipelineArgs`), ``sup`` (its driver supervisor: ``pid``, ``restarts()``) and
-    ``log_dir`` (where ``driver-<n>.log`` are written)."""
+class SupervisedDriver:
+    """The driver's side of a backend's :class:`~onceproof.backends.base.SparkApp`, read from the run's
+    files and the supervisor: every backend's, wherever its driver runs. A subclass sets ``pipeline``
+    (:class:`PipelineArgs`, paths as the harness sees them), ``sup`` (its driver supervisor: ``pid``,
+    ``restarts()``) and ``log_dir`` (where ``driver-<n>.log`` are, written or relayed)."""
 
     pipeline: PipelineArgs
     sup: DriverSupervisor
@@ -41,7 +43,8 @@ class SupervisedSpark:
 
     @property
     def driver_pid(self) -> int | None:
-        """Pid (and process-group id) of the current driver, ``None`` between incarnations."""
+        """The supervisor's pid of the current driver (on the local backend also its process group),
+        ``None`` between incarnations."""
         return self.sup.pid
 
     def ready(self) -> dict | None:
@@ -51,6 +54,16 @@ class SupervisedSpark:
 
     def restarts(self) -> int:
         return self.sup.restarts()
+
+    def driver_log(self) -> Path | None:
+        """The most recently written ``driver-<n>.log``."""
+        logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
+        return logs[-1] if logs else None
+
+
+class SupervisedSpark(SupervisedDriver):
+    """:class:`SupervisedDriver` plus the :class:`~onceproof.backends.base.ExecutorFaults` members of a backend
+    whose executors are host processes (local, Docker with ``pid_mode=host``)."""
 
     def executor_of(self, task_pid: int) -> Executor | None:
         """The executor JVM above the Python worker ``task_pid`` (worker ← pyspark daemon ← executor)."""
@@ -123,11 +136,6 @@ class SupervisedSpark:
         if port is None:
             return None
         return unread_bytes(tables, inodes, port)
-
-    def driver_log(self) -> Path | None:
-        """The most recently written ``driver-<n>.log``."""
-        logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
-        return logs[-1] if logs else None
 
 
 def host_executor(p: psutil.Process) -> Executor:

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import string
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from onceproof.backends.external.fault_map import COMMON, Command, FaultMap, FaultMapError
+from onceproof.backends.external.fault_map import COMMON, Command, FaultMap, FaultMapError, placeholders, render
 from onceproof.kafka_config import KafkaConfigError, KafkaSecurity
 from onceproof.secrets import SecretKeyError, check_secret_keys
 from onceproof.topic_names import TopicNameError, TopicNames
@@ -112,12 +111,11 @@ class SparkTarget:
         (so they stay separate arguments), then split into argv (no shell).
 
         Raises: :class:`ClusterFileError` when a placeholder has no value."""
-        quoted = {k: shlex.quote(str(v)) for k, v in values.items()}
         try:
-            text = self.submit.format_map({**quoted, "job_args": shlex.join(job_args)})
-        except KeyError as e:
-            raise ClusterFileError(f"spark.submit: no value for {{{e.args[0]}}}") from None
-        return Command(argv=tuple(shlex.split(text)), where="local", timeout_s=0.0)
+            argv = render(self.submit, values, raw={"job_args": shlex.join(job_args)}, where="spark.submit")
+        except FaultMapError as e:
+            raise ClusterFileError(str(e)) from None
+        return Command(argv=argv, where="local", timeout_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -229,9 +227,9 @@ def parse(data: Mapping, path: Path, *, env: Mapping[str, str] | None = None) ->
     submit = _str(s, "submit", f"{f}: spark")
     allowed = set(SUBMIT_PLACEHOLDERS) | set(variables)
     try:
-        names = {n for _, n, _, _ in string.Formatter().parse(submit) if n is not None}
-    except ValueError as e:
-        raise ClusterFileError(f"{f}: spark.submit: not a template ({e})") from None
+        names = placeholders(submit, "spark.submit")
+    except FaultMapError as e:
+        raise ClusterFileError(f"{f}: {e}") from None
     unknown = sorted(names - allowed)
     if unknown:
         raise ClusterFileError(f"{f}: spark.submit: unknown placeholder {{{unknown[0]}}}; known: "

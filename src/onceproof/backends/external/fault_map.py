@@ -113,20 +113,31 @@ class FaultEntry:
     shell: bool = False
 
     def command(self, template: str, values: Mapping[str, object]) -> Command:
-        """``template`` rendered with ``values`` (each ``shlex.quote``-d) into a :class:`Command`.
+        """``template`` rendered with ``values`` into a :class:`Command` (:func:`render`).
 
         Raises: :class:`FaultMapError` when a placeholder has no value."""
-        quoted = {k: shlex.quote(str(v)) for k, v in values.items()}
-        try:
-            text = template.format_map(quoted)
-        except KeyError as e:
-            raise FaultMapError(f"faults.{self.key}: no value for {{{e.args[0]}}} "
-                                f"(given: {', '.join(sorted(values))})") from None
-        argv = ("sh", "-c", text) if self.shell else tuple(shlex.split(text))
-        return Command(argv=argv, where=self.where, timeout_s=self.timeout_s)
+        return Command(argv=render(template, values, shell=self.shell, where=f"faults.{self.key}"), where=self.where,
+                       timeout_s=self.timeout_s)
 
 
-def _names(template: str, where: str) -> set[str]:
+def render(template: str, values: Mapping[str, object], *, raw: Mapping[str, str] | None = None, shell: bool = False,
+           where: str = "template") -> tuple[str, ...]:
+    """``template`` with each of ``values`` ``shlex.quote``-d in (so a value is always one argument) and each of
+    ``raw`` put in as it is (text already joined for a shell, e.g. the job's arguments), then split into argv
+    like a shell would, or ``("sh", "-c", text)`` with ``shell``.
+
+    Raises: :class:`FaultMapError` naming ``where`` when a placeholder has no value."""
+    quoted = {k: shlex.quote(str(v)) for k, v in values.items()}
+    try:
+        text = template.format_map({**quoted, **(raw or {})})
+    except KeyError as e:
+        raise FaultMapError(f"{where}: no value for {{{e.args[0]}}} (given: {', '.join(sorted(values))})") from None
+    return ("sh", "-c", text) if shell else tuple(shlex.split(text))
+
+
+def placeholders(template: str, where: str) -> set[str]:
+    """The ``{name}`` placeholders of ``template``. Raises: :class:`FaultMapError` naming ``where`` for a
+    broken template or a placeholder with a conversion, a format spec or a non-identifier name."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:
@@ -203,7 +214,7 @@ class FaultMap:
             for part, text in (("run", run), ("heal", heal)):
                 if text is None:
                     continue
-                unknown = sorted(_names(text, f"{w}.{part}") - allowed)
+                unknown = sorted(placeholders(text, f"{w}.{part}") - allowed)
                 if unknown:
                     raise FaultMapError(f"{w}.{part}: unknown placeholder {{{unknown[0]}}}; this fault knows "
                                         f"{', '.join('{' + n + '}' for n in sorted(allowed))} (add others "

@@ -25,8 +25,9 @@ from onceproof.backends.base import GONE, STOPPED, ClusterError, NodeState
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.external.cluster_file import ClusterFile
 from onceproof.backends.external.commands import CommandRunner
-from onceproof.backends.external.fault_map import FaultMapError
+from onceproof.backends.external.fault_map import Command, FaultMapError
 from onceproof.backends.external.ledger import PendingHeals
+from onceproof.backends.ssh.remote import Completed
 from onceproof.kafka_config import client_config
 
 RUNNING = "running"
@@ -118,7 +119,6 @@ class ExternalCluster:
         ``[kafka.brokers]`` (when given) and a controller, and each answers on its own.
 
         Raises: :class:`ClusterError` naming the bootstrap and what was missing."""
-        expected = len(self.cf.kafka.brokers) or None
         admin = AdminClient(client_config(self.bootstrap, {"socket.timeout.ms": 5000},
                                           logger=logging.getLogger("onceproof.librdkafka.admin")))
         try:
@@ -130,9 +130,7 @@ class ExternalCluster:
         if self.cf.kafka.brokers and set(self.cf.kafka.brokers) != set(self._addresses):
             raise ClusterError(f"{self.cf.path}: [kafka.brokers] lists {sorted(self.cf.kafka.brokers)}, the cluster's "
                                f"metadata {sorted(self._addresses)}; make them agree (a broker down before the run?)")
-        wait_healthy(self.bootstrap, expected or len(self._addresses), exited=lambda: None,
-                     not_listening=lambda: [n for n in self.nodes if not answers(self.address(n))],
-                     timeout_s=timeout_s, where=f"the cluster of {self.cf.path}")
+        self.healthy(timeout_s)
 
     def healthy(self, timeout_s: float = 120.0) -> None:
         """Block until every broker is in the metadata and answers on its own. Raises :class:`ClusterError`."""
@@ -159,6 +157,13 @@ class ExternalCluster:
                                            "broker_id": node, "host": info.get("host", host), "port": port},
                                      broker=info)
 
+    def _run(self, key: str, node: int, cmd: Command) -> Completed:
+        """Run ``cmd`` and record it in :attr:`commands` under ``key``."""
+        done = self.runner.run(cmd)
+        self.commands.append({"key": key, "node": node, "argv": list(done.argv), "returncode": done.returncode,
+                              "seconds": round(done.seconds, 2), "stderr": done.stderr.strip()[-500:]})
+        return done
+
     def _do(self, key: str, node: int, *, heal_key: str | None = None) -> str | None:
         """Run ``key``'s command for ``node``; with ``heal_key``, record its heal in the ledger first.
         Returns the ledger token (None without a heal). Raises: :class:`ClusterError` when it exits ≠ 0."""
@@ -167,9 +172,7 @@ class ExternalCluster:
         heal = self.cf.faults.heal(heal_key, values) if heal_key else None
         if heal is not None:
             token = self.ledger.add(f"{key}:{node}", heal)
-        done = self.runner.run(self.cf.faults.run(key, values))
-        self.commands.append({"key": key, "node": node, "argv": list(done.argv), "returncode": done.returncode,
-                              "seconds": round(done.seconds, 2), "stderr": done.stderr.strip()[-500:]})
+        done = self._run(key, node, self.cf.faults.run(key, values))
         if done.returncode != 0:
             if token is not None:
                 self.ledger.settle(token)
@@ -181,10 +184,7 @@ class ExternalCluster:
         heal = self.cf.faults.heal(key, self._values(key, node))
         if heal is None:
             return
-        done = self.runner.run(heal)
-        self.commands.append({"key": f"{key}.heal", "node": node, "argv": list(done.argv),
-                              "returncode": done.returncode, "seconds": round(done.seconds, 2),
-                              "stderr": done.stderr.strip()[-500:]})
+        done = self._run(f"{key}.heal", node, heal)
         if done.returncode != 0:
             raise ClusterError(f"[faults.{key}] heal for broker {node} exited {done.returncode}: "
                                f"{done.stderr.strip()[-300:]}; it stays in {self.ledger.path}")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from onceproof.backends.base import PipelineArgs
 from onceproof.backends.common import jars
-from onceproof.backends.common.supervisor import checkpoint_ready, read_ready
+from onceproof.backends.common.spark import SupervisedDriver
 from onceproof.backends.external.cluster_file import ClusterFile
 from onceproof.backends.external.commands import CommandRunner
 from onceproof.backends.external.driver import TemplateDriverSupervisor
@@ -56,8 +56,10 @@ def job_args(cf: ClusterFile, pipeline: PipelineArgs, connector: list[str] | Non
     return args
 
 
-class ExternalSpark:
-    """The supervised pipeline ``pipeline`` on the cluster of ``cf``; driver logs in ``log_dir``.
+class ExternalSpark(SupervisedDriver):
+    """The supervised pipeline ``pipeline`` on the cluster of ``cf``; driver logs in ``log_dir``. The checkpoint,
+    ``driver_pid`` (the submit command's), ``ready``, ``restarts`` and ``driver_log`` are
+    :class:`SupervisedDriver`'s.
 
     Args:
         runner: runs the map's commands. ledger: the run's pending heals. run_id: ``{run_id}``/``{prefix}``.
@@ -83,15 +85,6 @@ class ExternalSpark:
 
     # ------------------------------------------------------------------ SparkApp
     @property
-    def checkpoint(self) -> Path:
-        return self.pipeline.checkpoint
-
-    @property
-    def driver_pid(self) -> int | None:
-        """The current incarnation's local submit command (see the module docstring)."""
-        return self.sup.pid
-
-    @property
     def starts_before_cluster(self) -> bool:
         """False: the cluster is already up; the driver starts once the run's topics exist."""
         return False
@@ -100,11 +93,6 @@ class ExternalSpark:
         for d in (self.pipeline.checkpoint, self.pipeline.control, self.log_dir):
             Path(d).mkdir(parents=True, exist_ok=True)
         self.sup.start()
-
-    def ready(self) -> dict | None:
-        if self.pipeline.command:
-            return checkpoint_ready(self.pipeline.checkpoint, self.sup.pid)
-        return read_ready(self.pipeline.control)
 
     def stop(self) -> None:
         """Resume a paused driver (its pending heal), then stop the supervision and the current driver."""
@@ -141,13 +129,6 @@ class ExternalSpark:
         for e in self.ledger.entries():
             if e.token == token and self.runner.run(e.heal).returncode == 0:
                 self.ledger.settle(token)
-
-    def restarts(self) -> int:
-        return self.sup.restarts()
-
-    def driver_log(self) -> Path | None:
-        logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
-        return logs[-1] if logs else None
 
     def log_files(self) -> list[Path]:
         """The submit commands' output (the driver's log where the command attaches to it)."""

@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path, PurePosixPath
 
 from onceproof.backends.base import PipelineArgs
-from onceproof.backends.common.supervisor import checkpoint_ready, read_ready
+from onceproof.backends.common.spark import SupervisedDriver
 from onceproof.backends.ssh.driver import RemoteDriverSupervisor
 from onceproof.backends.ssh.relay import RunFilesRelay
 from onceproof.backends.ssh.remote import RemoteError
@@ -40,10 +40,11 @@ def remote_pipeline(pipeline: PipelineArgs, remote_run: PurePosixPath, master_ur
                                sink_log=Path(str(remote_run / runfiles.SINK)), master=master)
 
 
-class SshSpark:
+class SshSpark(SupervisedDriver):
     """The supervised pipeline ``pipeline`` on ``spark``'s nodes; the harness's run directory is
     ``run_dir`` (``pipeline``'s checkpoint, control and sink log are in it), its logs ``log_dir``
-    (``run_dir/logs``). Nothing runs until :meth:`start`."""
+    (``run_dir/logs``). Nothing runs until :meth:`start`. The checkpoint and the driver log (the harness's relayed
+    copies), ``driver_pid`` (the node's pid), ``ready`` and ``restarts`` are :class:`SupervisedDriver`'s."""
 
     def __init__(self, spark: SshSparkCluster, pipeline: PipelineArgs, run_dir: Path, log_dir: Path):
         self.spark, self.pipeline, self.run_dir, self.log_dir = spark, pipeline, Path(run_dir), Path(log_dir)
@@ -51,22 +52,14 @@ class SshSpark:
         self.helper = spark.helpers[driver.name]
         self.remote_run = self.helper.run_dir
         self.inner = remote_pipeline(pipeline, self.remote_run, spark.master_url)
-        self.sup: RemoteDriverSupervisor | None = None
+        # its command and environment name the dists' paths on the nodes, known once start() installed them
+        self.sup = RemoteDriverSupervisor(argv=[], log_dir=self.log_dir, helper=self.helper,
+                                          remote_logs=self.remote_run / runfiles.LOGS, remote_cwd=self.remote_run)
         remotes = {name: h.remote for name, h in spark.helpers.items()
                    if name == driver.name or spark.inv.node(name).has("spark-worker")}
         self.relay = RunFilesRelay(remotes, self.remote_run, self.run_dir, driver.name)
 
     # ------------------------------------------------------------------ SparkApp
-    @property
-    def checkpoint(self) -> Path:
-        """The harness's copy of the checkpoint (offset and commit logs, relayed from the driver node)."""
-        return self.pipeline.checkpoint
-
-    @property
-    def driver_pid(self) -> int | None:
-        """The current driver's pid on the driver node."""
-        return self.sup.pid if self.sup is not None else None
-
     @property
     def starts_before_cluster(self) -> bool:
         """False: :meth:`start` installs and starts the Spark nodes first, which the brokers' start would
@@ -88,27 +81,17 @@ class SshSpark:
         self.relay.start()
         jars = ",".join(f"local:{self.spark.connector}/{j}" for j in self._connector_jars())
         argv = ["python3", "-m", "onceproof.job", *self.inner.argv(), *(["--jars", jars] if jars else [])]
-        self.sup = RemoteDriverSupervisor(argv=argv, log_dir=self.log_dir, env=self.spark.env(), helper=self.helper,
-                                          remote_logs=self.remote_run / runfiles.LOGS, remote_cwd=self.remote_run)
+        self.sup.argv, self.sup.env = argv, self.spark.env()
         self.sup.start()
 
     def _connector_jars(self) -> list[str]:
         done = self.helper.remote.run(["ls", str(self.spark.connector)], timeout_s=30).check()
         return sorted(j for j in done.stdout.split() if j.endswith(".jar"))
 
-    def ready(self) -> dict | None:
-        """The driver's ``driver.ready`` as relayed (its pid is the node's), or for a user's pipeline the
-        relayed checkpoint's metadata."""
-        pid = self.driver_pid
-        if self.pipeline.command:
-            return checkpoint_ready(self.pipeline.checkpoint, pid)
-        return read_ready(self.pipeline.control)
-
     def stop(self) -> None:
         """Stop the driver, make the relay's last pass, then stop the master and workers (logs collected)."""
         try:
-            if self.sup is not None:
-                self.sup.stop()
+            self.sup.stop()
         finally:
             try:
                 self.relay.stop()
@@ -117,31 +100,21 @@ class SshSpark:
 
     def kill_now(self) -> None:
         """SIGKILL the driver and the Spark daemons without waiting (the teardown's last resort)."""
-        if self.sup is not None:
-            self.sup.kill_now()
+        self.sup.kill_now()
         with contextlib.suppress(RemoteError):
             self.spark.down()
 
     def kill_driver(self, pid: int) -> bool:
         """SIGKILL the driver ``pid``'s group on its node; True when the node reports it gone."""
-        return self.sup is not None and self.sup.kill(pid)
+        return self.sup.kill(pid)
 
     def freeze_driver(self, pid: int) -> bool:
         """SIGSTOP the driver ``pid``'s group on its node; True when sent."""
-        return self.sup is not None and self.sup.signal_driver(pid, "STOP")
+        return self.sup.signal_driver(pid, "STOP")
 
     def thaw_driver(self, pid: int) -> None:
         """SIGCONT the driver ``pid``'s group."""
-        if self.sup is not None:
-            self.sup.signal_driver(pid, "CONT")
-
-    def restarts(self) -> int:
-        return self.sup.restarts() if self.sup is not None else 0
-
-    def driver_log(self) -> Path | None:
-        """The newest relayed ``driver-<n>.log``."""
-        logs = sorted(self.log_dir.glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
-        return logs[-1] if logs else None
+        self.sup.signal_driver(pid, "CONT")
 
     def log_files(self) -> list[Path]:
         """The relayed driver logs and the collected master and worker logs (``logs/<node>/``)."""
