@@ -47,8 +47,9 @@ def our_jvms(marker: str) -> list[psutil.Process]:
     return out
 
 
-def run_cli(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="160")
+def run_cli(args: list[str], timeout: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``onceproof ARGS`` from the repository, output captured; ``env`` added to this process's environment."""
+    env = dict(os.environ, COLUMNS="160", **(env or {}))
     return subprocess.run(ONCEPROOF + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 

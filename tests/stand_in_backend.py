@@ -321,7 +321,7 @@ class ExecutorStandInSpark(CoreStandInSpark):
     def executors(self) -> list[Executor]:
         return list(self._executors)
 
-    def executor_of(self, task_pid: int) -> Executor | None:
+    def executor_of(self, task_pid: int, host: str | None = None) -> Executor | None:
         return self._executors[0]
 
     def kill_executor(self, executor: Executor) -> str | None:

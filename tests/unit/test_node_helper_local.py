@@ -77,3 +77,35 @@ def test_bad_arguments_are_refused_with_exit_2(tmp_path):
     p = subprocess.run([sys.executable, HELPER, "start", "--root", str(tmp_path), "--run", "../etc", "--name", "x",
                         "--log", "/dev/null", "--", "true"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "bad --run" in p.stdout
+
+
+def test_executors_are_found_above_a_task_read_and_killed_alone_only_while_still_ours(tmp_path, run):
+    # a stand-in executor JVM (its command line names Spark's executor main) with a "Python worker" child,
+    # started as the node's Spark worker starts one: tagged with the run through the environment
+    exe = _call(tmp_path, run, "start", "--name", "worker-1", "--log", str(tmp_path / "w.log"), "--",
+                "sh", "-c", "sleep 60 & exec python3 -c 'import time; time.sleep(60)' "
+                "org.apache.spark.executor.CoarseGrainedExecutorBackend --executor-id 7")["pid"]
+    _wait(lambda: "CoarseGrainedExecutorBackend" in " ".join(psutil.Process(exe).cmdline()))
+    _wait(lambda: len(psutil.Process(exe).children()) == 1)
+    task = psutil.Process(exe).children()[0].pid
+    other = subprocess.Popen(["sh", "-c", "exec python3 -c 'import time; time.sleep(60)' "
+                              "org.apache.spark.executor.CoarseGrainedExecutorBackend --executor-id 8"],
+                             env={"ONCEPROOF_RUN": run + "x", "PATH": "/usr/bin:/bin"})
+    try:
+        listed = _call(tmp_path, run, "executors")["executors"]
+        assert [(e["pid"], e["id"]) for e in listed] == [(exe, "7")], listed  # not the other run's
+        started = listed[0]["started"]
+        assert abs(started - psutil.Process(exe).create_time()) < 0.05 and listed[0]["cpu_s"] >= 0
+        assert _call(tmp_path, run, "executors", "--pid", str(task))["executors"][0]["pid"] == exe
+        assert _call(tmp_path, run, "executors", "--pid", str(other.pid))["executors"] == []
+        # a start time that is not the process's: the pid is taken to be another process now, never signalled
+        assert _call(tmp_path, run, "kill-executor", "--pid", str(exe), "--started", repr(started + 5)) == \
+            {"gone": True, "why": "foreign"}
+        assert psutil.Process(exe).status() != psutil.STATUS_ZOMBIE
+        got = _call(tmp_path, run, "kill-executor", "--pid", str(exe), "--started", repr(started))
+        assert got["gone"] and "why" not in got, got
+        assert psutil.pid_exists(task), "the executor alone is killed, not its children"
+        assert other.poll() is None
+    finally:
+        other.kill()
+        _call(tmp_path, run, "sweep")

@@ -86,12 +86,14 @@ class NodeState:
 @dataclass(frozen=True)
 class Executor:
     """One Spark executor: Spark's executor id (``"0"``, ``"1"``, ...; ``"?"`` when unreadable), its
-    process id, and the process's start time (epoch s; 0 = unknown) so that a reused pid is never
-    signalled."""
+    process id, the process's start time (epoch s; 0 = unknown) so that a reused pid is never
+    signalled, and the machine it runs on (a node's name where the backend has several, ``""`` on a
+    backend whose executors are the harness host's processes)."""
 
     id: str
     pid: int
     started: float = 0.0
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -314,8 +316,9 @@ class ExecutorFaults(Protocol):
     def executors(self) -> list[Executor]:
         """The current driver's live executors."""
 
-    def executor_of(self, task_pid: int) -> Executor | None:
-        """The executor running the Python task process ``task_pid`` (a sink task announces its pid)."""
+    def executor_of(self, task_pid: int, host: str | None = None) -> Executor | None:
+        """The executor running the Python task process ``task_pid`` (a sink task announces its pid and
+        its machine's hostname, ``host``; a backend whose executors are host processes ignores ``host``)."""
 
     def kill_executor(self, executor: Executor) -> str | None:
         """SIGKILL ``executor`` and wait (≤ 10 s). Returns why it failed, ``None`` when it is gone."""

@@ -236,9 +236,10 @@ class KillExecutor:
             if ctx.stop.is_set():
                 return Outcome(SKIPPED, f"sink partition {part}", {"reason": "the run ended first"})
             return self._in_batch(ctx, rng)  # a pipeline whose sink has no hook (a user's job)
-        victim = ctx.spark.executor_of(int(held["pid"]))
+        victim = ctx.spark.executor_of(int(held["pid"]), held.get("host"))
         ev = {"aim": "executor holding a sink task", "sink_partition": part,
-              "held": {k: held.get(k) for k in ("batch", "partition", "attempt", "incarnation", "txn_id", "pid")}}
+              "held": {k: held.get(k) for k in ("batch", "partition", "attempt", "incarnation", "txn_id", "pid",
+                                                "host")}}
         if victim is None:
             return Outcome(NOT_EFFECTIVE, f"sink partition {part}", {**ev, "reason": "no executor above the task"})
         eid = victim.id

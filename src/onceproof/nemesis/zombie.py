@@ -76,7 +76,7 @@ class ZombieTask:
         ev: dict = {"stage": stage, "zombie": {k: z.get(k) for k in ("batch", "partition", "attempt", "incarnation",
                                                                        "txn_id", "zombie_pid")}}
         key = (z["batch"], z["partition"])
-        victim = ctx.spark.executor_of(int(z["zombie_pid"]))
+        victim = ctx.spark.executor_of(int(z["zombie_pid"]), z.get("host"))
         if victim is None:
             self._release(ctx)
             return Outcome(NOT_EFFECTIVE, f"{stage} sink partition {part}",

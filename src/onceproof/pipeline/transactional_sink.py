@@ -75,6 +75,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -134,13 +135,17 @@ def event_log(log_path: str, incarnation: str, sink: str) -> Callable[..., None]
     return functools.partial(append_event, log_path, incarnation, sink=sink)
 
 
+_HOST = socket.gethostname()
+
+
 def append_event(log_path: str, incarnation: str, event: str, **fields) -> None:
-    """Append one ``sink.jsonl`` event (``time``, ``event``, ``pid``, ``incarnation``, then ``fields``) to
-    ``log_path``; nothing when it is "". Also used by ``pipeline/file_sink.py``'s hold."""
+    """Append one ``sink.jsonl`` event (``time``, ``event``, ``pid``, ``host`` (the machine's hostname: a pid
+    names a process only on its machine), ``incarnation``, then ``fields``) to ``log_path``; nothing when it
+    is "". Also used by ``pipeline/file_sink.py``'s hold."""
     if not log_path:
         return
-    line = json.dumps({"time": time.time(), "event": event, "pid": os.getpid(), "incarnation": incarnation,
-                       **fields}) + "\n"
+    line = json.dumps({"time": time.time(), "event": event, "pid": os.getpid(), "host": _HOST,
+                       "incarnation": incarnation, **fields}) + "\n"
     # One write(2) of a short line with O_APPEND: lines from concurrent tasks do not interleave.
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

@@ -65,8 +65,9 @@ class SupervisedSpark(SupervisedDriver):
     """:class:`SupervisedDriver` plus the :class:`~onceproof.backends.base.ExecutorFaults` members of a backend
     whose executors are host processes (local, Docker with ``pid_mode=host``)."""
 
-    def executor_of(self, task_pid: int) -> Executor | None:
-        """The executor JVM above the Python worker ``task_pid`` (worker ← pyspark daemon ← executor)."""
+    def executor_of(self, task_pid: int, host: str | None = None) -> Executor | None:
+        """The executor JVM above the Python worker ``task_pid`` (worker ← pyspark daemon ← executor); ``host``
+        is not needed: every pid here is the harness host's."""
         try:
             for a in psutil.Process(task_pid).parents():
                 if EXECUTOR_MAIN in " ".join(a.cmdline()):

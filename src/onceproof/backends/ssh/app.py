@@ -9,9 +9,11 @@
   harness's run directory in step with the Spark nodes', so the nemeses, the checkpoint readers and
   ``ready()`` keep reading local paths.
 
-Implements ``SparkApp`` and ``DriverPause`` (SIGSTOP/SIGCONT of the driver's group on its node). Not
-``ExecutorFaults``: executor pids live on the worker nodes and ``sink.jsonl`` does not yet name a task's
-host, so ``kill-executor`` is not offered on this backend (capabilities are derived from the protocols).
+Implements ``SparkApp``, ``DriverPause`` (SIGSTOP/SIGCONT of the driver's group on its node) and
+``ExecutorFaults``: an executor is a process of a worker node (``Executor.host`` is the node's name),
+found, read and killed there by the node helper (``executors``, ``kill-executor``); a sink task's
+``sink.jsonl`` events name its machine's hostname, which :meth:`SshSpark.executor_of` maps to its node.
+Not ``ExecutorPause``: ``kill-executor`` on a sink without the pre-commit hook aims by CPU time.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import contextlib
 import dataclasses
 from pathlib import Path, PurePosixPath
 
-from onceproof.backends.base import PipelineArgs
+from onceproof.backends.base import Executor, PipelineArgs
 from onceproof.backends.common.spark import SupervisedDriver
 from onceproof.backends.ssh.driver import RemoteDriverSupervisor
+from onceproof.backends.ssh.node import NodeHelper
 from onceproof.backends.ssh.relay import RunFilesRelay
 from onceproof.backends.ssh.remote import RemoteError
 from onceproof.backends.ssh.spark import SshSparkCluster
@@ -58,6 +61,7 @@ class SshSpark(SupervisedDriver):
         remotes = {name: h.remote for name, h in spark.helpers.items()
                    if name == driver.name or spark.inv.node(name).has("spark-worker")}
         self.relay = RunFilesRelay(remotes, self.remote_run, self.run_dir, driver.name)
+        self._hostnames: dict[str, str] | None = None  # a worker's hostname -> its node name
 
     # ------------------------------------------------------------------ SparkApp
     @property
@@ -116,6 +120,72 @@ class SshSpark(SupervisedDriver):
         """SIGCONT the driver ``pid``'s group."""
         self.sup.signal_driver(pid, "CONT")
 
+    # ------------------------------------------------------------------ ExecutorFaults
+    def _workers(self) -> dict[str, NodeHelper]:
+        return {n.name: self.spark.helpers[n.name] for n in self.spark.workers}
+
+    def _node_of_host(self, host: str) -> str | None:
+        """The worker node whose hostname is ``host`` (each worker's ``hostname``, read once)."""
+        if self._hostnames is None:
+            names: dict[str, str] = {}
+            for name, h in self._workers().items():
+                with contextlib.suppress(RemoteError):
+                    names[h.remote.run(["hostname"], timeout_s=15).check().stdout.strip()] = name
+            self._hostnames = names
+        return self._hostnames.get(host)
+
+    def executors(self) -> list[Executor]:
+        """The run's executor JVMs on every worker node (a node that cannot be read adds none)."""
+        out: list[Executor] = []
+        for name, h in self._workers().items():
+            with contextlib.suppress(RemoteError):
+                out += [_executor(e, name) for e in h.executors()]
+        return out
+
+    def executor_of(self, task_pid: int, host: str | None = None) -> Executor | None:
+        """The executor above the task's Python worker ``task_pid`` on the worker node whose hostname is
+        ``host`` (every worker node when ``host`` is unknown: pids of different machines may be equal, the
+        first found is returned)."""
+        node = self._node_of_host(host) if host else None
+        for name, h in self._workers().items():
+            if node is not None and name != node:
+                continue
+            with contextlib.suppress(RemoteError):
+                found = h.executors(above=task_pid)
+                if found:
+                    return _executor(found[0], name)
+        return None
+
+    def kill_executor(self, executor: Executor) -> str | None:
+        """SIGKILL ``executor`` alone on its node (its worker notices and reports it lost) and wait ≤ 10 s;
+        why it failed, or ``None`` when it is gone (a pid now another process's counts as gone)."""
+        h = self._workers().get(executor.host)
+        if h is None:
+            return f"no worker node named {executor.host!r}"
+        try:
+            done = h.kill_executor(executor.pid, executor.started)
+        except RemoteError as e:
+            return f"cannot reach {executor.host}: {e}"
+        return None if done.get("gone") else done.get("why", "not gone")
+
+    def executor_cpu_s(self, executor: Executor) -> float | None:
+        """User + system CPU seconds of ``executor``'s JVM, read on its node; ``None`` when it is gone, its
+        pid reused, or the node cannot be read."""
+        h = self._workers().get(executor.host)
+        if h is None:
+            return None
+        try:
+            found = h.executors()
+        except RemoteError:
+            return None
+        return next((e["cpu_s"] for e in found if e["pid"] == executor.pid
+                     and abs(e["started"] - executor.started) <= 1e-3), None)
+
     def log_files(self) -> list[Path]:
         """The relayed driver logs and the collected master and worker logs (``logs/<node>/``)."""
         return sorted(self.log_dir.glob("driver-*.log")) + sorted(self.spark.log_dir.glob("*/*.log"))
+
+
+def _executor(found: dict, node: str) -> Executor:
+    """An :class:`Executor` on ``node`` from the node helper's ``executors`` answer."""
+    return Executor(str(found["id"]), int(found["pid"]), float(found["started"]), node)

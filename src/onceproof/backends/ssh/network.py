@@ -86,8 +86,13 @@ def bandwidth_commands(dev: str, port: int, rate_kbytes: float) -> list[list[str
             ["tc", "class", "add", "dev", dev, "parent", HTB, "classid", f"{HTB}20", "htb", "rate", f"{kbit}kbit"],
             ["tc", "qdisc", "add", "dev", dev, "parent", f"{HTB}20", "handle", "4f51:", "tbf", "rate", f"{kbit}kbit",
              "burst", "16kb", "latency", "200ms"],
-            ["tc", "filter", "add", "dev", dev, "parent", HTB, "protocol", "ip", "prio", "1", "u32", "match", "ip",
-             "sport", str(port), "0xffff", "flowid", f"{HTB}20"]]
+            port_filter(dev, port)]
+
+
+def port_filter(dev: str, port: int) -> list[str]:
+    """The ``tc`` argv that sends what leaves ``dev`` from source port ``port`` to the shaped class. Pure."""
+    return ["tc", "filter", "add", "dev", dev, "parent", HTB, "protocol", "ip", "prio", "1", "u32", "match", "ip",
+            "sport", str(port), "0xffff", "flowid", f"{HTB}20"]
 
 
 class SshNetwork:
@@ -213,15 +218,21 @@ class SshNetwork:
     def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream",
              toxicity: float = 1.0) -> str:
         """Only ``bandwidth`` (``attrs["rate"]``, KB/s), downstream (what the node sends from the path's
-        port). Raises ``BackendError`` for another kind (no ``sch_netem`` here) or a second slowdown on a node."""
+        port). A second path of a node already slowed (a broker's client and inter-broker paths) joins the
+        same shaped class: the rate is their sum's. Raises ``BackendError`` for another kind (no
+        ``sch_netem`` here) or a root qdisc onceproof did not make."""
         if kind not in KINDS:
             raise BackendError(f"slow-network:{kind} needs netem, which the ssh backend does not use; it can "
                                "slow by bandwidth only (tc htb + tbf)")
         n = self._path_node(path)
-        if any(self._path_node(p) == n for p in self._slow):
-            raise BackendError(f"broker {n} is already slowed ({', '.join(self._slow)}); one slowdown per node")
-        dev = self._dev(n)
         r = self._remote(n)
+        port = self.ports["client" if path.startswith("client") else "internal"]
+        same = next((s for p, s in self._slow.items() if self._path_node(p) == n), None)
+        if same is not None:
+            r.run(port_filter(same["dev"], port), timeout_s=15, root=True).check()
+            self._slow[path] = {"name": name, "dev": same["dev"]}
+            return name
+        dev = self._dev(n)
         show = r.run(["tc", "qdisc", "show", "dev", dev, "root"], timeout_s=15, root=True).check().stdout
         if show.strip() and not re.match(r"qdisc (noqueue|pfifo_fast|fq_codel|mq|fq) ", show.strip()):
             raise BackendError(f"[{self._node(n).name}] {dev} already has a root qdisc ({show.strip()}); onceproof "
@@ -229,7 +240,6 @@ class SshNetwork:
         h = NodeHelper(r, self.inv.root, self.run_id)
         r.run(["sh", "-c", f'mkdir -p "{h.run_dir}/net" && cat > "{h.run_dir}/net/qdisc-{dev}.json"'],
               stdin=json.dumps({"dev": dev, "kind": "htb", "handle": HTB, "before": show.strip()}), root=True).check()
-        port = self.ports["client" if path.startswith("client") else "internal"]
         for argv in bandwidth_commands(dev, port, float(attrs.get("rate", 64))):
             r.run(argv, timeout_s=15, root=True).check()
         self._slow[path] = {"name": name, "dev": dev}
@@ -244,8 +254,10 @@ class SshNetwork:
         return [s["name"]] if f"qdisc htb {HTB}" in out else []
 
     def unslow(self, path: str, name: str) -> None:
+        """Remove ``path``'s slowdown: the node's qdisc once none of its paths is slowed any more (until then
+        the path's port stays in the shaped class)."""
         s = self._slow.pop(path, None)
-        if s:
+        if s and not any(self._path_node(p) == self._path_node(path) for p in self._slow):
             self._remote(self._path_node(path)).run(["tc", "qdisc", "del", "dev", s["dev"], "root"], timeout_s=15,
                                                     root=True)
 

@@ -99,6 +99,18 @@ class NodeHelper:
         ours; ``{"sent": bool, "pid", "why"?}``."""
         return self._call("signal", f"--name={name}", f"--sig={sig}")
 
+    def executors(self, above: int | None = None) -> list[dict]:
+        """The run's Spark executor JVMs on the node, each ``{"pid", "id", "start_ticks", "started" (epoch s),
+        "cpu_s"}``; with ``above``, only the executor above that process (a task's Python worker), ``[]``
+        when none. Raises: :class:`NodeHelperError`, ``RemoteError``."""
+        return self._call("executors", *([f"--pid={above}"] if above else []))["executors"]
+
+    def kill_executor(self, pid: int, started: float) -> dict:
+        """SIGKILL the run's executor ``pid`` alone if it still started at ``started`` (epoch s, as
+        :meth:`executors` gave it) and wait ≤ 10 s; ``{"gone": bool, "why"?}`` (``why`` ``foreign`` or
+        ``gone`` when it was not ours any more)."""
+        return self._call("kill-executor", f"--pid={pid}", f"--started={started!r}", timeout_s=30.0)
+
     def sweep(self) -> dict:
         """Kill everything of the run on the node and remove its chains and qdiscs (see the helper);
         what was removed (``swept.json``'s content)."""

@@ -26,6 +26,15 @@ Commands (``python3 onceproof-node.py <command> --root R --run ID ...``):
   (``beat``) touches ``heartbeat``; ``release`` writes ``released`` (a clean end: the watchdog leaves);
   end of input without ``release`` (the harness or its connection died: the kernel closed its socket,
   sshd closed the channel) writes ``lease.ended``.
+* ``executors [--pid P]``: the run's Spark executor JVMs on the node (processes tagged ``ONCEPROOF_RUN=ID``
+  whose command line holds ``CoarseGrainedExecutorBackend``), each ``{"pid", "id", "start_ticks",
+  "started", "cpu_s"}``: ``id`` its ``--executor-id``, ``started`` epoch seconds (``btime`` of /proc/stat
+  plus its start ticks), ``cpu_s`` user + system seconds (fields 14 and 15 of /proc/<pid>/stat). With
+  ``--pid``, only the executor above process P (the Python worker of a task: worker ← daemon ← executor),
+  ``{"executors": []}`` when there is none. Prints ``{"executors": [...]}``.
+* ``kill-executor --pid P --started S``: SIGKILL the executor P alone (its Spark worker notices), only while it
+  is the run's, an executor, and started at S (``executors``' ``started``, to the millisecond); waits ≤ 10 s
+  for it to be gone (or a zombie: its worker reaps it). Prints ``{"gone": bool, "why"?}``.
 * ``unwheel -- SRC DEST``: unpack every ``SRC/*.whl`` into ``DEST`` keeping each file's mode
   (``ZipInfo.external_attr >> 16``; ``python -m zipfile`` drops modes, and ``pyspark/bin/spark-class`` must
   stay executable). Prints ``{"wheels": n, "files": m}``.
@@ -218,20 +227,107 @@ def cmd_signal(a):
     return 0
 
 
+def _is_tagged(pid, run_id):
+    """Whether process ``pid``'s environment holds ONCEPROOF_RUN=<run_id>."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return ("ONCEPROOF_RUN=" + run_id).encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def _tagged(run_id, exclude):
     """Pids whose environment holds ONCEPROOF_RUN=<run_id> (readable ones: all of them as root)."""
-    want = ("ONCEPROOF_RUN=" + run_id).encode()
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) in exclude:
-            continue
-        try:
-            with open(f"/proc/{d}/environ", "rb") as f:
-                if want in f.read().split(b"\0"):
-                    out.append(int(d))
-        except OSError:
-            continue
-    return out
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) not in exclude and _is_tagged(d, run_id)]
+
+
+EXECUTOR_MAIN = "CoarseGrainedExecutorBackend"
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [x.decode(errors="replace") for x in f.read().split(b"\0") if x]
+    except OSError:
+        return []
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return 0
+    return int(s[s.rindex(")") + 2:].split()[1])
+
+
+def _btime():
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return int(line.split()[1])
+    return 0
+
+
+def _executor(pid, hz, btime):
+    """``{"pid", "id", "start_ticks", "started", "cpu_s"}`` of executor JVM ``pid``, None when it is not one."""
+    argv = _cmdline(pid)
+    if not any(EXECUTOR_MAIN in a for a in argv):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return None
+    rest = s[s.rindex(")") + 2:].split()
+    eid = argv[argv.index("--executor-id") + 1] if "--executor-id" in argv[:-1] else "?"
+    ticks = int(rest[19])
+    return {"pid": pid, "id": eid, "start_ticks": ticks, "started": btime + ticks / hz,
+            "cpu_s": (int(rest[11]) + int(rest[12])) / hz}
+
+
+def cmd_executors(a):
+    hz, btime = os.sysconf("SC_CLK_TCK"), _btime()
+    if a.pid:
+        pid, seen = int(a.pid), 0
+        while pid > 1 and seen < 16:
+            ex = _executor(pid, hz, btime)
+            if ex is not None:
+                _out({"executors": [ex] if _is_tagged(pid, a.run) else []})
+                return 0
+            pid, seen = _ppid(pid), seen + 1
+        _out({"executors": []})
+        return 0
+    out = [ex for ex in (_executor(p, hz, btime) for p in _tagged(a.run, {os.getpid()})) if ex is not None]
+    _out({"executors": out})
+    return 0
+
+
+def cmd_kill_executor(a):
+    pid = int(a.pid or 0)
+    st = _stat(pid)
+    if st is None or st[0] == "Z":
+        _out({"gone": True, "why": "gone"})
+        return 0
+    hz, btime = os.sysconf("SC_CLK_TCK"), _btime()
+    ex = _executor(pid, hz, btime)
+    if ex is None or abs(ex["started"] - a.started) > 1e-3 or not _is_tagged(pid, a.run):
+        _out({"gone": True, "why": "foreign"})  # the pid now belongs to another process: ours is gone
+        return 0
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        _out({"gone": True})
+        return 0
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        st = _stat(pid)
+        if st is None or st[0] == "Z" or st[1] != ex["start_ticks"]:
+            _out({"gone": True, "after_s": round(time.time() - t0, 3)})
+            return 0
+        time.sleep(0.05)
+    _out({"gone": False, "why": "still alive 10 s after SIGKILL"})
+    return 0
 
 
 def _iptables_chains(prefix):
@@ -397,7 +493,8 @@ def cmd_unwheel(a):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="onceproof-node.py")
-    ap.add_argument("command", choices=["start", "status", "signal", "sweep", "hold", "watchdog", "unwheel"])
+    ap.add_argument("command", choices=["start", "status", "signal", "sweep", "hold", "watchdog", "unwheel",
+                                           "executors", "kill-executor"])
     ap.add_argument("--root", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--name")
@@ -405,6 +502,8 @@ def main(argv=None):
     ap.add_argument("--env", action="append")
     ap.add_argument("--cwd")
     ap.add_argument("--sig", default="KILL")
+    ap.add_argument("--pid", type=int)
+    ap.add_argument("--started", type=float, default=-1.0)
     ap.add_argument("--lease-s", type=float, default=20.0)
     ap.add_argument("--grace-s", type=float, default=5.0)
     args = list(sys.argv[1:] if argv is None else argv)
@@ -417,11 +516,15 @@ def main(argv=None):
     if a.command in ("start", "status", "signal") and not (a.name and re.fullmatch(r"[A-Za-z0-9._-]{1,64}", a.name)):
         _out({"error": "--name is required (letters, digits, . _ -)"})
         return 2
+    if a.command == "kill-executor" and not (a.pid and a.started >= 0):
+        _out({"error": "kill-executor needs --pid and --started"})
+        return 2
     if a.command == "start" and not a.log:
         _out({"error": "--log is required"})
         return 2
     return {"start": cmd_start, "status": cmd_status, "signal": cmd_signal, "sweep": cmd_sweep,
-            "hold": cmd_hold, "watchdog": cmd_watchdog, "unwheel": cmd_unwheel}[a.command](a)
+            "hold": cmd_hold, "watchdog": cmd_watchdog, "unwheel": cmd_unwheel, "executors": cmd_executors,
+            "kill-executor": cmd_kill_executor}[a.command](a)
 
 
 if __name__ == "__main__":
