@@ -6,7 +6,10 @@ project and shared directory changed for the test).
 * the eos sink stays valid under a broker kill, a driver kill and a driver kill in its commit window,
   each done by the map's command and seen by onceproof itself (a broker stops answering metadata, the
   driver's next incarnation starts);
-* the at-least-once sink is caught duplicating after the commit-window kill;
+* the at-least-once sink is caught duplicating after the commit-window kill, run through SASL/SCRAM-SHA-512
+  listeners (``tests/docker/compose-scram.yml``) by the harness and the pipeline alike, the password given
+  only through the environment: no file of the run directory (gzipped ones read inside) and none of
+  onceproof's output holds it;
 * a topic created before the runs, outside onceproof, has the same records and offsets after them, and no
   topic of the runs is left (only names under the run's prefix were ever created or deleted);
 * nothing of the runs is left running (no driver container), and ``docker compose down -v`` removes the rest.
@@ -27,6 +30,10 @@ from tests.conftest import REPO, load_run, run_cli
 pytestmark = pytest.mark.docker
 
 HOST_BOOTSTRAP = "localhost:29091,localhost:29092,localhost:29093"
+SCRAM_HOST = "localhost:29191,localhost:29192,localhost:29193"
+SCRAM_NET = "kafka1:9094,kafka2:9094,kafka3:9094"
+SCRAM_USER = "onceproof"
+PASSWORD_ENV = "ONCEPROOF_TEST_KAFKA_PASSWORD"
 FOREIGN = "payments-ledger"
 """A topic of "someone else" on the cluster: onceproof must neither read nor write it."""
 
@@ -66,7 +73,7 @@ def _snapshot() -> dict:
 
     from onceproof.clients import topics
 
-    ends = topics.end_offsets(HOST_BOOTSTRAP, FOREIGN)
+    ends = topics.end_offsets(HOST_BOOTSTRAP, FOREIGN, committed=False)
     c = Consumer({"bootstrap.servers": HOST_BOOTSTRAP, "group.id": f"snapshot-{uuid.uuid4().hex[:6]}",
                   "enable.auto.commit": False})
     c.assign([TopicPartition(FOREIGN, p, 0) for p in ends])
@@ -97,28 +104,65 @@ def compose_cluster(docker_engine, docker_images, tmp_path_factory):
     compose_file = REPO / "docker-compose.yml"
     run_env = {**docker_engine.env(), "ONCEPROOF_RUN_DIR": str(shared)}
     env.update(run_env)
-    base = [*cli, "-f", str(compose_file), "-p", project, "--profile", "spark"]
+    scram_file = REPO / "tests" / "docker" / "compose-scram.yml"
+    base = [*cli, "-f", str(compose_file), "-f", str(scram_file), "-p", project, "--profile", "spark"]
+    files = f"-f {shlex.quote(str(compose_file))} -f {shlex.quote(str(scram_file))}"
     text = (REPO / "examples" / "cluster.toml").read_text()
-    text = text.replace("docker compose -p", f"{shlex.join(cli)} -f {shlex.quote(str(compose_file))} -p")
+    text = text.replace("docker compose -p", f"{shlex.join(cli)} {files} -p")
     text = text.replace('harness_path = "/srv/onceproof-results"', f'harness_path = "{shared}"')
     text = text.replace('project = "onceproof-ext"', f'project = "{project}"')
     cluster_toml = shared.parent / "cluster.toml"
     cluster_toml.write_text(text)
+    scram_toml = shared.parent / "scram.toml"  # the same cluster through its SCRAM listeners
+    security = (f'[kafka.security]\nprotocol = "SASL_PLAINTEXT"\nmechanism = "SCRAM-SHA-512"\n'
+                f'username = "{SCRAM_USER}"\npassword_env = "{PASSWORD_ENV}"\n\n[kafka.brokers]')
+    scram_toml.write_text(text.replace(f'bootstrap = "{HOST_BOOTSTRAP}"', f'bootstrap = "{SCRAM_HOST}"', 1)
+                          .replace('bootstrap = "kafka1:9092,kafka2:9092,kafka3:9092"', f'bootstrap = "{SCRAM_NET}"')
+                          .replace("[kafka.brokers]", security, 1))
+    password = "pw-" + uuid.uuid4().hex  # only ever in this process's memory and the run's environment
     try:
         _compose(base, ["up", "-d"], env)
         before = _foreign_topic()
-        yield {"toml": cluster_toml, "shared": shared, "env": run_env, "before": before, "project": project,
-               "client": docker_engine.client}
+        _scram_user(password)
+        yield {"toml": cluster_toml, "scram_toml": scram_toml, "shared": shared, "env": run_env,
+               "password": password, "before": before, "project": project, "client": docker_engine.client}
     finally:
         subprocess.run(base + ["--profile", "driver", "down", "-v", "--remove-orphans", "-t", "5"], cwd=REPO,
                        env=env, capture_output=True, timeout=300)
 
 
-def _run(cc: dict, sink: str, nemesis: str, results) -> tuple:
-    p = run_cli(["run", "--backend", "external", "--cluster", str(cc["toml"]), "--sink", sink, "--nemesis",
+def _scram_user(password: str) -> None:
+    """SCRAM-SHA-512 credentials for :data:`SCRAM_USER`, set over the PLAINTEXT listener (Admin API,
+    AlterUserScramCredentials: KIP-554)."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    from onceproof.clients import topics
+
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    futs = topics.admin(HOST_BOOTSTRAP).alter_user_scram_credentials(
+        [UserScramCredentialUpsertion(SCRAM_USER, info, password.encode())])
+    for f in futs.values():
+        f.result(timeout=60)
+
+
+def _run(cc: dict, sink: str, nemesis: str, results, toml: str = "toml", env: dict | None = None) -> tuple:
+    p = run_cli(["run", "--backend", "external", "--cluster", str(cc[toml]), "--sink", sink, "--nemesis",
                  nemesis, "--time-limit", "45", "--seed", "1", "--results", str(results)], timeout=1200,
-                env=cc["env"])
+                env={**cc["env"], **(env or {})})
     return (p, *load_run(results))
+
+
+def _files_holding(root, secret: str) -> list[str]:
+    """Files under ``root`` whose bytes (a ``.gz`` file's uncompressed ones) contain ``secret``."""
+    import gzip
+
+    out = []
+    for f in root.rglob("*"):
+        if f.is_file():
+            data = gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes()
+            if secret.encode() in data:
+                out.append(str(f))
+    return out
 
 
 def _left(cc: dict) -> list[str]:
@@ -145,14 +189,19 @@ def test_eos_is_valid_on_the_compose_cluster_under_the_fault_maps_kills(compose_
 
 
 @pytest.mark.timeout(1200)
-def test_at_least_once_is_caught_on_the_compose_cluster_and_the_foreign_topic_is_untouched(compose_cluster):
+def test_at_least_once_is_caught_over_sasl_scram_with_no_secret_in_the_run_and_the_foreign_topic_untouched(
+        compose_cluster):
     from onceproof.clients import topics
 
     cc = compose_cluster
     p, run_dir, result, ops = _run(cc, "at-least-once", "kill-broker,kill-driver-in-commit-window",
-                                   cc["shared"] / "results-alo")
+                                   cc["shared"] / "results-alo", toml="scram_toml",
+                                   env={PASSWORD_ENV: cc["password"]})
     assert p.returncode == 1, p.stdout[-4000:] + p.stderr[-4000:]
     assert result["verdict"] == "invalid" and result["counts"]["duplicate"] > 0, result["counts"]
+    assert result["versions"]["security"] == "SASL_PLAINTEXT", result["versions"]
+    assert _files_holding(run_dir, cc["password"]) == [] and cc["password"] not in p.stdout + p.stderr
+    assert (run_dir / "logs").exists() and any((run_dir / "logs").iterdir())
     assert _left(cc) == []
     assert _snapshot() == cc["before"], "the foreign topic changed"
     names = set(topics.admin(HOST_BOOTSTRAP).list_topics(timeout=10).topics)

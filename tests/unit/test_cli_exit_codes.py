@@ -66,6 +66,7 @@ USAGE = [
     (["run", "--backend", "external", "--cluster", "examples/cluster.toml", "--nemesis", "partition"], "--nemesis"),
     (["external", "check", "--cluster", "examples/cluster.toml", "--nemesis", "partition"], "--nemesis"),
     (["external", "check", "--cluster", "examples/cluster.toml", "--nemesis", "bogus"], "--nemesis"),
+    (["run", "--nemesis", "kill-broker", "--dry-run"], "--backend external"),
 ]
 
 
@@ -229,3 +230,15 @@ def test_run_crash_is_255_without_traceback_on_the_console(tmp_path):
     assert json.loads((run_dir / "results.json").read_text())["verdict"] == "crashed"
     logs = "".join(f.read_text() for f in (run_dir / "logs").glob("*.log"))
     assert "Traceback" in logs, "the traceback should be kept in the run's logs"
+
+
+def test_run_dry_run_prints_every_command_of_the_fault_map_and_runs_none(tmp_path):
+    p = run_cli(["run", "--backend", "external", "--cluster", "examples/cluster.toml", "--nemesis",
+                 "kill-broker,kill-driver-in-commit-window", "--dry-run", "--results", str(tmp_path)], timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    for k in (1, 2, 3):  # one run and one heal per broker, rendered as a run renders them
+        assert f"docker compose -p onceproof-ext kill -s KILL kafka{k}" in out
+        assert f"docker compose -p onceproof-ext start kafka{k}" in out
+    assert "docker pause 'onceproof-01234567-driver-<incarnation>'" in out and "create topics:" in out
+    assert not any(tmp_path.iterdir()), "a dry run wrote results"

@@ -618,6 +618,16 @@ class ForeignCluster(Protocol):
 
 
 @runtime_checkable
+class DryRun(Protocol):
+    """Optional to a :class:`Backend`: every command a run would execute on a cluster onceproof does not own,
+    listed without running one (``run --dry-run``)."""
+
+    def dry_run(self, specs: list[str]) -> list[str]:
+        """The lines to print for a run planning ``specs`` (``--nemesis``' specs). Raises ``BackendError``
+        naming a spec the backend cannot run."""
+
+
+@runtime_checkable
 class RunResources(Protocol):
     """Optional to a :class:`Backend`: what a backend holds for the whole run beyond its services (SSH
     connections, the nodes' leases and watchdogs). The runner closes it after every other teardown step

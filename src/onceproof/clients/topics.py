@@ -84,7 +84,8 @@ def delete_topics(bootstrap: str, names: list[str] | tuple[str, ...], timeout_s:
     if not names:
         return []
     deleted = []
-    for topic, fut in admin(bootstrap).delete_topics(list(names), operation_timeout=timeout_s).items():
+    a = admin(bootstrap)  # held until every future resolved: a collected client fails them (_DESTROY)
+    for topic, fut in a.delete_topics(list(names), operation_timeout=timeout_s).items():
         try:
             fut.result(timeout=timeout_s)
             deleted.append(topic)

@@ -103,6 +103,18 @@ class ExternalBackend:
         env = kafka_config.to_environment(self.cf.kafka.security)  # the submit command passes it on (-e ...)
         return ExternalSpark(self.cf, pipeline, log_dir, self.runner, self._cluster.ledger, self.run_id, env)
 
+    def dry_run(self, specs: list[str]) -> list[str]:
+        """``run --dry-run``: the topics, the driver's submit command and each fault's rendered commands for
+        a run of ``specs`` (``backends/external/dry_run.describe``, with a placeholder run id). Raises:
+        ``BackendError`` naming a spec the map cannot run."""
+        from onceproof.backends.external.dry_run import describe
+        from onceproof.backends.external.fault_map import FaultMapError
+
+        try:
+            return describe(self.cf, specs, "0123456789ab")
+        except FaultMapError as e:
+            raise BackendError(str(e)) from None
+
     def versions(self) -> dict[str, str]:
         """What onceproof knows of a cluster it does not own: the file and the security protocol."""
         return {"cluster": str(self.cf.path), "kafka": "external", "security": self.cf.kafka.security.protocol}

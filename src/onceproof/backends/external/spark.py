@@ -25,6 +25,7 @@ from pathlib import Path
 from onceproof.backends.base import PipelineArgs
 from onceproof.backends.common import jars
 from onceproof.backends.common.spark import SupervisedDriver
+from onceproof.backends.common.supervisor import read_ready
 from onceproof.backends.external.cluster_file import ClusterFile
 from onceproof.backends.external.commands import CommandRunner
 from onceproof.backends.external.driver import TemplateDriverSupervisor
@@ -102,17 +103,26 @@ class ExternalSpark(SupervisedDriver):
     def kill_now(self) -> None:
         self.sup.kill_now()
 
+    def _current(self, pid: int) -> bool:
+        """Whether ``pid`` names the current incarnation: its submit command's pid, or the pid the driver
+        announced for itself (in the cluster's pid space: the commit-window hook's ``{"batch", "pid"}`` and
+        the ready file's, e.g. 1 in a container); only a live driver announces, and only one lives."""
+        if pid == self.sup.pid:
+            return True
+        ready = read_ready(self.pipeline.control)
+        return self.sup.pid is not None and ready is not None and ready.get("pid") == pid
+
     def kill_driver(self, pid: int) -> bool:
-        """Kill the current incarnation through ``[faults.kill-driver]`` when ``pid`` is its submit
-        command; True when that command ended."""
-        return pid == self.sup.pid and self.sup.kill_current()
+        """Kill the current incarnation through ``[faults.kill-driver]`` when ``pid`` names it
+        (:meth:`_current`); True when its submit command ended."""
+        return self._current(pid) and self.sup.kill_current()
 
     def freeze_driver(self, pid: int) -> bool:
         """Pause the current incarnation through ``[faults.pause-driver]`` (heal recorded first); True when
         its command exited 0."""
         n = self.sup.incarnations
         run, heal = self._driver_command("pause-driver", n), self._driver_command("pause-driver", n, heal=True)
-        if pid != self.sup.pid or run is None or heal is None:
+        if not self._current(pid) or run is None or heal is None:
             return False
         token = self.ledger.add(f"pause-driver:{n}", heal)
         if self.runner.run(run).returncode != 0:

@@ -34,13 +34,38 @@ def run(**options: Any) -> None:
     Exit code: 0 valid, 1 invalid, 2 unknown, 254 usage error, 255 crashed.
     """
     verbose = options.pop("verbose", False)
+    dry = options.pop("dry_run", False)
     on_crash("run", _run_error_log)
     os.environ.pop("ONCEPROOF_RUN", None)  # set by the runner once the run directory exists
     cfg = config_from_options(options)
+    if dry:
+        _dry_run(cfg)
+        raise typer.Exit(0)
     _configure_run_logging(verbose)
     signals.install()
     code, _ = run_test(cfg, console)
     raise typer.Exit(code)
+
+
+def _dry_run(cfg: TestConfig) -> None:
+    """Print every command a run of ``cfg`` would execute on the cluster (a :class:`DryRun` backend's list);
+    nothing is started. Raises: ``typer.BadParameter`` (254) for a backend that owns its cluster."""
+    from onceproof.backends.base import BackendError, DryRun
+
+    try:
+        backend = cfg.backend_instance()
+    except ConfigError as e:
+        raise usage(e.message, e.option) from None
+    if not isinstance(backend, DryRun):
+        raise usage(f"--dry-run lists the commands run on a cluster onceproof does not own (--backend external); "
+                    f"--backend {cfg.backend} builds its own cluster (for ssh nodes: `onceproof ssh check`)",
+                    "--dry-run")
+    try:
+        lines = backend.dry_run(list(cfg.nemesis))
+    except BackendError as e:
+        raise usage(str(e), "--nemesis") from None
+    for line in lines:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 def config_from_options(options: dict[str, Any]) -> TestConfig:
@@ -68,6 +93,10 @@ def run_signature() -> inspect.Signature:
                                         default=typer.Option(default, *decls, help=f.metadata.get("help"))))
     params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                                     default=typer.Option(False, "--verbose", "-v", help="log harness internals")))
+    params.append(inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                                    default=typer.Option(False, "--dry-run", help="print every command the run "
+                                                         "would execute on the cluster, run none (--backend "
+                                                         "external)")))
     return inspect.Signature(params)
 
 
@@ -85,6 +114,7 @@ def parse_run_args(argv: list[str]) -> TestConfig:
     ctx = cmd.make_context("onceproof run", list(argv))
     params = dict(ctx.params)
     params.pop("verbose", None)
+    params.pop("dry_run", None)
     return TestConfig.from_cli(params)
 
 
