@@ -27,9 +27,9 @@ def second_backend(monkeypatch):
 
 
 def run_options() -> dict[str, str]:
-    """``{field name: first option name}`` of the real `run` command, --verbose and --help aside."""
+    """``{field name: first option name}`` of the real `run` command, --verbose, --dry-run and --help aside."""
     cmd = typer.main.get_command(cli.app).commands["run"]
-    return {p.name: p.opts[0] for p in cmd.params if p.name not in ("verbose", "help")}
+    return {p.name: p.opts[0] for p in cmd.params if p.name not in ("verbose", "dry_run", "help")}
 
 
 def non_default(f) -> object:

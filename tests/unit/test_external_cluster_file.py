@@ -152,7 +152,7 @@ def test_dry_run_renders_every_broker_and_both_steps_of_the_commit_window():
     lines = dry_run.describe(cf, ["kill-broker:leader", "kill-driver-in-commit-window"], "abcdef1234")
     runs = [ln for ln in lines if ln.startswith("run:")]
     assert [shlex.split(ln.partition("$ ")[2])[-1] for ln in runs[:3]] == ["kafka1", "kafka2", "kafka3"]
-    assert "docker pause" in runs[3] and "docker kill" in runs[4]
+    assert "docker pause" in runs[3] and "docker rm -f" in runs[4]
     assert lines[1] == ("create topics: onceproof-abcdef12-input, onceproof-abcdef12-output, "
                         "onceproof-abcdef12-output-progress")
     assert lines[-1].startswith("delete topics: onceproof-abcdef12-input")
