@@ -172,3 +172,27 @@ def test_a_user_pipeline_with_no_fault_it_can_take_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="drop --mutants"):
         suite.plan_cells(sinks_=[], workloads=["keyed"], package_names=[], test_count=1, time_limit=30,
                          mutants=True, pipeline_cmd=JOB)
+
+
+def test_a_suite_on_a_backend_narrows_each_package_to_what_the_backend_performs():
+    from onceproof.backends import capabilities, registry
+    from onceproof.harness.suite import cell_specs, left_out, run_command
+
+    ssh = capabilities.of_class(registry.backend_class("ssh"))
+    cells = suite.plan_cells(sinks_=["eos"], workloads=["keyed"], package_names=["process", "network", "lossy"],
+                             test_count=1, time_limit=30, performs=ssh)
+    specs = {c.package: cell_specs(c) for c in cells}
+    assert "zombie-task:precommit" not in specs["process"] and "kill-executor" in specs["process"]
+    assert specs["network"] == ["partition", "slow-network:bandwidth"]  # the one slowdown tc makes
+    assert specs["lossy"] == ["lossy-link:drop"]
+    assert "--nemesis lossy-link:drop" in " ".join(run_command(cells[2], Path("/r"), ["--backend", "ssh"]))
+    why = {d["spec"]: d["why"] for d in left_out(cells)}
+    assert why["zombie-task:precommit"] == "the backend cannot perform it"
+    assert why["slow-network"] == "the backend performs only slow-network:bandwidth"
+    # the default backend: every fault of the packages, nothing left out
+    local = suite.plan_cells(sinks_=["eos"], workloads=["keyed"], package_names=["network"], test_count=1,
+                             time_limit=30)
+    assert cell_specs(local[0]) == ["partition", "slow-network"] and left_out(local) == []
+    with pytest.raises(ValueError, match="backend can perform"):
+        suite.plan_cells(sinks_=["eos"], workloads=["keyed"], package_names=["clock"], test_count=1,
+                         time_limit=30, performs=ssh)

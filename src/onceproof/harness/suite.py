@@ -36,6 +36,7 @@ from rich.live import Live
 from rich.table import Table
 
 from onceproof.backends import registry
+from onceproof.backends.base import can_perform
 from onceproof.backends.user_pipeline import PipelineCommand
 from onceproof.clients import durability
 from onceproof.nemesis import catalog, packages, schedule
@@ -77,6 +78,8 @@ class Cell:
     cluster_config: str = ""
     """A weak cluster config (``clients/durability.py``) the run's topics use instead of the default: the
     cell then expects the loss caught (``invalid``)."""
+    performs: frozenset[str] | None = None
+    """What the suite's backend can perform (``backends/capabilities.of_class``); ``None``: every fault."""
 
     @property
     def label(self) -> str:
@@ -109,7 +112,7 @@ def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: f
 
 def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[str], test_count: int,
                time_limit: float, mutants: bool = False, seed_base: int = 1, pipeline_cmd: str = "",
-               weak_configs: bool = False) -> list[Cell]:
+               weak_configs: bool = False, performs: frozenset[str] | None = None) -> list[Cell]:
     """The suite's cells, in run order: for each package, each sink, each workload, seeds
     ``seed_base`` .. ``seed_base + test_count - 1``.
 
@@ -120,7 +123,9 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
     (:func:`left_out` lists the others); a package left with none is dropped. With ``mutants`` and
     ``weak_configs``: also the eos sink on each weak cluster config (``clients/durability.py``,
     ``targeted_by``) against the package that loses its data, expecting ``invalid`` (cell label
-    ``eos@<config>``).
+    ``eos@<config>``). With ``performs`` (the backend's capabilities): each package also narrowed to the
+    faults the backend can perform (a fault given without a target to the targets it can), the others
+    listed by :func:`left_out`.
 
     Raises: ``ValueError`` for an unknown sink, workload or package, ``test_count`` < 1, ``pipeline_cmd``
     with ``mutants`` or another workload, or no cell left.
@@ -128,7 +133,8 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
     if weak_configs and not mutants:
         raise ValueError("--weak-configs adds cells to the detection table: use it with --mutants")
     if pipeline_cmd:
-        return _user_cells(pipeline_cmd, workloads, package_names, test_count, time_limit, mutants, seed_base)
+        return _user_cells(pipeline_cmd, workloads, package_names, test_count, time_limit, mutants, seed_base,
+                           performs)
 
     if test_count < 1:
         raise ValueError(f"--test-count must be ≥ 1, got {test_count}")
@@ -156,25 +162,29 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
         pairs = [(s, p) for p in package_names for s in sinks_]
     cells = []
     for sink, pkg in pairs:
-        specs = _fitting(packages.specs(pkg), sinks.get(sink).capabilities)
+        specs = _fitting(packages.specs(pkg), sinks.get(sink).capabilities, performs)
         if not specs:
-            raise ValueError(f"the {sink} sink can take none of the {pkg} package's faults")
+            raise ValueError(f"the {sink} sink can take none of the {pkg} package's faults"
+                             + (" that the backend can perform" if performs is not None else ""))
         for w in workloads:
             for k in range(test_count):
                 seed = seed_base + k
                 cells.append(Cell(sink, w, pkg, seed, sinks.get(sink).expect,
-                                  fit_time_limit(specs, time_limit, seed)))
+                                  fit_time_limit(specs, time_limit, seed), performs=performs))
     for name, pkg in (configs if mutants and weak_configs else []):
-        specs = _fitting(packages.specs(pkg), sinks.get(sinks.DEFAULT).capabilities)
+        specs = _fitting(packages.specs(pkg), sinks.get(sinks.DEFAULT).capabilities, performs)
+        if not specs:
+            continue  # the backend cannot make this config lose data (left_out says which faults)
         for w in workloads:
             for k in range(test_count):
                 cells.append(Cell(sinks.DEFAULT, w, pkg, seed_base + k, "invalid",
-                                  fit_time_limit(specs, time_limit, seed_base + k), cluster_config=name))
+                                  fit_time_limit(specs, time_limit, seed_base + k), cluster_config=name,
+                                  performs=performs))
     return cells
 
 
 def _user_cells(pipeline_cmd: str, workloads: list[str], package_names: list[str], test_count: int,
-                time_limit: float, mutants: bool, seed_base: int) -> list[Cell]:
+                time_limit: float, mutants: bool, seed_base: int, performs: frozenset[str] | None) -> list[Cell]:
     """:func:`plan_cells` for a user's ``--pipeline-cmd`` job (see there)."""
     if mutants:
         raise ValueError("--mutants runs the bundled sink's mutants; with --pipeline-cmd drop --mutants")
@@ -185,10 +195,10 @@ def _user_cells(pipeline_cmd: str, workloads: list[str], package_names: list[str
         raise ValueError(f"--test-count must be ≥ 1, got {test_count}")
     label, cells = user_label(pipeline_cmd), []
     for pkg in package_names:
-        specs = _fitting(packages.specs(pkg), frozenset())
+        specs = _fitting(packages.specs(pkg), frozenset(), performs)
         for k in range(test_count if specs else 0):
             cells.append(Cell(label, "keyed", pkg, seed_base + k, "valid",
-                              fit_time_limit(specs, time_limit, seed_base + k), pipeline_cmd))
+                              fit_time_limit(specs, time_limit, seed_base + k), pipeline_cmd, performs=performs))
     if not cells:
         why = "; ".join(f"{s} ({_needs(s, frozenset())})" for p in package_names for s in packages.specs(p))
         raise ValueError(f"a --pipeline-cmd pipeline can take none of the faults of {', '.join(package_names)}: "
@@ -207,8 +217,16 @@ def left_out(cells: list[Cell]) -> list[dict]:
         if (c.label, c.package) in seen:
             continue
         seen.add((c.label, c.package))
-        out += [{"sut": c.label, "package": c.package, "spec": spec, "why": _needs(spec, c.capabilities)}
-                for spec in packages.specs(c.package) if not _fitting([spec], c.capabilities)]
+        for spec in packages.specs(c.package):
+            if not _fitting([spec], c.capabilities):
+                out.append({"sut": c.label, "package": c.package, "spec": spec, "why": _needs(spec, c.capabilities)})
+            elif not _fitting([spec], c.capabilities, c.performs):
+                out.append({"sut": c.label, "package": c.package, "spec": spec,
+                            "why": "the backend cannot perform it"})
+            elif _fitting([spec], c.capabilities, c.performs) != [spec]:
+                kept = ", ".join(_fitting([spec], c.capabilities, c.performs))
+                out.append({"sut": c.label, "package": c.package, "spec": spec,
+                            "why": f"the backend performs only {kept}"})
     return out
 
 
@@ -221,13 +239,22 @@ def cell_specs(cell: Cell) -> list[str]:
     """The package's faults that the cell's system under test can take (``onceproof.nemesis.catalog.for_sink``:
     e.g. ``zombie-task`` needs the transactional sink's hooks, so at-least-once and a user's job run
     ``process`` without it)."""
-    return _fitting(packages.specs(cell.package), cell.capabilities)
+    return _fitting(packages.specs(cell.package), cell.capabilities, cell.performs)
 
 
-def _fitting(specs: list[str], capabilities: frozenset[str]) -> list[str]:
+def _fitting(specs: list[str], capabilities: frozenset[str], performs: frozenset[str] | None = None) -> list[str]:
     """``specs`` a system under test with ``capabilities`` can take; a fault without a target is kept when
-    any target fits (it then draws only those, ``TestConfig.target_choices``)."""
-    return [s for s in specs if catalog.for_sink(catalog.expand(s), capabilities)[0]]
+    any target fits (it then draws only those, ``TestConfig.target_choices``). With ``performs`` (a
+    backend's capabilities), a spec the backend cannot perform whole is replaced by its targets it can
+    (``slow-network`` → ``slow-network:bandwidth`` on the ssh backend), or dropped when there are none."""
+    out = []
+    for s in (s for s in specs if catalog.for_sink(catalog.expand(s), capabilities)[0]):
+        targets = catalog.expand(s)
+        if performs is None or all(can_perform(performs, t) for t in targets):
+            out.append(s)
+        else:
+            out += [t for t in targets if can_perform(performs, t) and catalog.for_sink([t], capabilities)[0]]
+    return out
 
 
 def run_argv(run_args: list[str]) -> list[str]:

@@ -74,7 +74,7 @@ def test_all(
                                  workloads=[x.strip() for x in workload.split(",") if x.strip()],
                                  package_names=pkgs, test_count=test_count, time_limit=time_limit,
                                  mutants=mutants, seed_base=seed_base, pipeline_cmd=pipeline_cmd,
-                                 weak_configs=weak_configs)
+                                 weak_configs=weak_configs, performs=_performs(backend))
     except ValueError as e:
         raise usage(str(e)) from None
     extra = list(ctx.args)
@@ -99,6 +99,16 @@ def test_all(
     code = suite.Suite(name, cells, results, command, backend, extra, console, left_out=dropped,
                        stop_when_caught=stop_when_caught).run()
     raise typer.Exit(code)
+
+
+def _performs(backend: str) -> frozenset[str] | None:
+    """What ``backend`` can perform at most (``capabilities.of_class``), ``None`` for the default backend
+    (every fault of the packages); an unknown name is left to the runs to refuse."""
+    from onceproof.backends import capabilities
+
+    if backend == registry.DEFAULT or backend not in registry.names():
+        return None
+    return capabilities.of_class(registry.backend_class(backend))
 
 
 def shrink(
