@@ -60,7 +60,7 @@ fuse-prereqs:
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse3; }
 	@test -e /dev/fuse || echo "warning: no /dev/fuse here: the lazyfs tests skip and lose-unsynced-writes turns are skipped"
 
-test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs fuse-prereqs
+test: setup lint $(CHROMIUM) docker-prereqs postgres-prereqs clock-prereqs fuse-prereqs
 	ONCEPROOF_TEST_DOCKER=require $(BIN)/python -m pytest -v -rfE --tb=short --durations=40 -m "not extended" tests
 	$(MAKE) test-oldest
 

@@ -1,0 +1,98 @@
+"""Issue 29's fault families in ``make test``: one eos run on the real local cluster carries one fault of
+each family, with its evidence, and one run on a weak cluster config shows that the disk family bites.
+The per-family files (``test_operator_faults.py``, ``test_clock_faults.py``, ``test_lossy_links.py``,
+``test_disk_faults.py``, ``test_unsynced_loss.py``) hold every target and stay in ``make test-extended``.
+
+* eos stays valid under ``bounce-broker:leader`` (operator), ``clock-skew:broker-jump-forward`` (clock),
+  ``lossy-link:drop`` (lossy), ``corrupt-segment-tail:leader``, ``lose-unsynced-writes:one`` and
+  ``disk-full:one`` (disk), each turn effective and exercised with the evidence its family's file checks;
+* ``--cluster-config single-replica`` (RF 1) under ``lose-unsynced-writes:one`` is invalid with ``lost``.
+
+Nothing is left running or mounted, and no iptables chain of the runs remains.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from onceproof.backends.common import faketime, iptables, lazyfs, tmpfs
+from tests.conftest import load_run, our_processes, run_cli
+
+MISSING = {name: why for name, why in (("libfaketime", faketime.unavailable()), ("FUSE", lazyfs.unavailable()),
+                                       ("tmpfs", tmpfs.unavailable()), ("iptables", iptables.unavailable()))
+           if why is not None}
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)}: {MISSING}")]
+
+SPECS = ("bounce-broker:leader", "clock-skew:broker-jump-forward", "lossy-link:drop", "corrupt-segment-tail:leader",
+         "lose-unsynced-writes:one", "disk-full:one")
+
+
+def _chain_left(chain: str) -> list[str]:
+    """Every line of ``iptables -S`` that names ``chain``."""
+    out = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, timeout=30).stdout
+    return [ln for ln in out.splitlines() if chain in ln.split()]
+
+
+def _nothing_left(run_dir: Path) -> None:
+    mounts = Path("/proc/self/mounts").read_text()
+    assert not [ln for ln in mounts.splitlines() if str(run_dir) in ln], mounts  # no lazyfs layer, no tmpfs
+    assert not our_processes(str(run_dir))
+
+
+@pytest.mark.timeout(1800)
+def test_eos_is_valid_under_one_fault_of_each_family_with_its_evidence(results_root):
+    p = run_cli(["run", "--sink", "eos", "--nemesis", ",".join(SPECS), "--time-limit", "90", "--seed", "1",
+                 "--results", str(results_root)], timeout=1700)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 0 and result["verdict"] == "valid", (result.get("unknown_reasons"), result["counts"],
+                                                                p.stdout[-3000:])
+    done = {o["f"]: o for o in ops if o["type"] == "info" and o.get("f") in SPECS}
+    assert set(done) == set(SPECS), list(done)
+    assert all(o["outcome"] == "effective" and o["exercised"] for o in done.values()), \
+        {f: (o["outcome"], o.get("exercised")) for f, o in done.items()}
+
+    b = done["bounce-broker:leader"]["evidence"]  # operator: a controlled shutdown, the leader moved, back
+    assert b["gone"] and b["clean"] and b["shutdown_log"], b
+    assert b["moved_after_s"] is not None and b["rejoined_after_s"] is not None, b
+
+    c = done["clock-skew:broker-jump-forward"]["evidence"]  # clock: the broker's own LogAppendTime moved
+    assert c["offset_s"] == 60 and abs(c["probe_during"]["skew_s"] - 60) < 2, c
+    assert abs(c["probe_after"]["skew_s"]) < 2 and c["offset_after_s"] == 0, c
+
+    d = done["lossy-link:drop"]["evidence"]  # lossy: the run's statistic rule dropped packets
+    assert any("statistic" in rule and "DROP" in rule for rule in d["rules"]), d["rules"]
+    assert d["counters_during"]["dropped"] > 0, d
+
+    g = done["corrupt-segment-tail:leader"]["evidence"]  # disk: Kafka's recovery found the garbled batch
+    assert g["recovery"]["found"] and g["recovery"]["invalid_at_byte"] == g["garble"]["batch_start"], g
+    assert g["recovery"]["truncated_to_offset"] == g["garble"]["base_offset"], g
+
+    u = done["lose-unsynced-writes:one"]["evidence"]  # disk: the power cut dropped the run's unsynced bytes
+    assert all(lost["dropped_bytes"] > 0 for lost in u["lost"].values()), u
+    assert sum(u["pipeline_bytes_dropped"].values()) > 0, u
+
+    f = done["disk-full:one"]["evidence"]  # disk: filled to the last byte, ENOSPC in the broker's own log
+    assert f["fill"]["free_after"] == 0 and f["fill"]["filled_bytes"] > 0, f["fill"]
+    assert f["gone"] and f["failure"]["no_space"] and f["freed_bytes"] == f["fill"]["filled_bytes"], f
+
+    cov = {f"{c['fault']}:{c['target']}": c for c in result["coverage"]}
+    assert all(cov[s]["planned"] == cov[s]["effective"] == cov[s]["exercised"] >= 1 for s in SPECS), cov
+    assert result["stats"]["input_records"] == result["stats"]["output_records"] > 1000, result["stats"]
+    assert result["health_after_heal"]["healthy"], result["health_after_heal"]
+    _nothing_left(run_dir)
+    assert _chain_left(d["chain"]) == [], "the run's iptables chain or its jump is still there"
+
+
+@pytest.mark.timeout(1200)
+def test_a_single_replica_loses_acknowledged_records_under_a_power_cut_and_the_checker_says_so(results_root):
+    p = run_cli(["run", "--sink", "eos", "--cluster-config", "single-replica", "--nemesis",
+                 "lose-unsynced-writes:one", "--time-limit", "40", "--seed", "1", "--results", str(results_root)],
+                timeout=1100)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 1 and result["verdict"] == "invalid", (result["verdict"], result["counts"])
+    assert result["counts"]["lost"] > 0, result["counts"]
+    _nothing_left(run_dir)
