@@ -210,6 +210,17 @@ def _warm_task(it):
     yield sum(1 for _ in it)
 
 
+def executor_preload(env) -> dict[str, str]:
+    """``{"spark.executorEnv.LD_PRELOAD": ...}`` without libfaketime when this driver runs under it (a
+    ``driver-clock-skew`` run, ``backends/common/faketime.py``), else ``{}``: the driver's clock is the one
+    skewed, while its executors (which inherit its environment through ``local-cluster``'s in-process workers)
+    keep the real clock. Pure."""
+    preload = env.get("LD_PRELOAD", "")
+    if "libfaketime" not in preload:
+        return {}
+    return {"spark.executorEnv.LD_PRELOAD": " ".join(p for p in preload.split() if "libfaketime" not in p)}
+
+
 def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] | None = None):
     """The driver's SparkSession on ``args.master`` (``partitions`` shuffle partitions, changeable until
     the query starts with ``spark.conf.set``), with ``conf`` (the workload's and the sink's settings) on
@@ -235,6 +246,8 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
     if args.jars:
         b = b.config("spark.jars", args.jars)
     for k, v in (conf or {}).items():  # the workload's (e.g. its state store provider)
+        b = b.config(k, v)
+    for k, v in executor_preload(os.environ).items():
         b = b.config(k, v)
     if kafka_config.current().sasl:  # the JAAS line is an option value, which spark.redaction.regex (keys) misses
         b = b.config("spark.redaction.string.regex", REDACT_JAAS)

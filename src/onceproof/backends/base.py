@@ -160,6 +160,8 @@ class PipelineArgs:
     cwd: Path | None = None
     workload: str = "keyed"
     file_sink: Path | None = None
+    clock_file: Path | None = None
+    """libfaketime's offset file the driver's clock follows (``driver-clock-skew``); ``None``: the real clock."""
     input_contiguous: bool = True
     database_dsn: str = ""
     python: str = ""
@@ -450,6 +452,25 @@ class PacketLoss(Protocol):
 
     def undrop(self) -> None:
         """Remove the loss (safe when there is none)."""
+
+
+@runtime_checkable
+class DriverClock(Protocol):
+    """Optional to a :class:`SparkApp`: the driver's own wall clock, offset from the host's while the host's
+    stays untouched (``driver-clock-skew``; on the local backend libfaketime's control file,
+    ``backends/common/faketime.py``, preloaded into the driver process only when
+    :attr:`PipelineArgs.clock_file` is set; its executors keep the real clock). Monotonic clocks are never
+    offset."""
+
+    def driver_clock_unavailable(self) -> str | None:
+        """``None`` when :meth:`set_driver_clock_offset` works now, else why not and the fix."""
+
+    def set_driver_clock_offset(self, seconds: float) -> None:
+        """Offset the driver's wall clock by ``seconds`` (whole seconds; 0 = the real time) within about a
+        second, every incarnation's alike. Raises ``BackendError`` naming the fix (:meth:`driver_clock_unavailable`)."""
+
+    def driver_clock_offset(self) -> float:
+        """The offset (s) in effect, 0 when none."""
 
 
 @runtime_checkable

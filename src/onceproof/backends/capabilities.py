@@ -18,6 +18,7 @@ import typing
 from onceproof.backends.base import (
     ClockFaults,
     DiskFaults,
+    DriverClock,
     DriverPause,
     ExecutorFaults,
     LogDirs,
@@ -57,6 +58,7 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "reassign-partitions:*": (),  # Kafka's reassignment tool against the bootstrap (KIP-455)
     "add-input-partitions": (),  # the Admin API (CreatePartitions, KIP-195)
     "clock-skew:*": (ClockFaults,),  # a broker's own clock offset (libfaketime on the local backend)
+    "driver-clock-skew:*": (DriverClock,),  # the driver's own clock offset (libfaketime, the local backend)
     "corrupt-segment-tail:*": (LogDirs,),  # a stopped broker's segment garbled in its log directory
     "disk-full:*": (DiskFaults,),  # a broker's size-limited data filesystem filled (tmpfs on the local backend)
     "lose-unsynced-writes:*": (UnsyncedLoss,),  # a broker's unsynced writes dropped (a FUSE layer, local backend)

@@ -165,7 +165,9 @@ def _setup(r: _Run) -> None:
                             workload=cfg.workload, file_sink=r.file_sink,
                             input_contiguous=producers.client_class(cfg.producer).contiguous_input,
                             database_dsn=r.db.job_dsn if r.db else "", python=cfg.pipeline_python,
-                            runtime=r.sink.spark_runtime or "", jars=r.sink.jars)
+                            runtime=r.sink.spark_runtime or "", jars=r.sink.jars,
+                            clock_file=(r.rd.path / "driver-clock-offset"
+                                        if catalog.needs_driver_clock([f for _, f in r.plan]) else None))
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
     td.push("driver stop", spark.stop)
     td.track(spark.kill_now)

@@ -10,6 +10,7 @@ from onceproof.nemesis.clock import ClockSkew
 from onceproof.nemesis.commit_delay import CommitDelay
 from onceproof.nemesis.commit_window import KillDriverInCommitWindow
 from onceproof.nemesis.disk import CorruptSegmentTail, DiskFull
+from onceproof.nemesis.driver_clock import DriverClockSkew
 from onceproof.nemesis.fault import Fault
 from onceproof.nemesis.grow import AddInputPartitions
 from onceproof.nemesis.kill_driver import KillDriver
@@ -42,6 +43,7 @@ FAULTS = {
     ReassignPartitions.name: ReassignPartitions,
     AddInputPartitions.name: AddInputPartitions,
     ClockSkew.name: ClockSkew,
+    DriverClockSkew.name: DriverClockSkew,
     CorruptSegmentTail.name: CorruptSegmentTail,
     DiskFull.name: DiskFull,
     LoseUnsyncedWrites.name: LoseUnsyncedWrites,
@@ -62,7 +64,7 @@ OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignP
 LOSSY = {LossyLink.name}
 # Clock faults (nemesis/clock.py): run when named or in the ``clock`` package, not in ``all``: a run that plans
 # one starts its brokers under libfaketime (needs_clock), which ``all`` runs should not depend on.
-CLOCK = {ClockSkew.name}
+CLOCK = {ClockSkew.name, DriverClockSkew.name}
 # Disk faults (nemesis/disk.py): run when named or in the ``disk`` package, not in ``all``: a run that plans
 # disk-full gives every broker a tmpfs of its own (needs_small_disks, root), and a garbled segment costs a broker
 # restart and a refetch per turn; lose-unsynced-writes puts every broker's log.dirs on a FUSE layer (needs_lazyfs).
@@ -75,9 +77,15 @@ def needs_proxy(specs: list[str]) -> bool:
 
 
 def needs_clock(specs: list[str]) -> bool:
-    """True when any fault in ``specs`` offsets a process's clock: the run then starts its brokers with
+    """True when any fault in ``specs`` offsets a broker's clock: the run then starts its brokers with
     clocks that can be offset (``ClusterShape.clocks``)."""
-    return any(s.partition(":")[0] in CLOCK for s in specs)
+    return any(s.partition(":")[0] == ClockSkew.name for s in specs)
+
+
+def needs_driver_clock(specs: list[str]) -> bool:
+    """True when any fault in ``specs`` offsets the driver's clock: the run then starts its driver with a clock
+    that can be offset (``PipelineArgs.clock_file``)."""
+    return any(s.partition(":")[0] == DriverClockSkew.name for s in specs)
 
 
 def needs_small_disks(specs: list[str]) -> bool:

@@ -14,7 +14,8 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
   reassignment of the output and of the input topic with Kafka's own tool (``nemesis/reassign.py``), the input
   topic grown (``nemesis/grow.py``);
 * ``clock`` – the transaction coordinator's clock jumping forward and back past ``transaction.timeout.ms``
-  (``clock-skew``, libfaketime: ``nemesis/clock.py``); a package of its own so that no other suite needs
+  (``clock-skew``, libfaketime: ``nemesis/clock.py``) and the driver's clock jumping forward and back
+  (``driver-clock-skew``: ``nemesis/driver_clock.py``); a package of its own so that no other suite needs
   libfaketime;
 * ``disk`` – a crashed broker's active segment garbled before it restarts, a broker's disk full
   (``corrupt-segment-tail``, ``disk-full``: ``nemesis/disk.py``), and a broker's power cut that drops what it had
@@ -39,7 +40,8 @@ PACKAGES: dict[str, tuple[str, ...]] = {
                "commit-delay:txn-timeout"),
     "operator": ("bounce-broker:leader", "bounce-broker:txn-coordinator", "rolling-restart", "elect-leaders",
                  "reassign-partitions:output", "reassign-partitions:input", "add-input-partitions"),
-    "clock": ("clock-skew:broker-jump-forward", "clock-skew:broker-jump-back"),
+    "clock": ("clock-skew:broker-jump-forward", "clock-skew:broker-jump-back", "driver-clock-skew:jump-forward",
+              "driver-clock-skew:jump-back"),
     "disk": ("corrupt-segment-tail:leader", "corrupt-segment-tail:one", "disk-full:leader", "disk-full:one",
              "lose-unsynced-writes:one", "lose-unsynced-writes:leader"),
     "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),

@@ -73,3 +73,13 @@ def committed_offsets(checkpoint: Path) -> dict[str, dict[int, int]]:
     """End offsets of the latest batch whose commit log entry exists (empty before the first)."""
     n = latest_commit(checkpoint)
     return source_offsets(checkpoint, n) if n is not None else {}
+
+
+def batch_timestamp_ms(checkpoint: Path, batch: int) -> int | None:
+    """``batchTimestampMs`` of batch ``batch``: the driver's wall clock when it planned the batch (line 2 of
+    ``offsets/N``, Spark's ``OffsetSeqMetadata``); ``None`` when the file or the field is missing."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        return int(json.loads(lines[1])["batchTimestampMs"])
+    except (OSError, IndexError, KeyError, ValueError, TypeError):
+        return None

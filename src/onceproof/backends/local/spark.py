@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.base import Executor, PipelineArgs
-from onceproof.backends.common import interpreter, jars, processes
+from onceproof.backends.base import BackendError, Executor, PipelineArgs
+from onceproof.backends.common import faketime, interpreter, jars, processes
 from onceproof.backends.common.spark import SupervisedSpark, host_executor
 from onceproof.backends.common.supervisor import DriverSupervisor, collect_executor_logs, driver_argv
 from onceproof.backends.local import runtimes
@@ -29,7 +29,8 @@ from onceproof.pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
 class LocalSpark(SupervisedSpark):
     """The supervised pipeline ``pipeline``, logging to ``log_dir``. Not started until :meth:`start`.
     Implements :class:`~onceproof.backends.base.SparkApp` and every optional protocol of it (``DriverPause``,
-    ``ExecutorFaults``, ``ExecutorPause``, ``TaskKill``, ``Runtimes``)."""
+    ``ExecutorFaults``, ``ExecutorPause``, ``TaskKill``, ``Runtimes``, ``DriverClock``: the driver under
+    libfaketime when :attr:`PipelineArgs.clock_file` is set)."""
 
     def __init__(self, pipeline: PipelineArgs, log_dir: Path):
         self.pipeline = pipeline
@@ -39,7 +40,12 @@ class LocalSpark(SupervisedSpark):
         # there) and learns the run's hooks and sink log from the environment (pipeline/eos_sink.py)
         user = {"cwd": pipeline.cwd or Path.cwd(), "watch_apps": True,
                 "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
-            if pipeline.command else {}
+            if pipeline.command else {"env": {}}
+        if pipeline.clock_file is not None and faketime.unavailable() is None:
+            faketime.write_offset(pipeline.clock_file, 0)
+            faketime.note(pipeline.clock_file)  # the reaper puts it back to +0 after a SIGKILLed harness
+            base = {"LD_PRELOAD": os.environ["LD_PRELOAD"]} if os.environ.get("LD_PRELOAD") else {}
+            user["env"].update(faketime.env(pipeline.clock_file, base=base))
         own = self._own_interpreter()
         self.sup = DriverSupervisor(driver_argv(pipeline, own.python, own.jars_dir, own.pyspark_version,
                                                 own.deps_versions), log_dir,
@@ -66,6 +72,24 @@ class LocalSpark(SupervisedSpark):
 
     def start(self) -> None:
         self.sup.start()
+
+    # ------------------------------------------------------------------ DriverClock
+    def driver_clock_unavailable(self) -> str | None:
+        if self.pipeline.clock_file is None:
+            return "the driver was started with the real clock: plan driver-clock-skew in --nemesis"
+        if self.pipeline.command:
+            return "a --pipeline-cmd job's executors may inherit the driver's clock: driver-clock-skew is for " \
+                   "the bundled pipeline"
+        return faketime.unavailable()
+
+    def set_driver_clock_offset(self, seconds: float) -> None:
+        why = self.driver_clock_unavailable()
+        if why:
+            raise BackendError(why)
+        faketime.write_offset(self.pipeline.clock_file, seconds)
+
+    def driver_clock_offset(self) -> float:
+        return faketime.read_offset(self.pipeline.clock_file) if self.pipeline.clock_file else 0.0
 
     def stop(self) -> None:
         """Stop the driver's process group (≤ 15 s for the supervision thread, then SIGKILL), then keep
