@@ -3,7 +3,8 @@ each family, with its evidence, and one run on a weak cluster config shows that 
 The per-family files (``test_operator_faults.py``, ``test_clock_faults.py``, ``test_lossy_links.py``,
 ``test_disk_faults.py``, ``test_unsynced_loss.py``) hold every target and stay in ``make test-extended``.
 
-* eos stays valid under ``bounce-broker:leader`` (operator), ``clock-skew:broker-jump-forward`` (clock),
+* eos stays valid under ``bounce-broker:leader`` (operator), ``clock-skew:broker-jump-forward`` and
+  ``driver-clock-skew:jump-forward`` (clock),
   ``lossy-link:drop`` (lossy), ``corrupt-segment-tail:leader``, ``lose-unsynced-writes:one`` and
   ``disk-full:one`` (disk), each turn effective and exercised with the evidence its family's file checks;
 * ``--cluster-config single-replica`` (RF 1) under ``lose-unsynced-writes:one`` is invalid with ``lost``.
@@ -27,8 +28,8 @@ MISSING = {name: why for name, why in (("libfaketime", faketime.unavailable()), 
 pytestmark = [pytest.mark.cluster,
               pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)}: {MISSING}")]
 
-SPECS = ("bounce-broker:leader", "clock-skew:broker-jump-forward", "lossy-link:drop", "corrupt-segment-tail:leader",
-         "lose-unsynced-writes:one", "disk-full:one")
+SPECS = ("bounce-broker:leader", "clock-skew:broker-jump-forward", "driver-clock-skew:jump-forward", "lossy-link:drop",
+         "corrupt-segment-tail:leader", "lose-unsynced-writes:one", "disk-full:one")
 
 
 def _chain_left(chain: str) -> list[str]:
@@ -62,6 +63,9 @@ def test_eos_is_valid_under_one_fault_of_each_family_with_its_evidence(results_r
     c = done["clock-skew:broker-jump-forward"]["evidence"]  # clock: the broker's own LogAppendTime moved
     assert c["offset_s"] == 60 and abs(c["probe_during"]["skew_s"] - 60) < 2, c
     assert abs(c["probe_after"]["skew_s"]) < 2 and c["offset_after_s"] == 0, c
+
+    dc = done["driver-clock-skew:jump-forward"]["evidence"]  # clock: a batch planned on the driver's skewed clock
+    assert abs(dc["during"]["skew_s"] - 20) < 3 and dc["during"]["committed"] and abs(dc["after"]["skew_s"]) < 3, dc
 
     d = done["lossy-link:drop"]["evidence"]  # lossy: the run's statistic rule dropped packets
     assert any("statistic" in rule and "DROP" in rule for rule in d["rules"]), d["rules"]
