@@ -375,6 +375,15 @@ class StandInSpark(ExecutorStandInSpark):
     def kill_task(self, task_pid: int) -> bool:
         return False
 
+    def driver_clock_unavailable(self) -> str | None:
+        return None
+
+    def set_driver_clock_offset(self, seconds: float) -> None:
+        self.calls.append(("set_driver_clock_offset", seconds))
+
+    def driver_clock_offset(self) -> float:
+        return next((a for c, a in reversed(self.calls) if c == "set_driver_clock_offset"), 0.0)
+
 
 class _StandInCore:
     """The core :class:`~onceproof.backends.base.Backend`; records what it was asked to build."""

@@ -94,7 +94,7 @@ LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window
                    "restart-mid-txn", "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
                    "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop",
                    "add-input-partitions",
-                   "clock-skew:*", "corrupt-segment-tail:*", "disk-full:*",
+                   "clock-skew:*", "driver-clock-skew:*", "corrupt-segment-tail:*", "disk-full:*",
                    "lose-unsynced-writes:*"})
 
 
@@ -123,7 +123,7 @@ def test_capabilities_follow_the_protocols_a_backend_implements():
     assert "disk-full:*" not in capabilities.derive(DockerBackend)
     assert "lose-unsynced-writes:*" not in capabilities.derive(DockerBackend)
     assert not {"corrupt-segment-tail:*", "disk-full:*"} & NoNetworkStandIn().capabilities
-    for proto in (base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes):
+    for proto in (base.DriverPause, base.ExecutorFaults, base.TaskKill, base.Runtimes, base.DriverClock):
         assert issubclass(LocalSpark, proto) and issubclass(StandInSpark, proto), proto
     assert issubclass(DockerSpark, base.DriverPause) and issubclass(DockerSpark, base.ExecutorFaults)
     # freezing executors sharpens kill-executor's aim and adds no fault: a backend without it keeps them all
@@ -209,7 +209,7 @@ def test_the_pipeline_arguments_are_the_jobs_own_options(tmp_path):
     want.pop("control")
     for k in ("command", "cwd", "python"):  # a user's pipeline instead of onceproof.job: not the job's options
         want.pop(k)
-    for k in ("runtime", "jars"):  # where the backend runs the job and what it puts on spark.jars
+    for k in ("runtime", "jars", "clock_file"):  # where and how the backend runs the job, what it puts on spark.jars
         want.pop(k)
     assert want.pop("file_sink") is None and ns["file_sink_path"] == ""
     p = dataclasses.replace(p, file_sink=tmp_path / "fs", workload="counter")
@@ -378,7 +378,7 @@ def test_no_nemesis_reaches_past_the_protocols(path):
 # ctx.spark in a nemesis: the core or an optional protocol (the one its fault's capabilities.NEEDS names)
 SERVICES = {"cluster": (base.Cluster,), "network": (base.FaultNetwork,),
             "spark": (base.SparkApp, base.DriverPause, base.ExecutorFaults, base.ExecutorPause, base.TaskKill,
-                      base.Runtimes)}
+                      base.Runtimes, base.DriverClock)}
 
 
 def test_the_fault_list_names_the_backends_that_can_perform_each_fault():

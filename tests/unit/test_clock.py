@@ -254,7 +254,8 @@ def test_clock_skew_runs_when_named_or_in_its_package_never_in_all():
     assert catalog.parse("clock-skew") == ["clock-skew"]
     assert catalog.expand("clock-skew") == ["clock-skew:broker-jump-forward", "clock-skew:broker-jump-back"]
     assert not any(s.startswith("clock-skew") for s in catalog.all_specs())
-    assert packages.specs("clock") == ["clock-skew:broker-jump-forward", "clock-skew:broker-jump-back"]
+    assert packages.specs("clock") == ["clock-skew:broker-jump-forward", "clock-skew:broker-jump-back",
+                                       "driver-clock-skew:jump-forward", "driver-clock-skew:jump-back"]
     assert catalog.needs_clock(["kill-driver", "clock-skew:broker-jump-back"])
     assert not catalog.needs_clock(catalog.all_specs())
     with pytest.raises(ValueError, match="broker-jump-forward"):
