@@ -20,6 +20,7 @@ supervisor per driver process) goes into every ``sink.jsonl`` event and the ``op
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from pathlib import Path
 from onceproof import kafka_config
 from onceproof.pipeline import hooks
 from onceproof.pipeline.identity import (  # noqa: F401
+    DRIVER_CLOCK_ENV,
     INCARNATION_ENV,
     SINK_ID_FILE,
     default_sink_id,
@@ -210,6 +212,14 @@ def _warm_task(it):
     yield sum(1 for _ in it)
 
 
+def clock_env(env) -> None:
+    """Move ``DRIVER_CLOCK_ENV``'s variables into ``env`` (``os.environ``: what the JVM that PySpark
+    starts inherits); nothing when it is unset."""
+    raw = env.pop(DRIVER_CLOCK_ENV, "")
+    if raw:
+        env.update(json.loads(raw))
+
+
 def executor_preload(env) -> dict[str, str]:
     """``{"spark.executorEnv.LD_PRELOAD": ...}`` without libfaketime when this driver runs under it (a
     ``driver-clock-skew`` run, ``backends/common/faketime.py``), else ``{}``: the driver's clock is the one
@@ -227,6 +237,8 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
     top of the harness's defaults."""
     # pyspark: only where Spark runs; this module is imported on the harness side too, which needs no Spark
     from pyspark.sql import SparkSession
+
+    clock_env(os.environ)  # the JVM started below, and only it, under libfaketime in a driver-clock-skew run
 
     b = (SparkSession.builder.appName(f"onceproof-{args.sink}").master(args.master)
          .config("spark.ui.enabled", "false")

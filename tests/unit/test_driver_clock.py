@@ -137,3 +137,14 @@ def test_the_executors_keep_the_real_clock_and_the_fault_is_in_the_clock_package
     assert "driver-clock-skew:jump-back" in packages.specs("clock")
     assert catalog.needs_driver_clock(["driver-clock-skew"]) and not catalog.needs_clock(["driver-clock-skew"])
     assert os.path.basename(lib).startswith("libfaketime")
+
+
+def test_the_job_moves_the_clock_variables_into_its_environment_for_the_jvm_only():
+    from onceproof.job import clock_env
+    from onceproof.pipeline.identity import DRIVER_CLOCK_ENV
+
+    env = {DRIVER_CLOCK_ENV: '{"LD_PRELOAD": "/x/libfaketime.so.1", "FAKETIME_TIMESTAMP_FILE": "/r/off"}', "A": "1"}
+    clock_env(env)
+    assert env == {"LD_PRELOAD": "/x/libfaketime.so.1", "FAKETIME_TIMESTAMP_FILE": "/r/off", "A": "1"}
+    clock_env(env)  # nothing more to move
+    assert DRIVER_CLOCK_ENV not in env and env["A"] == "1"

@@ -16,6 +16,10 @@ from onceproof.kafka_config import client_config
 
 SINK_ID_FILE = "onceproof-sink-id"
 INCARNATION_ENV = "ONCEPROOF_DRIVER_INCARNATION"
+DRIVER_CLOCK_ENV = "ONCEPROOF_DRIVER_CLOCK_ENV"
+"""JSON of the variables that put the driver's JVM under libfaketime (``driver-clock-skew``): the job adds them
+to its environment just before it starts the JVM (``onceproof.job.clock_env``), so the Python process itself
+keeps the real clock (under libfaketime its first ``time.sleep`` failed with EINVAL)."""
 
 
 def default_sink_id(checkpoint: Path, prefix: str) -> str:

@@ -11,6 +11,7 @@ Logs: ``driver-<n>.log`` per driver incarnation in ``log_dir``; each executor's 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ from onceproof.backends.common.spark import SupervisedSpark, host_executor
 from onceproof.backends.common.supervisor import DriverSupervisor, collect_executor_logs, driver_argv
 from onceproof.backends.local import runtimes
 from onceproof.pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
+from onceproof.pipeline.identity import DRIVER_CLOCK_ENV
 
 
 class LocalSpark(SupervisedSpark):
@@ -45,7 +47,9 @@ class LocalSpark(SupervisedSpark):
             faketime.write_offset(pipeline.clock_file, 0)
             faketime.note(pipeline.clock_file)  # the reaper puts it back to +0 after a SIGKILLed harness
             base = {"LD_PRELOAD": os.environ["LD_PRELOAD"]} if os.environ.get("LD_PRELOAD") else {}
-            user["env"].update(faketime.env(pipeline.clock_file, base=base))
+            # for the driver's JVM, which the job starts (onceproof.job.clock_env): the Python process under
+            # libfaketime failed its first time.sleep (EINVAL from its clock_nanosleep on the monotonic clock)
+            user["env"][DRIVER_CLOCK_ENV] = json.dumps(faketime.env(pipeline.clock_file, base=base))
         own = self._own_interpreter()
         self.sup = DriverSupervisor(driver_argv(pipeline, own.python, own.jars_dir, own.pyspark_version,
                                                 own.deps_versions), log_dir,
