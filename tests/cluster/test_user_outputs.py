@@ -78,6 +78,7 @@ def test_a_users_kafka_job_without_it_is_invalid_with_duplicate_records(tmp_path
     assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
 
 
+@pytest.mark.extended  # 106 s; its failing side stays in make test (the 50-min budget)
 @pytest.mark.timeout(900)
 def test_a_users_postgres_job_with_its_progress_row_is_valid(tmp_path):
     ok, ev, out = _run(tmp_path, "postgres", "")
@@ -125,6 +126,7 @@ def test_a_users_delta_job_without_it_is_invalid_with_duplicate_rows(tmp_path):
     assert naive["delta"]["txn_count"] == 0, naive["delta"]
 
 
+@pytest.mark.extended  # 98 s; its failing side stays in make test (the 50-min budget)
 @pytest.mark.timeout(900)
 def test_a_users_file_sink_job_is_valid_through_its_metadata_log(tmp_path):
     ok, ev, out = _run(tmp_path, "files", "")
