@@ -27,6 +27,7 @@ import uuid
 import pytest
 
 from tests.conftest import REPO, load_run, run_cli
+from tests.docker.test_compose import _compose
 
 pytestmark = pytest.mark.docker
 
@@ -37,12 +38,6 @@ SCRAM_USER = "onceproof"
 PASSWORD_ENV = "ONCEPROOF_TEST_KAFKA_PASSWORD"
 FOREIGN = "payments-ledger"
 """A topic of "someone else" on the cluster: onceproof must neither read nor write it."""
-
-
-def _compose(base: list[str], args: list[str], env: dict, timeout: float = 300) -> str:
-    p = subprocess.run(base + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{' '.join(args)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    return p.stdout
 
 
 def _foreign_topic() -> dict:
