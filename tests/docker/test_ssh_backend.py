@@ -5,14 +5,16 @@ sweeps every node at the end.
 
 * the eos sink stays valid under a broker kill, a broker isolated in both directions by the run's own iptables
   chains, random packet loss on a broker's ports (``iptables -m statistic``), a broker paused, an executor
-  killed on its worker node while it holds a sink task, and the driver killed in its commit window; every
-  fault effective and exercised;
+  killed on its worker node while it holds a sink task, the driver killed in its commit window, and a ``tc``
+  bandwidth limit on a broker's ports; every fault effective and exercised;
 * the at-least-once sink is caught duplicating after an executor kill and a driver kill in the commit window
-  under a ``tc`` bandwidth limit (in ``make test-extended`` also under every fault of the eos run);
+  under a ``tc`` bandwidth limit, and under every fault of the eos run (both in ``make test-extended``: the
+  checker that catches it is the backend's own no more than the local runs', whose detection tests are in
+  ``make test``, and the 50-minute budget keeps the eos run);
 * after each run no node holds a JVM, an ``OP-`` iptables rule or onceproof's qdisc, and the brokers' and
   Spark's logs are in the run's ``logs/<node>/``.
 
-About 4 and 2 minutes on 2 cores (measured 216 s and 127 s), the five nodes about 5 s.
+About 4.5 and 2 minutes on 2 cores (measured 264 s and 167 s in a fresh clone), the five nodes about 5 s.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.docker.ssh_nodes import ssh_nodes
 pytestmark = pytest.mark.docker
 
 ALL = "kill-broker,pause-broker,partition,lossy-link:drop,kill-executor,kill-driver-in-commit-window"
+EOS = ALL + ",slow-network:bandwidth"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def _residue(nodes) -> dict[str, str]:
 @pytest.mark.timeout(1500)
 def test_eos_is_valid_on_ssh_nodes_under_broker_network_and_spark_faults_and_nothing_is_left(five, results_root):
     p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "eos", "--nemesis",
-                 ALL, "--time-limit", "60",
+                 EOS, "--time-limit", "60",
                  "--seed", "1", "--results", str(results_root)], timeout=1200)
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
@@ -59,12 +62,14 @@ def test_eos_is_valid_on_ssh_nodes_under_broker_network_and_spark_faults_and_not
     pipeline = {k: n for k, n in result["counts"].items() if not k.startswith("input-")}
     assert result["verdict"] == "valid" and all(n == 0 for n in pipeline.values()), result["counts"]
     cov = {c["fault"]: c for c in result["coverage"]}
-    assert set(cov) == set(ALL.split(",")) - {"lossy-link:drop"} | {"lossy-link"}, cov
+    assert set(cov) == {s.split(":")[0] for s in EOS.split(",")}, cov
     assert all(c["planned"] == c["effective"] == c["exercised"] >= 1 for c in cov.values()), cov
     part = next(o["evidence"] for o in ops if o.get("type") == "info" and o.get("f", "").startswith("partition"))
     assert not part["probe_during"]["ok"] and part["probe_after"]["ok"], part
     drop = next(o["evidence"] for o in ops if o.get("type") == "info" and o.get("f") == "lossy-link:drop")
     assert drop["counters_during"]["dropped"] > 0, drop  # the statistic rules dropped packets on the node
+    bw = next(o["evidence"] for o in ops if o.get("type") == "info" and o.get("f") == "slow-network:bandwidth")
+    assert bw["toxic"]["type"] == "bandwidth" and bw["probe_after"]["ok"], bw  # tc on the node, then lifted
     ex = next(o["evidence"] for o in ops if o.get("type") == "info" and o.get("f") == "kill-executor")
     assert ex["gone_after"] and ex["held"]["host"] in ("n4", "n5") and ex["retried_by"], ex
     assert result["health_after_heal"]["healthy"], result["health_after_heal"]
@@ -91,10 +96,11 @@ def _caught(five, results_root, nemesis: str, time_limit: int) -> None:
     assert _residue(five) == {}
 
 
+@pytest.mark.extended  # 167 s in a fresh clone: make test's 50 minutes keep the eos run, which has the limit too
 @pytest.mark.timeout(1200)
 def test_at_least_once_is_caught_on_ssh_nodes_after_executor_and_driver_kills_under_a_bandwidth_limit(
         five, results_root):
-    """127 s measured; the run under every fault of the eos run is the extended test below."""
+    """127 s measured by hand, 167 s in a fresh clone."""
     _caught(five, results_root, "kill-executor,slow-network:bandwidth,kill-driver-in-commit-window", 30)
 
 
