@@ -95,7 +95,7 @@ LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window
                    "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop",
                    "add-input-partitions",
                    "clock-skew:*", "driver-clock-skew:*", "corrupt-segment-tail:*", "disk-full:*",
-                   "lose-unsynced-writes:*"})
+                   "lose-unsynced-writes:*", "delay-txn-requests:*"})
 
 
 def test_the_local_backend_performs_every_fault_and_target():
@@ -397,14 +397,16 @@ def test_the_fault_list_names_the_backends_that_can_perform_each_fault():
 def test_the_toxics_table_matches_the_nemeses_and_a_network_with_kinds_narrows_the_targets():
     from onceproof.backends import capabilities
     from onceproof.backends.ssh.backend import SshBackend
-    from onceproof.nemesis import lossy, network
+    from onceproof.nemesis import lossy, network, stale_request
     mine = {f"slow-network:{t}": v[0] for t, v in network._TOXICS.items()}
     mine |= {f"lossy-link:{t}": v[0] for t, v in lossy.TOXICS.items()}
+    mine |= {f"delay-txn-requests:{t}": "latency" for t in stale_request.DelayTxnRequests.target_choices}
     assert capabilities.TOXICS == mine
     ssh = capabilities.derive(SshBackend)
     assert "slow-network:bandwidth" in ssh and "partition:*" in ssh and "lossy-link:drop" in ssh
     assert not {"slow-network:*", "slow-network:latency", "slow-network:slicer", "lossy-link:reset-peer",
-                "lossy-link:timeout", "lossy-link:limit-data", "zombie-task:*"} & ssh
+                "lossy-link:timeout", "lossy-link:limit-data", "zombie-task:*", "delay-txn-requests:*",
+                "delay-txn-requests:endtxn"} & ssh  # tc shapes bandwidth only: no latency toxic
     assert "kill-executor" in ssh  # ExecutorFaults on the worker nodes (ssh/app.py), not TaskKill
     assert capabilities.network_kinds(LocalBackend) is None
     assert "slow-network:*" in capabilities.derive(LocalBackend)

@@ -49,6 +49,7 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "lossy-link:timeout": (NetworkFaults,),
     "lossy-link:limit-data": (NetworkFaults,),
     "lossy-link:drop": (NetworkFaults, PacketLoss),  # packets dropped at random (iptables on the local backend)
+    "delay-txn-requests:*": (NetworkFaults,),  # a latency toxic upstream on one broker's client path
     "zombie-task:*": (ExecutorFaults, TaskKill),  # its executor killed, then the task that outlived it
     "restart-mid-txn": (),  # SparkApp.kill_driver (core) and the pipeline's hooks
     "upgrade:*": (Runtimes,),  # upgrade:pyspark restarts the driver on another PySpark
@@ -72,6 +73,8 @@ TOXICS: dict[str, str] = {
     "lossy-link:reset-peer": "reset_peer",
     "lossy-link:timeout": "timeout",
     "lossy-link:limit-data": "limit_data",
+    "delay-txn-requests:endtxn": "latency",
+    "delay-txn-requests:produce": "latency",
 }
 """The toxic each network fault's target asks :meth:`FaultNetwork.slow` for (toxiproxy's type names; the
 nemeses' own tables are ``nemesis/network._TOXICS`` and ``nemesis/lossy.TOXICS``, a unit test keeps them

@@ -21,6 +21,7 @@ from onceproof.nemesis.network import Partition, SlowNetwork
 from onceproof.nemesis.operator import BounceBroker, ElectLeaders, RollingRestart
 from onceproof.nemesis.reassign import ReassignPartitions
 from onceproof.nemesis.restart_mid_txn import RestartMidTxn
+from onceproof.nemesis.stale_request import DelayTxnRequests
 from onceproof.nemesis.upgrade import Upgrade
 from onceproof.nemesis.zombie import ZombieTask
 
@@ -47,14 +48,15 @@ FAULTS = {
     CorruptSegmentTail.name: CorruptSegmentTail,
     DiskFull.name: DiskFull,
     LoseUnsyncedWrites.name: LoseUnsyncedWrites,
+    DelayTxnRequests.name: DelayTxnRequests,
 }
 
-NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name}  # need the cluster behind toxiproxy
+NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name, DelayTxnRequests.name}  # need the cluster behind toxiproxy
 # Targeted faults: each aims at one protocol flaw (a zombie attempt, a restart into a changed split) and
 # costs a parked task plus an executor or driver restart per turn. They run when named, or in their
 # test-all package (nemesis/packages.py); ``all`` stays the general faults, so that its runs keep their
 # length (and make test its budget).
-TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name}
+TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name, DelayTxnRequests.name}
 # Operators' restarts (nemesis/operator.py): run when named or in the ``operator`` package, not in ``all``
 # (whose runs and make test's budget they would lengthen by a minute or more per turn).
 OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignPartitions.name,

@@ -66,14 +66,15 @@ def _aim(ctx: NemesisContext, rng: random.Random, target: str | None, choices: t
 
 @contextmanager
 def toxic_on(net: FaultNetwork, paths: list[str], kind: str, attrs: dict, name: str,
-             toxicity: float = 1.0) -> Iterator[dict[str, list[str]]]:
+             toxicity: float = 1.0, direction: str = "downstream") -> Iterator[dict[str, list[str]]]:
     """Toxic ``kind`` (``attrs``, applied to each connection with probability ``toxicity``) named ``name`` on
-    each of ``paths``, downstream, for the ``with`` block, removed on the way out whatever happens. Yields
-    ``{path: names of the slowdowns the network reports on it}`` once all are added."""
+    each of ``paths``, in ``direction`` (``downstream``: towards the client; ``upstream``: towards the broker),
+    for the ``with`` block, removed on the way out whatever happens. Yields ``{path: names of the slowdowns
+    the network reports on it}`` once all are added."""
     names = []
     try:
         for p in paths:
-            names.append((p, net.slow(p, kind, attrs, name=name, direction="downstream", toxicity=toxicity)))
+            names.append((p, net.slow(p, kind, attrs, name=name, direction=direction, toxicity=toxicity)))
         yield {p: net.slowdowns(p) for p in paths}
     finally:
         for p, n in names:

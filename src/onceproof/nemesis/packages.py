@@ -21,6 +21,10 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
   (``corrupt-segment-tail``, ``disk-full``: ``nemesis/disk.py``), and a broker's power cut that drops what it had
   not fsynced (``lose-unsynced-writes``: ``nemesis/lazyfs_fault.py``, a FUSE layer); a package of its own so
   that no other suite needs tmpfs or FUSE mounts (root);
+* ``stale-requests`` – one broker's client requests held past the client's timeout on about half the
+  connections, so that a request of one transaction reaches its broker after the transaction ended
+  (``delay-txn-requests``: ``nemesis/stale_request.py``, KAFKA-17754), aimed at the ``eos-long-lived-producer``
+  mutant; a package of its own because each turn holds for over a minute;
 * ``upgrade`` – a driver stopped mid-batch (killed, or ``query.stop()``) and restarted from its checkpoint
   into a changed configuration or the previous PySpark;
 * ``all`` – every fault of every package.
@@ -44,6 +48,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
               "driver-clock-skew:jump-back"),
     "disk": ("corrupt-segment-tail:leader", "corrupt-segment-tail:one", "disk-full:leader", "disk-full:one",
              "lose-unsynced-writes:one", "lose-unsynced-writes:leader"),
+    "stale-requests": ("delay-txn-requests:endtxn", "delay-txn-requests:produce"),
     "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),
 }
 

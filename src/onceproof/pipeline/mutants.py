@@ -54,6 +54,17 @@ The flaws, and the protocol fact each one breaks:
 * ``index_keyed`` (``eos-index-keyed``): the sink before issue 10's fix: marker and ``transactional.id``
   keyed by Spark's partition *index*. A restart that splits a replayed batch differently
   (``upgrade:min-partitions``) skips rows never committed and rewrites committed ones.
+* ``long_lived_producer`` (``eos-long-lived-producer``): one producer per ``transactional.id`` kept in the
+  Python worker across micro-batches, ``init_transactions()`` called once, discarded only after a failed
+  attempt: the optimisation users reach for (it saves an InitProducerId round trip per transaction). It gives
+  up the sink's defence against KAFKA-17754: librdkafka speaks transaction protocol v1 (no KIP-890 part 2,
+  confluentinc/librdkafka#5423), so consecutive transactions of one producer share an epoch, and a request of
+  one transaction that librdkafka timed out and retried internally (never an error to the application) can
+  reach its broker during the *next* transaction: a delayed EndTxn(COMMIT) commits the next transaction
+  half-written, whose task then fails and is replayed → ``duplicate``. Targeted by ``delay-txn-requests``
+  (``nemesis/stale_request.py``), whose package ``stale-requests`` its cells run under, with
+  ``transaction.timeout.ms`` = 300 s so that the coordinator's own timeout (which bumps the epoch) never
+  fences the delayed request first.
 
 Pure data: no pyspark or Kafka import.
 """
@@ -75,6 +86,7 @@ class Flaws:
     nondeterministic: bool = False
     commit_error_ignored: bool = False
     index_keyed: bool = False
+    long_lived_producer: bool = False
 
     @property
     def any(self) -> bool:
@@ -117,6 +129,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "counts as written", "commit", "lost"),
     Mutant("eos-index-keyed", "index_keyed", "marker and transactional.id keyed by Spark partition index "
            "(the sink before issue 10's fix)", "upgrade", "duplicate"),
+    Mutant("eos-long-lived-producer", "long_lived_producer", "one producer per transactional.id reused across "
+           "micro-batches (one epoch for many transactions: KAFKA-17754)", "stale-requests", "duplicate",
+           ("--txn-timeout-ms", "300000")),
 )}
 
 

@@ -46,6 +46,8 @@ attempt): Spark numbers task attempts from 0 again in every new driver.
 
 * ``fence-on-start`` – ``abort_leftovers`` settled the transactional id ``txn_id`` at query start.
 * ``init-error`` – ``init_transactions()`` failed: no transaction of this attempt exists.
+* ``producer-created`` / ``producer-reused`` – only under the ``eos-long-lived-producer`` mutant: the task's
+  producer was made (and initialised) now, or taken from this worker's earlier tasks (no ``init_transactions()``).
 * ``marker-error`` – reading the marker failed (``error_class``, ``error_code``); no transaction began.
 * ``skip`` – the marker (``marker``) is ≥ the batch: already committed, nothing written.
 * ``begin`` – the transaction began; ``marker`` is the value read after ``init_transactions()``.
@@ -295,9 +297,8 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: di
     txn_id = _attempt_txn_id(cfg, part, attempt)
     where = {"batch": batch_id, "partition": part, "attempt": attempt, "txn_id": txn_id}
     rows = hooks.zombie_point(cfg.control_dir, "preinit", where, rows, lambda **f: _log(cfg, "zombie", **f))
-    prod = _producer(cfg, txn_id)
     t0 = time.monotonic()
-    _init_transactions(cfg, prod, where)
+    prod = _task_producer(cfg, txn_id, where)
     cons = marker.open_consumer(cfg.bootstrap, cfg.sink_id, part)
     try:
         done = _read_marker(cfg, cons, where)
@@ -312,8 +313,31 @@ def write_partition(cfg: SinkConfig, batch_id: int, rows: Iterable, expected: di
             if cfg.flaws.commit_error_ignored and txn.stage == "send_offsets":
                 return  # the eos-commit-error-ignored mutant: the task succeeds, Spark counts the batch
             raise
+    except BaseException:
+        _LONG_LIVED.pop(txn_id, None)  # the eos-long-lived-producer mutant discards a producer that failed
+        raise
     finally:
         cons.close()
+
+
+_LONG_LIVED: dict[str, Producer] = {}
+"""The ``eos-long-lived-producer`` mutant's producers in this Python worker, by ``transactional.id``."""
+
+
+def _task_producer(cfg: SinkConfig, txn_id: str, where: dict) -> Producer:
+    """The producer of a task attempt, its transactions initialised: a new one per attempt (a fresh producer
+    epoch per transaction, the defence against KAFKA-17754 in the module docstring), except under the
+    ``eos-long-lived-producer`` mutant, which reuses this worker's producer of ``txn_id`` when it has one
+    (``producer-reused``; ``producer-created`` when it made it). Raises ``SinkError`` (``init_transactions``)."""
+    if cfg.flaws.long_lived_producer and txn_id in _LONG_LIVED:
+        _log(cfg, "producer-reused", **where)
+        return _LONG_LIVED[txn_id]
+    prod = _producer(cfg, txn_id)
+    _init_transactions(cfg, prod, where)
+    if cfg.flaws.long_lived_producer:
+        _LONG_LIVED[txn_id] = prod
+        _log(cfg, "producer-created", **where)
+    return prod
 
 
 def _init_transactions(cfg: SinkConfig, prod: Producer, where: dict) -> None:

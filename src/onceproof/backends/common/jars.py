@@ -70,8 +70,22 @@ def _resolve(name: str, version: str, pom: Path, properties: dict[str, str] | No
     return Classpath(name, version, jars)
 
 
+KAFKA_VERSION_ENV = "ONCEPROOF_KAFKA_VERSION"
+"""Names another Apache Kafka broker version to resolve from Maven Central instead of the pinned one (e.g.
+``3.9.1``, a broker without KIP-890 part 2, for ``make probe-kafka17754``); unset: the pin."""
+
+
 def kafka_version() -> str:
-    """The pinned Apache Kafka broker version (``deps/kafka/pom.xml``)."""
+    """The Apache Kafka broker version: ``$ONCEPROOF_KAFKA_VERSION`` when set, else the pin
+    (``deps/kafka/pom.xml``).
+
+    Raises: ``ResolveError`` when the variable is set but is not a version (digits and dots)."""
+    wanted = os.environ.get(KAFKA_VERSION_ENV, "").strip()
+    if wanted:
+        if not re.fullmatch(r"\d+(\.\d+){1,3}", wanted):
+            raise ResolveError(f"{KAFKA_VERSION_ENV}={wanted!r} is not a Kafka version such as 3.9.1; "
+                               "unset it to use the pinned one")
+        return wanted
     return _pom_property(DEPS / "kafka" / "pom.xml", "kafka.version")
 
 
@@ -87,7 +101,8 @@ def kafka_classpath() -> Classpath:
             raise ResolveError(f"KAFKA_HOME={home} has no libs/*.jar; unset it to use Maven")
         ver = next((m.group(1) for j in libs if (m := re.match(r"kafka_2\.13-(.+)\.jar$", j.name))), "?")
         return Classpath("kafka", ver, tuple(libs))
-    return _resolve("kafka", kafka_version(), DEPS / "kafka" / "pom.xml")
+    version = kafka_version()
+    return _resolve("kafka", version, DEPS / "kafka" / "pom.xml", {"kafka.version": version})
 
 
 def kafka_tools_classpath() -> Classpath:

@@ -1,0 +1,85 @@
+"""``delay-txn-requests`` (nemesis/stale_request.py) and the ``eos-long-lived-producer`` mutant's producer reuse
+(pipeline/transactional_sink.py), on synthetic evidence and a stand-in producer factory: no cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from onceproof.nemesis import catalog, packages, stale_request
+from onceproof.pipeline import mutants, transactional_sink
+from onceproof.pipeline.mutants import Flaws
+
+
+def _ev(ms: list[float], active: bool = True, delay_ms: int = 65_000) -> dict:
+    act = {"client-2": [stale_request.NAME] if active else []}
+    return {"delay_ms": delay_ms, "active": act, "probes": [{"answered": True, "ms": m} for m in ms]}
+
+
+def test_effective_needs_the_toxic_on_every_path_and_a_probe_held_about_the_delay():
+    assert stale_request.judge(_ev([3.1, 65_012.0]))
+    assert not stale_request.judge(_ev([3.1, 4.0]))  # every probe drew a clean connection
+    assert not stale_request.judge(_ev([65_012.0], active=False))
+    assert not stale_request.judge({"delay_ms": 65_000, "active": {}, "probes": [{"answered": True, "ms": 70_000}]})
+    unanswered = _ev([])
+    unanswered["probes"] = [{"answered": False, "ms": 70_000.0, "error": "timed out"}]
+    assert not stale_request.judge(unanswered)
+
+
+def test_exercised_is_a_slow_commit_or_a_failed_attempt_of_the_hold():
+    events = [{"event": "commit", "ms": 150}, {"event": "begin"}, {"event": "skip"}]
+    assert stale_request.exercised(events) == []
+    slow = {"event": "commit", "ms": 61_200, "batch": 4, "partition": 1}
+    failed = {"event": "commit-unknown", "error_code": "_TIMED_OUT"}
+    assert stale_request.exercised(events + [slow, failed]) == [slow, failed]
+    # a short delay (tests, other settings) lowers the bar to the delay itself
+    assert stale_request.exercised([{"event": "commit", "ms": 6_000}], delay_ms=5_000)
+
+
+def test_the_fault_is_a_targeted_network_fault_in_its_own_package_aimed_at_the_mutant():
+    assert catalog.FAULTS["delay-txn-requests"] is stale_request.DelayTxnRequests
+    assert catalog.needs_proxy(["delay-txn-requests:endtxn"])
+    assert not [s for s in catalog.all_specs() if s.startswith("delay-txn-requests")]  # not in --nemesis all
+    assert packages.specs("stale-requests") == ["delay-txn-requests:endtxn", "delay-txn-requests:produce"]
+    m = mutants.MUTANTS["eos-long-lived-producer"]
+    assert (m.package, m.anomaly, m.flaws) == ("stale-requests", "duplicate", Flaws(long_lived_producer=True))
+    # the coordinator's own timeout bumps the epoch: the cells keep it well past the delay
+    timeout_ms = int(m.run_args[m.run_args.index("--txn-timeout-ms") + 1])
+    assert timeout_ms > stale_request.DELAY_MS + stale_request.SETTLE_S * 1000
+    assert stale_request.DelayTxnRequests.expected_s("endtxn", 6.0, 30_000) >= stale_request.DELAY_MS / 1000
+
+
+class _Made:
+    """A stand-in for ``_producer`` and ``_init_transactions``: counts what it made and initialised."""
+
+    def __init__(self):
+        self.made: list[str] = []
+        self.inits: list[str] = []
+
+    def producer(self, cfg, txn_id):
+        self.made.append(txn_id)
+        return object()
+
+    def init(self, cfg, prod, where):
+        self.inits.append(where["txn_id"])
+
+
+@pytest.mark.parametrize("long_lived", [False, True])
+def test_the_correct_sink_makes_a_producer_per_attempt_and_the_mutant_reuses_one(monkeypatch, long_lived):
+    made, logged = _Made(), []
+    monkeypatch.setattr(transactional_sink, "_producer", made.producer)
+    monkeypatch.setattr(transactional_sink, "_init_transactions", made.init)
+    monkeypatch.setattr(transactional_sink, "_log", lambda cfg, event, **f: logged.append(event))
+    monkeypatch.setattr(transactional_sink, "_LONG_LIVED", {})
+    cfg = type("Cfg", (), {"flaws": Flaws(long_lived_producer=long_lived)})()
+    where = {"txn_id": "onceproof-s-0"}
+    first = transactional_sink._task_producer(cfg, "onceproof-s-0", where)
+    second = transactional_sink._task_producer(cfg, "onceproof-s-0", where)
+    other = transactional_sink._task_producer(cfg, "onceproof-s-1", {"txn_id": "onceproof-s-1"})
+    if long_lived:
+        assert first is second and other is not first
+        assert made.inits == ["onceproof-s-0", "onceproof-s-1"]  # init_transactions once per id: one epoch
+        assert logged == ["producer-created", "producer-reused", "producer-created"]
+    else:
+        assert first is not second
+        assert made.inits == ["onceproof-s-0", "onceproof-s-0", "onceproof-s-1"]  # a fresh epoch per attempt
+        assert logged == [] and transactional_sink._LONG_LIVED == {}
