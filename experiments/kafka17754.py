@@ -204,7 +204,13 @@ def _run(a, cluster, net, admin, kind: str, variant: str) -> dict:
     ``init_transactions()`` before each transaction (``per-transaction``, onceproof's sink)."""
     topic = f"probe-{kind}-{variant}"
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(60)
-    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    leader = -1
+    for _ in range(60):  # a new topic's metadata may lag its creation (seen on Kafka 3.5.2)
+        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        leader = parts[0].leader if 0 in parts else -1
+        if leader >= 0:
+            break
+        time.sleep(0.5)
     # a transactional.id whose coordinator is another broker, so the toxic holds one kind of request only
     # (__transaction_state exists once a producer initialised)
     first = _producer(cluster.bootstrap, f"probe-{kind}-{variant}-0", a.message_timeout_ms)

@@ -11,14 +11,24 @@ Targets, each on one broker's client path (clients → that broker; inter-broker
   AddOffsetsToTxn and EndTxn;
 * ``produce`` – the leader of one output partition: it receives the Produce requests.
 
-A ``latency`` toxic (toxiproxy README, "Toxics") **upstream** (towards the broker) of :data:`DELAY_MS` ms,
-with toxicity :data:`TOXICITY`: toxiproxy draws per connection, so about half the connections hold every
-request that long while the others pass at once. A request held longer than the client waits for it
-(librdkafka: ``socket.timeout.ms``, 60 s by default, for a transactional request; ``request.timeout.ms``, 30 s,
-for a Produce request) is timed out, its connection closed and the request sent again on a new connection,
-which may be a clean one; the held copy still reaches the broker when its delay ends, after the client
-moved on. The toxic stays :data:`DELAY_MS` + :data:`SETTLE_S` s, so that every held copy arrives by its own
-delay, not flushed early when the toxic is removed (removal hands held data on at once).
+A ``latency`` toxic (toxiproxy README, "Toxics") **upstream** (towards the broker) of :data:`DELAY_MS` ±
+:data:`JITTER_MS` ms, with toxicity :data:`TOXICITY`: toxiproxy draws per connection, so about half the
+connections hold every request that long while the others pass at once. A request held longer than the client
+waits for it (librdkafka: ``socket.timeout.ms``, 60 s by default, for a transactional request;
+``request.timeout.ms``, 30 s, for a Produce request) is timed out, its connection closed and the request sent
+again on a new connection, which may be a clean one; the held copy still reaches the broker when its delay
+ends, after the client moved on. The toxic stays :data:`DELAY_MS` + :data:`SETTLE_S` s, so that every held copy
+arrives by its own delay, not flushed early when the toxic is removed (removal hands held data on at once).
+
+A held EndTxn(COMMIT) of transaction T1 only does harm when it reaches the coordinator while the *next*
+transaction of the same producer id and epoch is between its first AddPartitionsToTxn and its end: the
+coordinator then commits that transaction half-written (transaction protocol v1). A micro-batch's produce
+phase lasts a few hundred ms, so ``endtxn`` also *stretches* it around the held requests' arrival: from
+:data:`STRETCH_BEFORE_S` s before the delay ends until the toxic is removed, every other broker's client path
+gets a ``latency`` toxic of :data:`STRETCH_MS` ms upstream, so each Produce of the transactions then open takes
+that long. (Measured first with ``experiments/kafka17754.py``: a held EndTxn(COMMIT) committed the next
+transaction of a producer reused across transactions, which the application then aborted, on Kafka 4.1.1 with
+librdkafka 2.16; held Produce requests did no harm there.)
 
 Evidence: the toxic each path reports; :data:`PROBES` raw connections through the broker's client address,
 each sending one Kafka ``ApiVersions`` request and timing its answer (``nemesis/lossy.py``'s request): the
@@ -39,10 +49,13 @@ from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisCo
 from onceproof.nemesis.lossy import api_versions_request
 from onceproof.nemesis.network import probe, toxic_on
 
-DELAY_MS = 65_000
+DELAY_MS = 63_000
 """Longer than librdkafka's default ``socket.timeout.ms`` (60 s), so a held EndTxn is timed out and resent."""
+JITTER_MS = 2_000
 TOXICITY = 0.5
 SETTLE_S = 5.0
+STRETCH_MS = 1_500
+STRETCH_BEFORE_S = 8.0
 PROBES = 6
 EXERCISED_MS = 20_000
 NAME = "nemesis-stale"
@@ -121,16 +134,20 @@ class DelayTxnRequests:
         net = ctx.network
         address = net.client_address(node)
         paths = net.client_paths(node)
-        attrs = {"latency": self.delay_ms, "jitter": 0}
+        jitter = min(JITTER_MS, self.delay_ms // 10)
+        attrs = {"latency": self.delay_ms, "jitter": jitter}
         ev: dict = {"variant": variant, "node": node, **why, "paths": paths, "delay_ms": self.delay_ms,
                     "toxic": {"type": "latency", "direction": "upstream", "toxicity": TOXICITY, **attrs},
                     "probe_before": probe(address)}
+        end_s = (self.delay_ms + jitter) / 1000 + SETTLE_S
         t0, since = time.monotonic(), time.time()
         with toxic_on(net, paths, "latency", attrs, NAME, TOXICITY, direction="upstream") as ev["active"]:
-            with ThreadPoolExecutor(PROBES) as pool:
-                ev["probes"] = list(pool.map(lambda _: answer_ms(address, self.delay_ms / 1000 + 5), range(PROBES)))
-            left = self.delay_ms / 1000 + SETTLE_S - (time.monotonic() - t0)
-            ev["held_s"] = round(time.monotonic() - t0, 2) + hold(ctx, max(0.0, left))
+            with ThreadPoolExecutor(PROBES) as pool:  # the held probes answer when the delay ends
+                probes = [pool.submit(answer_ms, address, end_s) for _ in range(PROBES)]
+                if variant == "endtxn":
+                    self._stretch(ctx, node, t0, end_s, ev)
+                ev["probes"] = [f.result() for f in probes]
+            ev["held_s"] = round(time.monotonic() - t0, 2) + hold(ctx, max(0.0, end_s - (time.monotonic() - t0)))
         ev["probe_after"] = probe(address, timeout_s=10)
         hits = exercised(sink_events(ctx.control.parent, since), self.delay_ms)
         ev["sink_events_held"] = [{k: e.get(k) for k in ("event", "batch", "partition", "txn_id", "ms", "stage",
@@ -138,6 +155,19 @@ class DelayTxnRequests:
         effective = judge(ev)
         return Outcome(EFFECTIVE if effective else NOT_EFFECTIVE, f"{variant}: broker {node}", ev,
                        exercised=bool(hits) if effective else None)
+
+    def _stretch(self, ctx: NemesisContext, node: int, t0: float, end_s: float, ev: dict) -> None:
+        """From :data:`STRETCH_BEFORE_S` s before the delay ends until ``end_s`` (s after ``t0``), slow every
+        other broker's client path by :data:`STRETCH_MS` ms upstream (module docstring)."""
+        start_s = max(0.0, self.delay_ms / 1000 - STRETCH_BEFORE_S)
+        hold(ctx, max(0.0, start_s - (time.monotonic() - t0)))
+        if ctx.stop.is_set():
+            return
+        others = [p for m in ctx.cluster.nodes if m != node for p in ctx.network.client_paths(m)]
+        ev["stretch"] = {"paths": others, "latency_ms": STRETCH_MS, "from_s": round(time.monotonic() - t0, 2)}
+        with toxic_on(ctx.network, others, "latency", {"latency": STRETCH_MS, "jitter": 0}, f"{NAME}-stretch",
+                      direction="upstream") as ev["stretch"]["active"]:
+            hold(ctx, max(0.0, end_s - (time.monotonic() - t0)))
 
     def heal(self, ctx: NemesisContext) -> None:
         if ctx.network is not None:
