@@ -130,17 +130,19 @@ soak: setup
 # eos as the control, 3 seeds) and the eos certificate (4 packages × 2 seeds); see docs/performance.md for the time
 # a user's driver-side transactional job (examples/driver_txn_pipeline.py) under kill-driver,kill-executor,
 # kill-broker on seeds 1-3, and test-all --pipeline-cmd on it and on its naive variant (about 12 min)
-# KAFKA-17754 probe (issue 29 item 5): a delayed produce request and a producer reused across transactions
-# (experiments/kafka17754.py; an experiment that prints what it saw, about 3 min)
+# KAFKA-17754 probe (issue 29 item 5): a held Produce or EndTxn request against a producer reused across
+# transactions and one per transaction (experiments/kafka17754.py, docs/kafka17754.md; an experiment that
+# prints what it saw: about 4 min; ONCEPROOF_KAFKA_VERSION=3.5.2 runs it on another broker from Maven Central)
 probe-kafka17754: setup
 	$(BIN)/python experiments/kafka17754.py
 
 certify-user: setup
 	ONCEPROOF_USER_SEEDS=1,2,3 $(BIN)/python -m pytest -v tests/cluster/test_user_certificate.py
 
-certify: setup postgres-prereqs
-	$(BIN)/onceproof test-all --mutants --test-count 3 --stop-when-caught
-	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit --test-count 2 --time-limit 60
+certify: setup postgres-prereqs clock-prereqs fuse-prereqs
+	$(BIN)/onceproof test-all --mutants --weak-configs --test-count 3 --stop-when-caught
+	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit,operator,lossy,clock,disk \
+	  --test-count 2 --time-limit 60
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
 # Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under

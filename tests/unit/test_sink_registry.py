@@ -29,7 +29,9 @@ def test_every_entry_owns_a_writer_a_reader_and_known_capabilities():
         assert callable(s.writer) and s.reader.count(":") == 1, s.name
         assert s.capabilities <= set(CAPABILITIES) and s.expect in ("valid", "invalid"), s.name
         assert s.reads[0] == COMMITTED and s.output_modes, s.name
-        assert (s.expect == "invalid") == bool(s.targeted_by), s.name  # a weak sink names what catches it
+        # a weak sink names what catches it (a mutant no run has caught yet names nothing: pipeline/mutants.py)
+        uncaught = s.name in mutants.MUTANTS and not mutants.MUTANTS[s.name].caught
+        assert (s.expect == "invalid" and not uncaught) == bool(s.targeted_by), s.name
     assert sinks.get("at-least-once").targeted_by == "process"
     assert sinks.get("file").output_dir == "file-sink" and sinks.get("eos").output_dir is None
 

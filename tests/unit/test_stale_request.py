@@ -10,16 +10,16 @@ from onceproof.pipeline import mutants, transactional_sink
 from onceproof.pipeline.mutants import Flaws
 
 
-def _ev(ms: list[float], active: bool = True, delay_ms: int = 65_000) -> dict:
+def _ev(ms: list[float], active: bool = True, hold_s: float = 62.0) -> dict:
     act = {"client-2": [stale_request.NAME] if active else []}
-    return {"delay_ms": delay_ms, "active": act, "probes": [{"answered": True, "ms": m} for m in ms]}
+    return {"hold_s": hold_s, "active": act, "probes": [{"answered": True, "ms": m} for m in ms]}
 
 
-def test_effective_needs_the_toxic_on_every_path_and_a_probe_held_about_the_delay():
-    assert stale_request.judge(_ev([3.1, 65_012.0]))
+def test_effective_needs_the_toxic_on_every_path_and_a_probe_held_until_its_removal():
+    assert stale_request.judge(_ev([3.1, 62_012.0]))
     assert not stale_request.judge(_ev([3.1, 4.0]))  # every probe drew a clean connection
-    assert not stale_request.judge(_ev([65_012.0], active=False))
-    assert not stale_request.judge({"delay_ms": 65_000, "active": {}, "probes": [{"answered": True, "ms": 70_000}]})
+    assert not stale_request.judge(_ev([62_012.0], active=False))
+    assert not stale_request.judge({"hold_s": 62.0, "active": {}, "probes": [{"answered": True, "ms": 70_000}]})
     unanswered = _ev([])
     unanswered["probes"] = [{"answered": False, "ms": 70_000.0, "error": "timed out"}]
     assert not stale_request.judge(unanswered)
@@ -27,12 +27,12 @@ def test_effective_needs_the_toxic_on_every_path_and_a_probe_held_about_the_dela
 
 def test_exercised_is_a_slow_commit_or_a_failed_attempt_of_the_hold():
     events = [{"event": "commit", "ms": 150}, {"event": "begin"}, {"event": "skip"}]
-    assert stale_request.exercised(events) == []
+    assert stale_request.exercised(events, 62.0) == []
     slow = {"event": "commit", "ms": 61_200, "batch": 4, "partition": 1}
     failed = {"event": "commit-unknown", "error_code": "_TIMED_OUT"}
-    assert stale_request.exercised(events + [slow, failed]) == [slow, failed]
-    # a short delay (tests, other settings) lowers the bar to the delay itself
-    assert stale_request.exercised([{"event": "commit", "ms": 6_000}], delay_ms=5_000)
+    assert stale_request.exercised(events + [slow, failed], 62.0) == [slow, failed]
+    # a short hold lowers the bar to the hold itself
+    assert stale_request.exercised([{"event": "commit", "ms": 6_000}], 5.0)
 
 
 def test_the_fault_is_a_targeted_network_fault_in_its_own_package_aimed_at_the_mutant():
@@ -44,8 +44,9 @@ def test_the_fault_is_a_targeted_network_fault_in_its_own_package_aimed_at_the_m
     assert (m.package, m.anomaly, m.flaws) == ("stale-requests", "duplicate", Flaws(long_lived_producer=True))
     # the coordinator's own timeout bumps the epoch: the cells keep it well past the delay
     timeout_ms = int(m.run_args[m.run_args.index("--txn-timeout-ms") + 1])
-    assert timeout_ms > stale_request.DELAY_MS + stale_request.SETTLE_S * 1000
-    assert stale_request.DelayTxnRequests.expected_s("endtxn", 6.0, 30_000) >= stale_request.DELAY_MS / 1000
+    assert timeout_ms > max(stale_request.HOLD_S.values()) * 1000 * 2
+    assert stale_request.DELAY_MS > max(stale_request.HOLD_S.values()) * 1000  # the removal delivers what is held
+    assert stale_request.DelayTxnRequests.expected_s("endtxn", 6.0, 30_000) >= stale_request.HOLD_S["endtxn"]
 
 
 class _Made:

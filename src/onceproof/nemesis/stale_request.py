@@ -6,33 +6,33 @@ commit or abort can end a *later* transaction of the same producer epoch; KIP-89
 
 Targets, each on one broker's client path (clients → that broker; inter-broker traffic untouched):
 
-* ``endtxn`` – the transaction coordinator of one of the sink's ``transactional.id`` s
-  (:func:`onceproof.nemesis.targets.txn_coordinator`): it receives InitProducerId, AddPartitionsToTxn,
-  AddOffsetsToTxn and EndTxn;
+* ``endtxn`` – the transaction coordinator (:func:`onceproof.nemesis.targets.txn_coordinator`) of a
+  ``transactional.id`` the sink began a transaction with in the last :data:`RECENT_S` s (``sink.jsonl``), else
+  of one of the sink's pool: it receives InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn;
 * ``produce`` – the leader of one output partition: it receives the Produce requests.
 
-A ``latency`` toxic (toxiproxy README, "Toxics") **upstream** (towards the broker) of :data:`DELAY_MS` ±
-:data:`JITTER_MS` ms, with toxicity :data:`TOXICITY`: toxiproxy draws per connection, so about half the
-connections hold every request that long while the others pass at once. A request held longer than the client
-waits for it (librdkafka: ``socket.timeout.ms``, 60 s by default, for a transactional request;
-``request.timeout.ms``, 30 s, for a Produce request) is timed out, its connection closed and the request sent
-again on a new connection, which may be a clean one; the held copy still reaches the broker when its delay
-ends, after the client moved on. The toxic stays :data:`DELAY_MS` + :data:`SETTLE_S` s, so that every held copy
-arrives by its own delay, not flushed early when the toxic is removed (removal hands held data on at once).
+A ``latency`` toxic (toxiproxy README, "Toxics") **upstream** (towards the broker) of :data:`DELAY_MS` ms, with
+toxicity :data:`TOXICITY`: toxiproxy draws per connection, so about half the connections hold every request
+while the others pass at once. A request held longer than the client waits for it (librdkafka:
+``socket.timeout.ms``, 60 s by default, for a transactional request; ``request.timeout.ms``, 30 s, for a
+Produce request) is timed out, its connection closed and the request sent again on a new connection, which
+may be a clean one. The toxic is removed :data:`HOLD_S` s after it was added (the client's timeout and 2 s),
+before its delay ends: removal hands what it held on at once, so the held copies reach the broker then,
+after the resend on a clean connection had its answer and the client moved on.
 
 A held EndTxn(COMMIT) of transaction T1 only does harm when it reaches the coordinator while the *next*
 transaction of the same producer id and epoch is between its first AddPartitionsToTxn and its end: the
 coordinator then commits that transaction half-written (transaction protocol v1). A micro-batch's produce
-phase lasts a few hundred ms, so ``endtxn`` also *stretches* it around the held requests' arrival: from
-:data:`STRETCH_BEFORE_S` s before the delay ends until the toxic is removed, every other broker's client path
+phase lasts a few hundred ms, so ``endtxn`` also *stretches* it around the removal: from
+:data:`STRETCH_BEFORE_S` s before it until :data:`STRETCH_AFTER_S` s after, every other broker's client path
 gets a ``latency`` toxic of :data:`STRETCH_MS` ms upstream, so each Produce of the transactions then open takes
-that long. (Measured first with ``experiments/kafka17754.py``: a held EndTxn(COMMIT) committed the next
-transaction of a producer reused across transactions, which the application then aborted, on Kafka 4.1.1 with
-librdkafka 2.16; held Produce requests did no harm there.)
+that long. (Measured first with ``experiments/kafka17754.py``, ``docs/kafka17754.md``: a held EndTxn(COMMIT)
+committed the next transaction of a producer reused across transactions, which the application then aborted,
+on Kafka 4.1.1 with librdkafka 2.16; held Produce requests did no harm there.)
 
 Evidence: the toxic each path reports; :data:`PROBES` raw connections through the broker's client address,
 each sending one Kafka ``ApiVersions`` request and timing its answer (``nemesis/lossy.py``'s request): the
-held ones answer after ≥ :data:`DELAY_MS`. Effective: the toxic on every path and at least one probe held.
+held ones answer only at the removal. Effective: the toxic on every path and at least one probe held.
 Exercised: a sink transaction of the hold took at least :data:`EXERCISED_MS` ms to commit, or an attempt
 failed (``sink.jsonl``): a request of a live transaction was held.
 """
@@ -43,19 +43,24 @@ import random
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 
 from onceproof.nemesis import targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold, sink_events
 from onceproof.nemesis.lossy import api_versions_request
 from onceproof.nemesis.network import probe, toxic_on
 
-DELAY_MS = 63_000
-"""Longer than librdkafka's default ``socket.timeout.ms`` (60 s), so a held EndTxn is timed out and resent."""
-JITTER_MS = 2_000
+DELAY_MS = 120_000
+"""Longer than any hold: a held request reaches its broker when the toxic is removed."""
+HOLD_S = {"endtxn": 63.5, "produce": 33.0}
+"""Per target: librdkafka's default timeout for the request (``socket.timeout.ms`` 60 s for EndTxn,
+``request.timeout.ms`` 30 s for Produce) and 3-3.5 s for the resend to be answered and, for ``endtxn``, the
+micro-batch to end and the next one's transactions to begin."""
 TOXICITY = 0.5
-SETTLE_S = 5.0
 STRETCH_MS = 1_500
-STRETCH_BEFORE_S = 8.0
+STRETCH_BEFORE_S = 6.0
+STRETCH_AFTER_S = 4.0
+RECENT_S = 30.0
 PROBES = 6
 EXERCISED_MS = 20_000
 NAME = "nemesis-stale"
@@ -79,22 +84,32 @@ def answer_ms(address: str, wait_s: float) -> dict:
 
 
 def judge(ev: dict) -> bool:
-    """Effective, from a turn's evidence (module docstring). Pure."""
+    """Effective, from a turn's evidence (module docstring): the toxic on every path, and a probe answered only
+    when the toxic was removed (``hold_s``). Pure."""
     active = bool(ev.get("active")) and all(NAME in v for v in ev["active"].values())
-    held = [p for p in ev.get("probes", []) if p.get("answered") and p["ms"] >= 0.9 * ev["delay_ms"]]
+    held = [p for p in ev.get("probes", []) if p.get("answered") and p["ms"] >= 0.9 * ev["hold_s"] * 1000]
     return active and bool(held)
 
 
-def exercised(events: list[dict], delay_ms: int = DELAY_MS) -> list[dict]:
+def exercised(events: list[dict], hold_s: float) -> list[dict]:
     """The ``sink.jsonl`` events that show a live transaction's request held: a commit that took at least
-    :data:`EXERCISED_MS` ms, or a failed attempt (``FAILED_ATTEMPT``). Pure."""
-    slow = min(EXERCISED_MS, delay_ms)
+    :data:`EXERCISED_MS` ms (or the hold, when shorter), or a failed attempt (``FAILED_ATTEMPT``). Pure."""
+    slow = min(EXERCISED_MS, hold_s * 1000)
     return [e for e in events if (e.get("event") == "commit" and (e.get("ms") or 0) >= slow)
             or e.get("event") in FAILED_ATTEMPT]
 
 
+def _coordinating_one(bootstrap: str, txn_ids: list[str]) -> list[str]:
+    """The ids of ``txn_ids`` whose coordinator coordinates no other of them (a held coordinator path then holds
+    one producer's transaction, and the micro-batch ends once its resend commits)."""
+    by: dict[int, list[str]] = {}
+    for t in txn_ids:
+        by.setdefault(targets.txn_coordinator(bootstrap, t)[0], []).append(t)
+    return sorted(ts[0] for node, ts in by.items() if node != -1 and len(ts) == 1)
+
+
 class DelayTxnRequests:
-    """Hold about half the connections of one broker's client path :data:`DELAY_MS` ms upstream."""
+    """Hold about half the connections of one broker's client path upstream for :data:`HOLD_S` s."""
 
     name = "delay-txn-requests"
     target_choices = ("endtxn", "produce")
@@ -102,20 +117,24 @@ class DelayTxnRequests:
     @staticmethod
     def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
         """Expected length of one turn, seconds (see ``onceproof.nemesis.catalog.expected_s``)."""
-        return DELAY_MS / 1000 + SETTLE_S + 10.0  # the delay, the settle, the probes before and after
+        return max(HOLD_S.values()) + STRETCH_AFTER_S + 10.0  # the hold, the stretch, the probes around it
 
-    def __init__(self, target: str | None = None, delay_ms: int = DELAY_MS):
+    def __init__(self, target: str | None = None):
         self.target = target
-        self.delay_ms = delay_ms
 
     def _aim(self, ctx: NemesisContext, rng: random.Random, variant: str) -> tuple[int, dict] | Outcome:
         cluster = ctx.cluster
         live = [n for n in cluster.nodes if cluster.state(n).alive]
         if variant == "endtxn":
-            if not ctx.sink_ids:
+            recent = sorted({e["txn_id"] for e in sink_events(ctx.control.parent, time.time() - RECENT_S)
+                             if e.get("event") == "begin" and e.get("txn_id")})
+            ids = recent or ctx.sink_ids
+            if not ids:
                 return Outcome(SKIPPED, variant, {"reason": "no sink transactional.id to aim at"})
+            alone = _coordinating_one(cluster.bootstrap, recent)  # hold one producer: the batch can then end
             choice = targets.choose("txn-coordinator", cluster.bootstrap, live, rng, output_topic=ctx.output_topic,
-                                    sink_ids=ctx.sink_ids)
+                                    sink_ids=alone or ids)
+            choice.why["in_use"] = bool(recent)
         else:
             choice = targets.choose("leader", cluster.bootstrap, live, rng, output_topic=ctx.output_topic,
                                     sink_ids=ctx.sink_ids)
@@ -134,40 +153,34 @@ class DelayTxnRequests:
         net = ctx.network
         address = net.client_address(node)
         paths = net.client_paths(node)
-        jitter = min(JITTER_MS, self.delay_ms // 10)
-        attrs = {"latency": self.delay_ms, "jitter": jitter}
-        ev: dict = {"variant": variant, "node": node, **why, "paths": paths, "delay_ms": self.delay_ms,
+        hold_s = HOLD_S[variant]
+        attrs = {"latency": DELAY_MS, "jitter": 0}
+        ev: dict = {"variant": variant, "node": node, **why, "paths": paths, "hold_s": hold_s,
                     "toxic": {"type": "latency", "direction": "upstream", "toxicity": TOXICITY, **attrs},
                     "probe_before": probe(address)}
-        end_s = (self.delay_ms + jitter) / 1000 + SETTLE_S
         t0, since = time.monotonic(), time.time()
-        with toxic_on(net, paths, "latency", attrs, NAME, TOXICITY, direction="upstream") as ev["active"]:
-            with ThreadPoolExecutor(PROBES) as pool:  # the held probes answer when the delay ends
-                probes = [pool.submit(answer_ms, address, end_s) for _ in range(PROBES)]
+        with ExitStack() as stretch, ThreadPoolExecutor(PROBES) as pool:
+            with toxic_on(net, paths, "latency", attrs, NAME, TOXICITY, direction="upstream") as ev["active"]:
+                probes = [pool.submit(answer_ms, address, hold_s + 10) for _ in range(PROBES)]
                 if variant == "endtxn":
-                    self._stretch(ctx, node, t0, end_s, ev)
-                ev["probes"] = [f.result() for f in probes]
-            ev["held_s"] = round(time.monotonic() - t0, 2) + hold(ctx, max(0.0, end_s - (time.monotonic() - t0)))
+                    hold(ctx, max(0.0, hold_s - STRETCH_BEFORE_S - (time.monotonic() - t0)))
+                    others = [p for m in ctx.cluster.nodes if m != node for p in net.client_paths(m)]
+                    ev["stretch"] = {"paths": others, "latency_ms": STRETCH_MS,
+                                     "from_s": round(time.monotonic() - t0, 2)}
+                    ev["stretch"]["active"] = stretch.enter_context(toxic_on(
+                        net, others, "latency", {"latency": STRETCH_MS, "jitter": 0}, f"{NAME}-stretch",
+                        direction="upstream"))
+                hold(ctx, max(0.0, hold_s - (time.monotonic() - t0)))
+            ev["held_s"] = round(time.monotonic() - t0, 2)  # removed: the held requests go on now
+            ev["probes"] = [f.result() for f in probes]
+            hold(ctx, max(0.0, hold_s + STRETCH_AFTER_S - (time.monotonic() - t0)) if ev.get("stretch") else 0.0)
         ev["probe_after"] = probe(address, timeout_s=10)
-        hits = exercised(sink_events(ctx.control.parent, since), self.delay_ms)
+        hits = exercised(sink_events(ctx.control.parent, since), hold_s)
         ev["sink_events_held"] = [{k: e.get(k) for k in ("event", "batch", "partition", "txn_id", "ms", "stage",
                                                           "error_code")} for e in hits[:10]]
         effective = judge(ev)
         return Outcome(EFFECTIVE if effective else NOT_EFFECTIVE, f"{variant}: broker {node}", ev,
                        exercised=bool(hits) if effective else None)
-
-    def _stretch(self, ctx: NemesisContext, node: int, t0: float, end_s: float, ev: dict) -> None:
-        """From :data:`STRETCH_BEFORE_S` s before the delay ends until ``end_s`` (s after ``t0``), slow every
-        other broker's client path by :data:`STRETCH_MS` ms upstream (module docstring)."""
-        start_s = max(0.0, self.delay_ms / 1000 - STRETCH_BEFORE_S)
-        hold(ctx, max(0.0, start_s - (time.monotonic() - t0)))
-        if ctx.stop.is_set():
-            return
-        others = [p for m in ctx.cluster.nodes if m != node for p in ctx.network.client_paths(m)]
-        ev["stretch"] = {"paths": others, "latency_ms": STRETCH_MS, "from_s": round(time.monotonic() - t0, 2)}
-        with toxic_on(ctx.network, others, "latency", {"latency": STRETCH_MS, "jitter": 0}, f"{NAME}-stretch",
-                      direction="upstream") as ev["stretch"]["active"]:
-            hold(ctx, max(0.0, end_s - (time.monotonic() - t0)))
 
     def heal(self, ctx: NemesisContext) -> None:
         if ctx.network is not None:

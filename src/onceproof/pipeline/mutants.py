@@ -54,9 +54,12 @@ The flaws, and the protocol fact each one breaks:
 * ``index_keyed`` (``eos-index-keyed``): the sink before issue 10's fix: marker and ``transactional.id``
   keyed by Spark's partition *index*. A restart that splits a replayed batch differently
   (``upgrade:min-partitions``) skips rows never committed and rewrites committed ones.
-* ``long_lived_producer`` (``eos-long-lived-producer``): one producer per ``transactional.id`` kept in the
-  Python worker across micro-batches, ``init_transactions()`` called once, discarded only after a failed
-  attempt: the optimisation users reach for (it saves an InitProducerId round trip per transaction). It gives
+* ``long_lived_producer`` (``eos-long-lived-producer``): one producer per Python worker (``transactional.id``
+  ``<sink_id>-worker-<pid>``) reused for every task the worker runs, ``init_transactions()`` called once,
+  discarded only after a failed attempt: the optimisation users reach for (Spark's own Kafka sink caches its
+  producers per executor; it saves an InitProducerId round trip per transaction). (Keyed by the partition's id
+  instead, the two workers of the local cluster fenced each other's producer whenever a partition's task moved:
+  43 producers made for 35 reused in the first run, so few consecutive transactions shared an epoch.) It gives
   up the sink's defence against KAFKA-17754: librdkafka speaks transaction protocol v1 (no KIP-890 part 2,
   confluentinc/librdkafka#5423), so consecutive transactions of one producer share an epoch, and a request of
   one transaction that librdkafka timed out and retried internally (never an error to the application) can
@@ -64,7 +67,10 @@ The flaws, and the protocol fact each one breaks:
   half-written, whose task then fails and is replayed → ``duplicate``. Targeted by ``delay-txn-requests``
   (``nemesis/stale_request.py``), whose package ``stale-requests`` its cells run under, with
   ``transaction.timeout.ms`` = 300 s so that the coordinator's own timeout (which bumps the epoch) never
-  fences the delayed request first.
+  fences the delayed request first. Not yet caught in the pipeline (``docs/kafka17754.md``: 4 runs, 10 turns
+  effective, 7 exercised, all valid; the held commits ended only when the toxic was removed, together with
+  their resend), so ``caught`` is False and ``test-all --mutants`` leaves it out; the client-level probe shows
+  the flaw itself.
 
 Pure data: no pyspark or Kafka import.
 """
@@ -105,6 +111,9 @@ class Mutant:
     anomaly: str
     run_args: tuple[str, ...] = ()
     """Further ``onceproof run`` options of this mutant's test-all cells (the conditions its flaw shows in)."""
+    caught: bool = True
+    """False while no run of its package has caught it: ``test-all --mutants`` then leaves it out (the detection
+    table claims only what the harness catches); ``--sink`` still runs it by name."""
 
     @property
     def flaws(self) -> Flaws:
@@ -129,9 +138,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "counts as written", "commit", "lost"),
     Mutant("eos-index-keyed", "index_keyed", "marker and transactional.id keyed by Spark partition index "
            "(the sink before issue 10's fix)", "upgrade", "duplicate"),
-    Mutant("eos-long-lived-producer", "long_lived_producer", "one producer per transactional.id reused across "
-           "micro-batches (one epoch for many transactions: KAFKA-17754)", "stale-requests", "duplicate",
-           ("--txn-timeout-ms", "300000")),
+    Mutant("eos-long-lived-producer", "long_lived_producer", "one producer per Python worker reused for every "
+           "transaction (one epoch for many transactions: KAFKA-17754)", "stale-requests", "duplicate",
+           ("--txn-timeout-ms", "300000"), caught=False),
 )}
 
 

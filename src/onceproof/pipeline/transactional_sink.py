@@ -29,9 +29,10 @@ and under v1 a delayed Produce or EndTxn request of one transaction can land in 
 the same producer epoch: KAFKA-17754 (found by Jepsen), an aborted read, a lost write or a torn
 transaction. The epoch bump per transaction is the defence #5423 proposes. Reusing a producer across
 batches would save the ``init_transactions()`` round trip (``init_ms`` in ``sink.jsonl``: 30-700 ms, 150 ms
-typical on 2 cores) but would give that defence up; it is not done, because no test here yet proves a reused
-producer safe under a delayed broker connection during produce and EndTxn (it would have to discard the
-producer after any timed-out or failed request). The throughput cost is measured in
+typical on 2 cores) but would give that defence up: ``make probe-kafka17754`` (``docs/kafka17754.md``) saw a
+held EndTxn(COMMIT) commit the next transaction of a reused librdkafka producer on Kafka 4.1.1, and never with a
+producer per transaction. The defence needs a broker with KIP-890 part 1 (Kafka 3.6+): on 3.5.2 a held Produce
+request made an aborted record visible with a producer per transaction too. The throughput cost is measured in
 ``bench/pipeline_bench.py`` (eos ≥ at-least-once without reuse).
 
 Errors, per librdkafka's classes (https://github.com/confluentinc/librdkafka/blob/master/INTRODUCTION.md
@@ -47,7 +48,8 @@ attempt): Spark numbers task attempts from 0 again in every new driver.
 * ``fence-on-start`` – ``abort_leftovers`` settled the transactional id ``txn_id`` at query start.
 * ``init-error`` – ``init_transactions()`` failed: no transaction of this attempt exists.
 * ``producer-created`` / ``producer-reused`` – only under the ``eos-long-lived-producer`` mutant: the task's
-  producer was made (and initialised) now, or taken from this worker's earlier tasks (no ``init_transactions()``).
+  producer (the Python worker's one) was made and initialised now, or taken from the worker's earlier tasks
+  (no ``init_transactions()``).
 * ``marker-error`` – reading the marker failed (``error_class``, ``error_code``); no transaction began.
 * ``skip`` – the marker (``marker``) is ≥ the batch: already committed, nothing written.
 * ``begin`` – the transaction began; ``marker`` is the value read after ``init_transactions()``.
@@ -172,9 +174,12 @@ def transactional_id(sink_id: str, partition: int) -> str:
 
 def _attempt_txn_id(cfg: SinkConfig, partition: int, attempt: int) -> str:
     """The transactional.id a task attempt uses: the stable one, except under the ``eos-no-fencing``
-    mutant (a fresh id per attempt, so no attempt fences another)."""
+    mutant (a fresh id per attempt, so no attempt fences another) and the ``eos-long-lived-producer`` one
+    (one id per Python worker, ``<sink_id>-worker-<pid>``: the worker's one producer writes every partition)."""
     if cfg.flaws.fresh_txn_id:
         return f"{cfg.sink_id}-{partition}-i{cfg.incarnation}-a{attempt}-{os.getpid()}-{time.time_ns() % 10**6}"
+    if cfg.flaws.long_lived_producer:
+        return f"{cfg.sink_id}-worker-{os.getpid()}"
     return transactional_id(cfg.sink_id, partition)
 
 

@@ -49,10 +49,11 @@ EOS = Sink("eos", "the transactional sink (pipeline/transactional_sink.py)", CAP
            writer=write, reader=READER, label="the transactional sink")
 
 MUTANTS: dict[str, Sink] = {m.name: Sink(m.name, f"a mutant: {m.summary}", CAPABILITIES, "invalid", writer=write,
-                                         reader=READER, label=f"the {m.name} mutant", targeted_by=m.package,
-                                         mutant=True)
+                                         reader=READER, label=f"the {m.name} mutant",
+                                         targeted_by=m.package if m.caught else "", mutant=True)
                             for m in mutants.MUTANTS.values()}
-"""The mutant sinks by name (``sinks/registry.py`` lists them all in one line)."""
+"""The mutant sinks by name (``sinks/registry.py`` lists them all in one line). A mutant not yet caught
+(:attr:`onceproof.pipeline.mutants.Mutant.caught`) names no package, so ``test-all --mutants`` leaves it out."""
 
 USER_TOPIC = Sink("kafka", "your job's Kafka topic, read at read_committed", frozenset(), "valid", writer=None,
                   reader=READER, label="your job's Kafka topic")
