@@ -84,3 +84,11 @@ def test_the_correct_sink_makes_a_producer_per_attempt_and_the_mutant_reuses_one
         assert first is not second
         assert made.inits == ["onceproof-s-0", "onceproof-s-0", "onceproof-s-1"]  # a fresh epoch per attempt
         assert logged == [] and transactional_sink._LONG_LIVED == {}
+
+
+def test_endtxn_aims_at_a_coordinator_of_one_producer_in_use(monkeypatch):
+    coordinators = {"s-worker-1": 1, "s-worker-2": 2, "s-worker-3": 2, "s-worker-4": -1}
+    monkeypatch.setattr(stale_request.targets, "txn_coordinator", lambda bootstrap, t: (coordinators[t], 0))
+    # broker 2 coordinates two producers: holding it would hold both, and the batch could not end
+    assert stale_request._coordinating_one("b", list(coordinators)) == ["s-worker-1"]
+    assert stale_request._coordinating_one("b", ["s-worker-2", "s-worker-3"]) == []
