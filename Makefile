@@ -76,8 +76,8 @@ test-extended: setup docker-prereqs postgres-prereqs clock-prereqs fuse-prereqs
 
 # The oldest PySpark that pyproject.toml accepts (its "pyspark>=X" floor), everything else from the lock:
 # the unit tests of the code that runs on the job's PySpark, the tests that run PySpark itself (the
-# driver's warm-up micro-batch, the Spark checking engine) and the default run on a local cluster, in a
-# virtualenv of its own (.venv-oldest).
+# driver's warm-up micro-batch, the Spark checking engine) and the default run's faults on a local cluster
+# (30 s of them: make test's budget), in a virtualenv of its own (.venv-oldest).
 OLDEST_PYSPARK := $(shell sed -n 's/^ *"pyspark>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 OLDEST := .venv-oldest
 # the unit tests whose code runs on the job's PySpark (a local Spark session, the runtimes, the sink's log
@@ -91,7 +91,7 @@ test-oldest: setup
 	$(OLDEST)/bin/pip install -q --disable-pip-version-check -c $(OLDEST)/constraints.txt -e '.[test]'
 	$(OLDEST)/bin/python -c "import pyspark; assert pyspark.__version__ == '$(OLDEST_PYSPARK)', pyspark.__version__"
 	$(OLDEST)/bin/python -m pytest -q -rA $(OLDEST_UNIT) tests/cluster/test_warm_up.py tests/cluster/test_spark_engine.py
-	$(OLDEST)/bin/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 60 \
+	$(OLDEST)/bin/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 30 \
 	  --seed 1 --results $(OLDEST)/results
 
 unit: setup

@@ -12,7 +12,8 @@ from tests.unit.test_pytest_plugin import junit_cases, plugin_args, properties  
 
 
 @pytest.mark.cluster
-@pytest.mark.extended  # 107 s; make test runs the same mutant through the installed wheel (test_wheel_install.py)
+@pytest.mark.extended  # 107 s; make test's 50 minutes: the plugin's expectations are unit-tested, and
+# test_wheel_install.py runs a real run through the installed plugin
 @pytest.mark.timeout(1500)
 def test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expects_invalid(pytester, monkeypatch):
     """A user's test file in its own pytest process: the mutant transactional sink without its replay
