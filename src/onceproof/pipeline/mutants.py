@@ -67,9 +67,9 @@ The flaws, and the protocol fact each one breaks:
   half-written, whose task then fails and is replayed → ``duplicate``. Targeted by ``delay-txn-requests``
   (``nemesis/stale_request.py``), whose package ``stale-requests`` its cells run under, with
   ``transaction.timeout.ms`` = 300 s so that the coordinator's own timeout (which bumps the epoch) never
-  fences the delayed request first. Not yet caught in the pipeline (``docs/kafka17754.md``: 4 runs, 10 turns
-  effective, 7 exercised, all valid; the held commits ended only when the toxic was removed, together with
-  their resend), so ``caught`` is False and ``test-all --mutants`` leaves it out; the client-level probe shows
+  fences the delayed request first. Not yet caught in the pipeline (``docs/kafka17754.md``: 5 runs, 10 turns
+  effective, 8 exercised, all valid; with librdkafka's defaults a held commit ended only when its held copy
+  arrived, never through a resend), so ``caught`` is False and ``test-all --mutants`` leaves it out; the client-level probe shows
   the flaw itself.
 
 Pure data: no pyspark or Kafka import.
