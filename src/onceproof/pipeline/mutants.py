@@ -69,8 +69,8 @@ The flaws, and the protocol fact each one breaks:
   ``transaction.timeout.ms`` = 300 s so that the coordinator's own timeout (which bumps the epoch) never
   fences the delayed request first. Not yet caught in the pipeline (``docs/kafka17754.md``: 5 runs, 10 turns
   effective, 8 exercised, all valid; with librdkafka's defaults a held commit ended only when its held copy
-  arrived, never through a resend), so ``caught`` is False and ``test-all --mutants`` leaves it out; the client-level probe shows
-  the flaw itself.
+  arrived, never through a resend), so ``caught`` is False and ``test-all --mutants`` leaves it out; the
+  client-level probe shows the flaw itself.
 
 Pure data: no pyspark or Kafka import.
 """
