@@ -7,7 +7,7 @@ again and the held copy arrives after the resend was answered.
   ``valid``: every turn effective, one at least exercised (a commit held ≥ 20 s or a failed attempt), and
   never a producer reused.
 
-About 4 minutes on 2 cores (two turns of 68 s, and the recovery).
+About 4 minutes on 2 cores (222 s measured: two turns of about 70 s, and the recovery).
 """
 
 from __future__ import annotations
