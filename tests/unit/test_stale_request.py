@@ -12,16 +12,17 @@ from onceproof.pipeline.mutants import Flaws
 
 def _ev(ms: list[float], active: bool = True, hold_s: float = 62.0) -> dict:
     act = {"client-2": [stale_request.NAME] if active else []}
-    return {"hold_s": hold_s, "active": act, "probes": [{"answered": True, "ms": m} for m in ms]}
+    return {"hold_s": hold_s, "active": act,
+            "probes": [{"ended": "open", "bytes": 14, "requests": 1, "after_ms": m} for m in ms]}
 
 
 def test_effective_needs_the_toxic_on_every_path_and_a_probe_held_until_its_removal():
     assert stale_request.judge(_ev([3.1, 62_012.0]))
     assert not stale_request.judge(_ev([3.1, 4.0]))  # every probe drew a clean connection
     assert not stale_request.judge(_ev([62_012.0], active=False))
-    assert not stale_request.judge({"hold_s": 62.0, "active": {}, "probes": [{"answered": True, "ms": 70_000}]})
+    assert not stale_request.judge({"hold_s": 62.0, "active": {}, "probes": [{"bytes": 14, "after_ms": 70_000}]})
     unanswered = _ev([])
-    unanswered["probes"] = [{"answered": False, "ms": 70_000.0, "error": "timed out"}]
+    unanswered["probes"] = [{"ended": "open", "bytes": 0, "requests": 1, "after_ms": 72_000.0}]
     assert not stale_request.judge(unanswered)
 
 

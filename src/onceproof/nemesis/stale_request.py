@@ -31,7 +31,7 @@ committed the next transaction of a producer reused across transactions, which t
 on Kafka 4.1.1 with librdkafka 2.16; held Produce requests did no harm there.)
 
 Evidence: the toxic each path reports; :data:`PROBES` raw connections through the broker's client address,
-each sending one Kafka ``ApiVersions`` request and timing its answer (``nemesis/lossy.py``'s request): the
+each sending one Kafka ``ApiVersions`` request and timing its answer (``nemesis/lossy.py``'s link probe): the
 held ones answer only at the removal. Effective: the toxic on every path and at least one probe held.
 Exercised: a sink transaction of the hold took at least :data:`EXERCISED_MS` ms to commit, or an attempt
 failed (``sink.jsonl``): a request of a live transaction was held.
@@ -40,14 +40,13 @@ failed (``sink.jsonl``): a request of a live transaction was held.
 from __future__ import annotations
 
 import random
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
-from onceproof.nemesis import targets
+from onceproof.nemesis import commit_delay, targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold, sink_events
-from onceproof.nemesis.lossy import api_versions_request
+from onceproof.nemesis.lossy import link_probe
 from onceproof.nemesis.network import probe, toxic_on
 
 DELAY_MS = 120_000
@@ -64,30 +63,14 @@ RECENT_S = 30.0
 PROBES = 6
 EXERCISED_MS = 20_000
 NAME = "nemesis-stale"
-FAILED_ATTEMPT = ("abort", "abandon", "commit-unknown", "abort-failed", "init-error")
-
-
-def answer_ms(address: str, wait_s: float) -> dict:
-    """One raw TCP connection to ``address`` (``host:port``): one ``ApiVersions`` v0 request, the answer's first
-    bytes awaited up to ``wait_s`` s. Returns ``{"answered": bool, "ms": float}`` (``error`` when the
-    connection failed). Never raises."""
-    host, _, port = address.rpartition(":")
-    t0 = time.monotonic()
-    try:
-        with socket.create_connection((host, int(port)), timeout=2.0) as s:
-            s.sendall(api_versions_request(1, "onceproof-stale-probe"))
-            s.settimeout(wait_s)
-            got = s.recv(4096)
-            return {"answered": bool(got), "ms": round((time.monotonic() - t0) * 1000, 1)}
-    except OSError as e:
-        return {"answered": False, "ms": round((time.monotonic() - t0) * 1000, 1), "error": str(e)[:80]}
+FAILED_ATTEMPT = (*commit_delay.FAILED_ATTEMPT, "init-error")
 
 
 def judge(ev: dict) -> bool:
     """Effective, from a turn's evidence (module docstring): the toxic on every path, and a probe answered only
     when the toxic was removed (``hold_s``). Pure."""
     active = bool(ev.get("active")) and all(NAME in v for v in ev["active"].values())
-    held = [p for p in ev.get("probes", []) if p.get("answered") and p["ms"] >= 0.9 * ev["hold_s"] * 1000]
+    held = [p for p in ev.get("probes", []) if p.get("bytes") and p["after_ms"] >= 0.9 * ev["hold_s"] * 1000]
     return active and bool(held)
 
 
@@ -163,7 +146,9 @@ class DelayTxnRequests:
         t0, since = time.monotonic(), time.time()
         with ExitStack() as stretch, ThreadPoolExecutor(PROBES) as pool:
             with toxic_on(net, paths, "latency", attrs, NAME, TOXICITY, direction="upstream") as ev["active"]:
-                probes = [pool.submit(answer_ms, address, hold_s + 10) for _ in range(PROBES)]
+                # one ApiVersions request each, until its first answer: a held one comes at the removal
+                probes = [pool.submit(link_probe, address, max_s=hold_s + 10, interval_s=3600, until_bytes=0)
+                          for _ in range(PROBES)]
                 if variant == "endtxn":
                     hold(ctx, max(0.0, hold_s - STRETCH_BEFORE_S - (time.monotonic() - t0)))
                     others = [p for m in ctx.cluster.nodes if m != node for p in net.client_paths(m)]
@@ -175,7 +160,8 @@ class DelayTxnRequests:
                 hold(ctx, max(0.0, hold_s - (time.monotonic() - t0)))
             ev["held_s"] = round(time.monotonic() - t0, 2)  # removed: the held requests go on now
             ev["probes"] = [f.result() for f in probes]
-            hold(ctx, max(0.0, hold_s + STRETCH_AFTER_S - (time.monotonic() - t0)) if ev.get("stretch") else 0.0)
+            if "stretch" in ev:
+                hold(ctx, max(0.0, hold_s + STRETCH_AFTER_S - (time.monotonic() - t0)))
         ev["probe_after"] = probe(address, timeout_s=10)
         hits = exercised(sink_events(ctx.control.parent, since), hold_s)
         ev["sink_events_held"] = [{k: e.get(k) for k in ("event", "batch", "partition", "txn_id", "ms", "stage",
