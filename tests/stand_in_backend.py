@@ -17,6 +17,7 @@ from pathlib import Path
 
 from onceproof.backends.base import GONE, STOPPED, ClusterShape, Executor, NodeState, PipelineArgs
 from onceproof.backends.capabilities import DERIVED
+from onceproof.backends.common.logdir import LocalDir
 
 
 class _OnlyTheProtocol:
@@ -114,8 +115,8 @@ class ClockStandInCluster(StandInCluster):
     def clock_offset(self, node: int) -> float:
         return self.offsets.get(node, 0.0)
 
-    def clock_log(self, node: int) -> Path | None:
-        return self.logs.get(node)
+    def log_files(self) -> list[Path]:
+        return [p for p in self.logs.values() if p.exists()]
 
 
 class DiskStandInCluster(ClockStandInCluster):
@@ -133,8 +134,12 @@ class DiskStandInCluster(ClockStandInCluster):
         self.no_disk: str | None = None
         self.halts = True
 
-    def log_dir_of(self, node: int) -> Path:
+    def data_path(self, node: int) -> Path:
+        """``node``'s log directory on this host (a test writes segments there)."""
         return self._dir / f"node{node}" / "data"
+
+    def log_dir_of(self, node: int) -> LocalDir:
+        return LocalDir(self.data_path(node))
 
     def start(self, node: int) -> None:
         """Start ``node``; its log (when :attr:`logs` has one) gets the line a KRaft node writes once up."""
@@ -152,7 +157,7 @@ class DiskStandInCluster(ClockStandInCluster):
         self.fills[node] = 1 << 20
         if self.halts:
             self._procs[node] = NodeState(None, GONE)
-        return {"path": str(self.log_dir_of(node) / "fill"), "size_bytes": 1 << 20, "free_before": 1 << 20,
+        return {"path": str(self.data_path(node) / "fill"), "size_bytes": 1 << 20, "free_before": 1 << 20,
                 "filled_bytes": 1 << 20, "free_after": 0}
 
     def unfill_disk(self, node: int) -> int:
@@ -171,9 +176,6 @@ class DiskStandInCluster(ClockStandInCluster):
         killed = self.kill(node)
         return {"killed": {"pid": killed.pid, "status_after": killed.status}, "files": {}, "dropped_files": 0,
                 "dropped_bytes": 0, "cut_bytes": 0, "restored_bytes": 0, "open_handles": 0}
-
-    def log_files(self) -> list[Path]:
-        return [p for p in self.logs.values() if p.exists()]
 
 
 class StandInNetwork(_OnlyTheProtocol):

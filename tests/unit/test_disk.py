@@ -18,6 +18,7 @@ import pytest
 
 from onceproof.backends.base import GONE, BackendError
 from onceproof.backends.common import tmpfs
+from onceproof.backends.common.logdir import LocalDir
 from onceproof.clients import durability
 from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.nemesis import broker, catalog, disk, log_segment, operator, packages
@@ -126,16 +127,17 @@ def test_the_active_segment_and_the_hosted_partitions_come_from_kafkas_file_name
     for d in ("output-0", "output-3", "output-12", "output-progress-0", "output-4.abc-delete", "input-1"):
         (tmp_path / d).mkdir()
     (tmp_path / "meta.properties").write_text("")
-    assert log_segment.hosted_partitions(tmp_path, "output") == [0, 3, 12]
-    assert log_segment.hosted_partitions(tmp_path, "output-progress") == [0]
-    assert log_segment.hosted_partitions(tmp_path / "missing", "output") == []
+    d = LocalDir(tmp_path)
+    assert log_segment.hosted_partitions(d.listdir(), "output") == [0, 3, 12]
+    assert log_segment.hosted_partitions(d.listdir(), "output-progress") == [0]
+    assert log_segment.hosted_partitions(LocalDir(tmp_path / "missing").listdir(), "output") == []
     p = tmp_path / "output-3"
     for base in (0, 1234, 99):
         (p / f"{base:020d}.log").write_bytes(b"")
         (p / f"{base:020d}.index").write_bytes(b"")
     (p / "00000000000000009999.log.deleted").write_bytes(b"")
-    assert log_segment.active_segment(p).name == "00000000000000001234.log"
-    assert log_segment.active_segment(tmp_path / "output-0") is None
+    assert log_segment.active_segment(d.listdir("output-3")) == "00000000000000001234.log"
+    assert log_segment.active_segment(d.listdir("output-0")) is None
     assert log_segment.segment_base(Path("00000000000000000042.log")) == 42
 
 
@@ -191,7 +193,7 @@ def test_garbling_changes_every_byte_and_breaks_exactly_the_chosen_batchs_crc(tm
     seg.write_bytes(data)
     found, _ = log_segment.batches(data)
     g = log_segment.plan(found, len(data), random.Random(7))
-    log_segment.apply(seg, g, random.Random(99))
+    log_segment.apply(LocalDir(tmp_path), seg.name, g, random.Random(99))
     after = seg.read_bytes()
     assert len(after) == len(data) and after[:g.start] == data[:g.start]
     assert all(a != b for a, b in zip(after[g.start:], data[g.start:]))
@@ -210,7 +212,7 @@ def test_a_segment_that_changed_since_the_plan_is_not_written(tmp_path):
     g = log_segment.plan(found, len(data), random.Random(1))
     seg.write_bytes(data + b"x")
     with pytest.raises(ValueError, match="not the"):
-        log_segment.apply(seg, g, random.Random(1))
+        log_segment.apply(LocalDir(tmp_path), seg.name, g, random.Random(1))
     assert seg.read_bytes() == data + b"x"
 
 
@@ -343,7 +345,7 @@ def test_a_cluster_with_small_disks_but_no_mount_says_why(tmp_path):
     assert "have no size-limited disk" in small.disk_unavailable()  # nothing was mounted (never formatted)
     with pytest.raises(BackendError, match="cannot fill broker 1"):
         small.fill_disk(1)
-    assert small.log_dir_of(2) == tmp_path / "node2" / "data" and small.unmount_disks() == []
+    assert small.log_dir_of(2).path == tmp_path / "node2" / "data" and small.unmount_disks() == []
 
 
 # ------------------------------------------------------------------------------------------ registration
@@ -413,7 +415,7 @@ class RecoveringCluster(DiskStandInCluster):
 
     def start(self, node: int) -> None:
         super().start(node)
-        data = self.log_dir_of(node)
+        data = self.data_path(node)
         for seg in data.glob("output-*/*.log"):
             raw = seg.read_bytes()
             found, _ = log_segment.batches(raw)
@@ -433,10 +435,10 @@ def _cluster_with_segments(tmp_path, cls=RecoveringCluster):
     c = cls(3, tmp_path)
     for n in c.nodes:
         for p in range(6):
-            d = c.log_dir_of(n) / f"output-{p}"
+            d = c.data_path(n) / f"output-{p}"
             d.mkdir(parents=True)
             (d / "00000000000000000000.log").write_bytes(eos_segment(4 + p))
-        (c.log_dir_of(n) / "output-progress-0").mkdir()
+        (c.data_path(n) / "output-progress-0").mkdir()
         c.logs[n] = tmp_path / f"broker-{n}.log"
         c.logs[n].write_text("[2026-11-30 09:59:00,000] INFO started (kafka.Kafka)\n")
     return c
@@ -484,7 +486,7 @@ def test_nothing_to_garble_restarts_the_broker_and_says_so(tmp_path, in_sync):
     c = DiskStandInCluster(3, tmp_path)
     in_sync(c)
     for n in c.nodes:
-        (c.log_dir_of(n) / "output-0").mkdir(parents=True)
+        (c.data_path(n) / "output-0").mkdir(parents=True)
     out = CorruptSegmentTail("one").invoke(_ctx(tmp_path, c), random.Random(1))
     assert out.outcome == NOT_EFFECTIVE and "no batch" in out.evidence["garble"]["reason"]
     assert all(c.state(n).alive for n in c.nodes)

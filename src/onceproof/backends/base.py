@@ -15,7 +15,9 @@ and optional protocols for what only some backends can do, as Jepsen's ``Kill``,
 * on the backend: :class:`NetworkFaults` (a :class:`FaultNetwork`, every path cut or slowed one at a
   time), :class:`Prepare` (fetch jars, build images ahead of time);
 * on its :class:`FaultNetwork`: :class:`PacketLoss` (drop packets at random);
-* on its :class:`Cluster`: :class:`ClockFaults` (offset one node's clock, not the host's),
+* on its :class:`Cluster`: :class:`LiveLogs` (each broker's own log as it grows, where
+  :meth:`Cluster.log_files` holds them only at the end), :class:`ClockFaults` (offset one node's clock, not
+  the host's),
   :class:`UnsyncedLoss` (a node loses what its broker wrote and did not fsync, as in a power cut),
   :class:`LogDirs` (a node's log directory, to corrupt a stopped node's segments), :class:`DiskFaults`
   (fill a node's size-limited data filesystem);
@@ -492,8 +494,28 @@ class ClockFaults(Protocol):
     def clock_offset(self, node: int) -> float:
         """The offset (s) in effect for ``node`` (``0`` = real time)."""
 
-    def clock_log(self, node: int) -> Path | None:
-        """``node``'s own log, whose line timestamps come from its (offset) clock; ``None`` when none."""
+
+@runtime_checkable
+class LogSource(Protocol):
+    """One log file that grows while a node runs, readable from a byte position (``nemesis/broker_log.py``'s
+    ``FileLog`` for a file on this host; the ssh backend's ``RemoteLog`` for one on a node)."""
+
+    def size(self) -> int:
+        """Its length now (bytes; 0 when it does not exist yet)."""
+
+    def read_from(self, pos: int) -> bytes:
+        """Its bytes from ``pos`` to the current end (``b""`` when unreadable or nothing new)."""
+
+
+@runtime_checkable
+class LiveLogs(Protocol):
+    """Optional to a :class:`Cluster` whose :meth:`Cluster.log_files` are copied here only at the end (the ssh
+    backend's): each broker's own log (log4j's, whose ``[%d]`` is its own clock) read where it is written,
+    while the run goes on. A cluster without it is read through the ``broker-<node>.log`` of its
+    :meth:`Cluster.log_files`."""
+
+    def broker_log(self, node: int) -> LogSource:
+        """``node``'s broker log, read where it is written."""
 
 
 @runtime_checkable
@@ -521,15 +543,35 @@ class UnsyncedLoss(Protocol):
         or the layer's own error."""
 
 
+class LogDir(Protocol):
+    """One node's Kafka log directory as files the harness reads and writes, wherever it is (paths relative to
+    it, ``/``-separated): ``backends/common/logdir.py``'s ``LocalDir`` on this host, ``backends/ssh/
+    remote_dir.py``'s ``RemoteDir`` on a node. Partition ``<topic>-<p>`` lives in ``<topic>-<p>/``, its
+    segments ``<20-digit base offset>.log`` (Kafka's ``LogFileUtils``)."""
+
+    def listdir(self, rel: str = "") -> list[str]:
+        """Names in ``rel`` (``""``: the log directory), sorted; ``[]`` when it does not exist."""
+
+    def read(self, rel: str) -> bytes:
+        """The file ``rel``'s bytes. Raises ``OSError``."""
+
+    def write_at(self, rel: str, pos: int, data: bytes) -> None:
+        """Write ``data`` over ``rel``'s bytes from ``pos`` in place, fsynced. Raises ``OSError``."""
+
+    def size(self, rel: str) -> int | None:
+        """``rel``'s length (bytes); ``None`` when it does not exist."""
+
+    def where(self, rel: str = "") -> str:
+        """Where ``rel`` is, for the evidence (a path, or ``<node>:<path>``)."""
+
+
 @runtime_checkable
 class LogDirs(Protocol):
-    """Optional to a :class:`Cluster`: each node's Kafka log directory (its ``log.dirs``, one directory) as a
-    path on this host, readable and writable by the harness while the node is stopped
-    (``corrupt-segment-tail``). Partition ``<topic>-<p>`` lives in ``<log dir>/<topic>-<p>/``, its segments
-    ``<20-digit base offset>.log`` (Kafka's ``LogFileUtils``)."""
+    """Optional to a :class:`Cluster`: each node's Kafka log directory (its ``log.dirs``, one directory),
+    readable and writable by the harness while the node is stopped (``corrupt-segment-tail``)."""
 
-    def log_dir_of(self, node: int) -> Path:
-        """``node``'s log directory on this host (it exists once the cluster was formatted)."""
+    def log_dir_of(self, node: int) -> LogDir:
+        """``node``'s log directory (it exists once the cluster was formatted)."""
 
 
 @runtime_checkable

@@ -45,15 +45,14 @@ import re
 import statistics
 import time
 from datetime import datetime
-from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from onceproof.backends.base import ClockFaults
+from onceproof.backends.base import ClockFaults, LogSource
 from onceproof.clients import topics
 from onceproof.kafka_config import client_config
-from onceproof.nemesis import targets
+from onceproof.nemesis import broker_log, targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
 from onceproof.pipeline import hooks
 from onceproof.sinks.base import PRECOMMIT_HOOK, TRANSACTIONS
@@ -186,25 +185,20 @@ class ClockProbe:
 
 
 class LogTail:
-    """New lines of a broker's log since construction (whole lines only), each with the harness's epoch
-    time when it was read."""
+    """New lines of a broker's log (a :class:`~onceproof.backends.base.LogSource`, ``nemesis/broker_log.py``)
+    since construction (whole lines only), each with the harness's epoch time when it was read."""
 
-    def __init__(self, path: Path | None):
-        self.path = path
-        self.pos = path.stat().st_size if path is not None and path.exists() else 0
+    def __init__(self, source: LogSource | None):
+        self.source = source
+        self.pos = source.size() if source is not None else 0
         self.buf = b""
         self.lines: list[tuple[str, float]] = []
 
     def poll(self) -> list[tuple[str, float]]:
         """Read what was appended since the last poll; returns the new ``(line, read_at)``."""
-        if self.path is None:
+        if self.source is None:
             return []
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.pos)
-                data = f.read()
-        except OSError:
-            return []
+        data = self.source.read_from(self.pos)
         self.pos += len(data)
         *whole, self.buf = (self.buf + data).split(b"\n")
         now = time.time()
@@ -271,7 +265,7 @@ class ClockSkew:
                     "txn_state_partition": tsp, "offset_s": offset, "transaction_timeout_ms": self.txn_timeout_ms,
                     "parked": park}
         probe = ClockProbe(cluster.bootstrap, node)
-        tail = LogTail(cluster.clock_log(node))
+        tail = LogTail(broker_log.broker_log(cluster, node))
         t0 = time.time()
         held = None
         try:

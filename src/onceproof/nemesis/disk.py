@@ -46,11 +46,11 @@ import re
 import time
 from pathlib import Path
 
-from onceproof.backends.base import GONE, DiskFaults, LogDirs
-from onceproof.nemesis import log_segment
+from onceproof.backends.base import GONE, DiskFaults, LogDir, LogDirs
+from onceproof.nemesis import broker_log, log_segment
 from onceproof.nemesis.broker import _BrokerFault
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
-from onceproof.nemesis.operator import ISR_WAIT_S, _log_of, _log_size, _rejoin, _rejoin_isr
+from onceproof.nemesis.operator import ISR_WAIT_S, _rejoin, _rejoin_isr
 
 DISK_TARGETS = ("leader", "one")
 FAIL_WAIT_S = 20.0
@@ -131,7 +131,7 @@ def _wait_started(ctx: NemesisContext, node: int, since: int, t0: float | None =
     started, waiting until ``t0`` + :data:`START_WAIT_S`; ``None`` when it did not. The metadata and the ISR
     may still list a broker killed seconds ago (its session has not expired), so "rejoined" and "in sync" are
     no proof that the restarted broker has loaded its logs."""
-    if _log_of(ctx, node) is None:  # nothing will say it (a cluster without broker logs)
+    if broker_log.broker_log(ctx.cluster, node) is None:  # nothing will say it (a cluster without broker logs)
         return None
     t0 = time.monotonic() if t0 is None else t0
     while time.monotonic() - t0 < START_WAIT_S:
@@ -143,16 +143,8 @@ def _wait_started(ctx: NemesisContext, node: int, since: int, t0: float | None =
 
 
 def _read_since(ctx: NemesisContext, node: int, since: int) -> str:
-    """Broker ``node``'s log (``broker-<node>.log``) from byte ``since`` on; ``""`` when unreadable."""
-    p = _log_of(ctx, node)
-    if p is None:
-        return ""
-    try:
-        with open(p, "rb") as f:
-            f.seek(since)
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+    """Broker ``node``'s log from byte ``since`` on; ``""`` when unreadable (``nemesis/broker_log.py``)."""
+    return broker_log.read_since(ctx.cluster, node, since)
 
 
 def _implements(cluster, protocol: type) -> bool:
@@ -160,30 +152,32 @@ def _implements(cluster, protocol: type) -> bool:
     return cluster is not None and issubclass(type(cluster), protocol)
 
 
-def garble_partition(log_dir: Path, topic: str, partition: int | None, rng: random.Random) -> dict:
+def garble_partition(log_dir: LogDir, topic: str, partition: int | None, rng: random.Random) -> dict:
     """Garble the tail of the active segment of a ``topic`` partition in a stopped broker's ``log_dir``:
     ``partition`` when it has a batch there, else the first of the other hosted partitions (in a seeded
     order) that has one. Returns the evidence: ``partition``, ``segment`` (``<topic>-<p>/<file>``),
-    ``segment_path``, ``trailing_bytes`` (a torn batch already there) and :class:`log_segment.Garble`'s
-    fields; or ``{"reason"}`` when no hosted partition's active segment holds a batch.
+    ``segment_path`` (``log_dir.where``), ``trailing_bytes`` (a torn batch already there) and
+    :class:`log_segment.Garble`'s fields; or ``{"reason"}`` when no hosted partition's active segment holds a
+    batch.
 
     Raises: ``OSError`` reading or writing the segment."""
-    hosted = log_segment.hosted_partitions(log_dir, topic)
+    hosted = log_segment.hosted_partitions(log_dir.listdir(), topic)
     others = [p for p in hosted if p != partition]
     order = ([partition] if partition in hosted else []) + rng.sample(others, len(others))
     for p in order:
-        seg = log_segment.active_segment(Path(log_dir) / f"{topic}-{p}")
+        seg = log_segment.active_segment(log_dir.listdir(f"{topic}-{p}"))
         if seg is None:
             continue
-        data = seg.read_bytes()
+        rel = f"{topic}-{p}/{seg}"
+        data = log_dir.read(rel)
         found, trailing = log_segment.batches(data)
         g = log_segment.plan(found, len(data), rng)
         if g is None:
             continue
-        log_segment.apply(seg, g, rng)
-        return {"partition": p, "segment": f"{seg.parent.name}/{seg.name}", "segment_path": str(seg),
-                "trailing_bytes": trailing, **g.evidence()}
-    return {"reason": f"no batch in the active segment of any {topic} partition in {log_dir} "
+        log_segment.apply(log_dir, rel, g, rng)
+        return {"partition": p, "segment": rel, "segment_path": log_dir.where(rel), "trailing_bytes": trailing,
+                **g.evidence()}
+    return {"reason": f"no batch in the active segment of any {topic} partition in {log_dir.where()} "
                       f"(hosted: {hosted})"}
 
 
@@ -209,15 +203,15 @@ class CorruptSegmentTail(_BrokerFault):
             return Outcome(SKIPPED, target, choice.why)
         node = choice.nodes[0]
         ev: dict = {"target": target, **choice.why, "node": node}
-        since = _log_size(ctx, node)
+        since = broker_log.size(ctx.cluster, node)
         killed = cluster.kill(node)
         t_kill = time.monotonic()
         ev["killed"] = {"pid": killed.pid, "status_after": killed.status}
         if killed.status != GONE:  # never write the files of a broker that may still be writing them
             return Outcome(NOT_EFFECTIVE, f"{target}: broker {node}", {**ev, "reason": "the broker did not die"})
+        log_dir = cluster.log_dir_of(node)
         try:
-            ev["garble"] = garble_partition(cluster.log_dir_of(node), ctx.output_topic, choice.why.get("partition"),
-                                            rng)
+            ev["garble"] = garble_partition(log_dir, ctx.output_topic, choice.why.get("partition"), rng)
         except (OSError, ValueError) as e:
             ev["garble"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         left = max(0.0, ctx.hold_s - (time.monotonic() - t_kill))
@@ -231,10 +225,7 @@ class CorruptSegmentTail(_BrokerFault):
         label = f"{target}: broker {node}" + (f" {g['segment']}" if "segment" in g else "")
         if "segment" not in g:
             return Outcome(NOT_EFFECTIVE, label, ev)
-        try:
-            g["size_after"] = Path(g["segment_path"]).stat().st_size
-        except OSError:
-            g["size_after"] = None
+        g["size_after"] = log_dir.size(g["segment"])
         rec = recovery(_read_since(ctx, node, since), f"{ctx.output_topic}-{g['partition']}", g["segment"])
         rec["as_planned"] = rec["invalid_at_byte"] == g["batch_start"] or rec["truncated_to_offset"] == g["base_offset"]
         ev["recovery"] = rec
@@ -274,7 +265,7 @@ class DiskFull(_BrokerFault):
             return Outcome(SKIPPED, target, choice.why)
         node = choice.nodes[0]
         ev: dict = {"target": target, **choice.why, "node": node}
-        since = _log_size(ctx, node)
+        since = broker_log.size(ctx.cluster, node)
         moved = None
         t0 = time.monotonic()
         try:

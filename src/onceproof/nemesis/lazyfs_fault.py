@@ -33,10 +33,10 @@ import re
 import time
 
 from onceproof.backends.base import UnsyncedLoss
+from onceproof.nemesis import broker_log
 from onceproof.nemesis.broker import _BrokerFault, restart
 from onceproof.nemesis.disk import _implements, _read_since, _wait_started
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
-from onceproof.nemesis.operator import _log_size
 
 TARGETS = ("one", "leader", "txn-coordinator")
 RECOVERY = re.compile(r"[Rr]ecover|unflushed|[Tt]runcat|[Ii]nvalid (?:messages|records|batch)|[Cc]orrupt|"
@@ -99,7 +99,7 @@ class LoseUnsyncedWrites(_BrokerFault):
         if not choice.nodes:
             return Outcome(SKIPPED, target, choice.why)
         ev: dict = {"target": target, **choice.why, "nodes": choice.nodes, "lost": {}}
-        marks = {n: _log_size(ctx, n) for n in choice.nodes}
+        marks = {n: broker_log.size(ctx.cluster, n) for n in choice.nodes}
         topics = {ctx.input_topic, ctx.output_topic, TXN_STATE}
         dropped_pipeline: dict[str, int] = {}
         for n in choice.nodes:

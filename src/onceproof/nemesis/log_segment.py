@@ -1,6 +1,6 @@
 """A Kafka log segment as ``corrupt-segment-tail`` sees it: the record batches of a ``.log`` file, the tail
-to garble, chosen from a seeded RNG, and the garbling itself. Pure: bytes and an RNG in, plans and bytes out
-(:func:`apply` alone touches a file).
+to garble, chosen from a seeded RNG, and the garbling itself. Pure: bytes, file names and an RNG in, plans and
+bytes out (:func:`apply` alone touches a file, through a :class:`onceproof.backends.base.LogDir`).
 
 Format (Kafka's message format v2, "Record Batch", https://kafka.apache.org/documentation/#recordbatch, and
 ``DefaultRecordBatch``): a segment is batches back to back, each ``baseOffset`` int64, ``batchLength`` int32
@@ -23,12 +23,15 @@ base offset>`` and deletes any later segment.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from onceproof.backends.base import LogDir
 
 LOG_OVERHEAD = 12
 """``baseOffset`` and ``batchLength``: the bytes of a batch before its length counts (``Records.LOG_OVERHEAD``)."""
@@ -116,23 +119,17 @@ def segment_base(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def active_segment(partition_dir: Path) -> Path | None:
-    """The active (last) segment of a partition directory: its ``.log`` with the highest base offset."""
-    try:
-        logs = [p for p in Path(partition_dir).iterdir() if segment_base(p) is not None]
-    except OSError:
-        return None
+def active_segment(names: list[str]) -> str | None:
+    """The active (last) segment among a partition directory's file ``names``: the ``.log`` with the highest
+    base offset; ``None`` without one."""
+    logs = [n for n in names if segment_base(n) is not None]
     return max(logs, key=segment_base, default=None)
 
 
-def hosted_partitions(log_dir: Path, topic: str) -> list[int]:
-    """The partitions of ``topic`` with a directory ``<topic>-<p>`` in a broker's ``log_dir``, ascending
-    (directories being deleted or moved, ``-delete`` / ``-future`` / ``-stray`` suffixes, are not)."""
+def hosted_partitions(names: list[str], topic: str) -> list[int]:
+    """The partitions of ``topic`` among the entry ``names`` of a broker's log directory (``<topic>-<p>``),
+    ascending (directories being deleted or moved, ``-delete`` / ``-future`` / ``-stray`` suffixes, are not)."""
     pat = re.compile(rf"^{re.escape(topic)}-(\d+)$")
-    try:
-        names = [p.name for p in Path(log_dir).iterdir() if p.is_dir()]
-    except OSError:
-        return []
     return sorted(int(m.group(1)) for n in names if (m := pat.match(n)))
 
 
@@ -210,16 +207,12 @@ def garbled(data: bytes, g: Garble, rng: random.Random) -> bytes:
     return (old ^ int.from_bytes(mask, "big")).to_bytes(n, "big")
 
 
-def apply(path: Path, g: Garble, rng: random.Random) -> None:
-    """Write :func:`garbled` bytes over ``[g.start, g.end)`` of the segment file ``path`` in place (its size is
-    kept) and fsync it.
+def apply(log_dir: LogDir, rel: str, g: Garble, rng: random.Random) -> None:
+    """Write :func:`garbled` bytes over ``[g.start, g.end)`` of the segment file ``rel`` of ``log_dir`` in place
+    (its size is kept), fsynced.
 
     Raises: ``ValueError`` when the file no longer has ``g.size_before`` bytes; ``OSError`` from the file."""
-    with open(path, "r+b") as f:
-        data = f.read()
-        if len(data) != g.size_before:
-            raise ValueError(f"{path} has {len(data)} bytes, not the {g.size_before} planned from")
-        f.seek(g.start)
-        f.write(garbled(data, g, rng))
-        f.flush()
-        os.fsync(f.fileno())
+    data = log_dir.read(rel)
+    if len(data) != g.size_before:
+        raise ValueError(f"{log_dir.where(rel)} has {len(data)} bytes, not the {g.size_before} planned from")
+    log_dir.write_at(rel, g.start, garbled(data, g, rng))

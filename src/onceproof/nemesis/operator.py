@@ -26,7 +26,7 @@ import random
 import time
 
 from onceproof.clients import topics
-from onceproof.nemesis import targets
+from onceproof.nemesis import broker_log, targets
 from onceproof.nemesis.broker import _BrokerFault, _live, restart
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
@@ -44,33 +44,9 @@ process due to signal SIGTERM``, ``[BrokerServer id=N] Transition from STARTED t
 may stop before the last lines)."""
 
 
-def _log_of(ctx: NemesisContext, node: int):
-    """Node ``node``'s broker log (``broker-<node>.log``), or ``None``."""
-    for p in ctx.cluster.log_files():
-        if p.name == f"broker-{node}.log":
-            return p
-    return None
-
-
-def _log_size(ctx: NemesisContext, node: int) -> int:
-    p = _log_of(ctx, node)
-    try:
-        return p.stat().st_size if p is not None else 0
-    except OSError:
-        return 0
-
-
 def _shutdown_lines(ctx: NemesisContext, node: int, since: int, limit: int = 4) -> list[str]:
     """The controlled-shutdown lines the broker logged after byte ``since`` of its log."""
-    p = _log_of(ctx, node)
-    if p is None:
-        return []
-    try:
-        with open(p, "rb") as f:
-            f.seek(since)
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return []
+    text = broker_log.read_since(ctx.cluster, node, since)
     hits = [ln.strip()[-200:] for ln in text.splitlines() if any(s in ln for s in SHUTDOWN_LINES)]
     return hits[:limit]
 
@@ -88,7 +64,7 @@ def _out_of_sync(bootstrap: str, node: int) -> list[str] | None:
 
 def _bounce(ctx: NemesisContext, node: int) -> dict:
     """Cleanly stop ``node`` (timed), with the log offset to read its shutdown lines from."""
-    since = _log_size(ctx, node)
+    since = broker_log.size(ctx.cluster, node)
     t = time.monotonic()
     ctx.cluster.stop(node, clean=True, grace_s=STOP_GRACE_S)
     stop_s = round(time.monotonic() - t, 2)

@@ -139,11 +139,17 @@ def env(offset_file: Path, base: dict[str, str] | None = None) -> dict[str, str]
     if lib is None:
         raise RuntimeError(unavailable())
     out = {k: v for k, v in (os.environ if base is None else base).items() if k != "FAKETIME"}
-    preload = " ".join(p for p in (str(lib), out.get("LD_PRELOAD", "")) if p)
-    out.update(LD_PRELOAD=preload, FAKETIME_TIMESTAMP_FILE=str(offset_file),
-               FAKETIME_CACHE_DURATION=str(CACHE_S), FAKETIME_DONT_FAKE_MONOTONIC="1",
-               FAKETIME_FORCE_MONOTONIC_FIX="0", NO_FAKE_STAT="1")
+    out.update(preload_vars(str(lib), str(offset_file), out.get("LD_PRELOAD", "")))
     return out
+
+
+def preload_vars(lib: str, offset_file: str, preloaded: str = "") -> dict[str, str]:
+    """Only the variables of the module docstring, for a process started on another machine (the ssh
+    backend's nodes): ``lib`` and ``offset_file`` are paths there; ``preloaded`` is what the process would
+    preload anyway (after libfaketime). Pure."""
+    return {"LD_PRELOAD": " ".join(p for p in (lib, preloaded) if p), "FAKETIME_TIMESTAMP_FILE": offset_file,
+            "FAKETIME_CACHE_DURATION": str(CACHE_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "FAKETIME_FORCE_MONOTONIC_FIX": "0", "NO_FAKE_STAT": "1"}
 
 
 def note(path: Path) -> None:

@@ -36,6 +36,7 @@ import docker
 from onceproof.backends.base import GONE, STOPPED, ClusterError, NodeState
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.common.logdir import LocalDir
 from onceproof.backends.common.ports import claim_base_port, release_base_port
 from onceproof.backends.docker.layout import CLIENT_PORT, DATA_DIR, DockerLayout
 from onceproof.backends.docker.site import DockerSite, save_logs
@@ -182,11 +183,11 @@ class DockerKafkaCluster:
         for n in self.nodes:
             shutil.rmtree(self.data_dir / f"node{n}", ignore_errors=True)
 
-    def log_dir_of(self, node: int) -> Path:
+    def log_dir_of(self, node: int) -> LocalDir:
         """``node``'s ``log.dirs`` on the host: the directory bind-mounted as its container's data directory
         (``<data_dir>/node<i>/data``; :class:`onceproof.backends.base.LogDirs`). Its files belong to the
         container's user: a harness that may not write them gets ``PermissionError``."""
-        return self.data_dir / f"node{node}" / "data"
+        return LocalDir(self.data_dir / f"node{node}" / "data")
 
     # ------------------------------------------------------------------ one node
     def start(self, node: int) -> None:

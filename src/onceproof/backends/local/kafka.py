@@ -31,6 +31,7 @@ from onceproof.backends.common import faketime, jars, lazyfs, processes, tmpfs
 from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
+from onceproof.backends.common.logdir import LocalDir
 from onceproof.backends.common.ports import claim_base_port, free_base_port, release_base_port
 
 log = logging.getLogger("onceproof.kafka")
@@ -369,11 +370,6 @@ class KafkaCluster:
     def clock_offset(self, node: int) -> float:
         return faketime.read_offset(self.clock_file(node)) if self.clocks else 0.0
 
-    def clock_log(self, node: int) -> Path | None:
-        """``broker-<node>.log`` (log4j; its ``[%d]`` is the broker's own clock), when written."""
-        p = self.spec.logs / f"broker-{node}.log"
-        return p if p.exists() else None
-
     def reset_clocks(self) -> list[int]:
         """Put every node's offset back to ``+0``; returns the nodes that were offset. Never raises."""
         out = []
@@ -449,9 +445,9 @@ class KafkaCluster:
         return {"killed": {"pid": killed.pid, "status_after": killed.status}, **out}
     # ------------------------------------------------------------------ onceproof.backends.base.LogDirs, DiskFaults
 
-    def log_dir_of(self, node: int) -> Path:
+    def log_dir_of(self, node: int) -> LocalDir:
         """``node``'s ``log.dirs`` (``data_dir/node<i>/data``)."""
-        return self.spec.data_dir / f"node{node}" / "data"
+        return LocalDir(self.spec.data_dir / f"node{node}" / "data")
 
     def _disk_dir(self, node: int) -> Path:
         """Where ``node``'s size-limited filesystem is mounted: its ``log.dirs``, or under a lazyfs layer the

@@ -14,22 +14,29 @@ Implements ``SparkApp``, ``DriverPause`` (SIGSTOP/SIGCONT of the driver's group 
 found, read and killed there by the node helper (``executors``, ``kill-executor``); a sink task's
 ``sink.jsonl`` events name its machine's hostname, which :meth:`SshSpark.executor_of` maps to its node.
 Not ``ExecutorPause``: ``kill-executor`` on a sink without the pre-commit hook aims by CPU time.
+
+``DriverClock`` (when the run planned ``driver-clock-skew``: :attr:`PipelineArgs.clock_file` set): the
+driver's JVM starts under the driver node's libfaketime, its offset file ``driver-clock-offset`` in the run's
+directory there (``backends/ssh/clock.py``; handed to the job in ``DRIVER_CLOCK_ENV``, as on the local
+backend, so that only the JVM is preloaded).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from pathlib import Path, PurePosixPath
 
-from onceproof.backends.base import Executor, PipelineArgs
+from onceproof.backends.base import BackendError, Executor, PipelineArgs
 from onceproof.backends.common.spark import SupervisedDriver
+from onceproof.backends.ssh import clock
 from onceproof.backends.ssh.driver import RemoteDriverSupervisor
 from onceproof.backends.ssh.node import NodeHelper
 from onceproof.backends.ssh.relay import RunFilesRelay
 from onceproof.backends.ssh.remote import RemoteError
 from onceproof.backends.ssh.spark import SshSparkCluster
-from onceproof.pipeline.identity import SINK_ID_FILE
+from onceproof.pipeline.identity import DRIVER_CLOCK_ENV, SINK_ID_FILE
 from onceproof.store import runfiles
 
 
@@ -62,6 +69,9 @@ class SshSpark(SupervisedDriver):
                    if name == driver.name or spark.inv.node(name).has("spark-worker")}
         self.relay = RunFilesRelay(remotes, self.remote_run, self.run_dir, driver.name)
         self._hostnames: dict[str, str] | None = None  # a worker's hostname -> its node name
+        self.clock_file = self.remote_run / "driver-clock-offset"
+        self._faketime: str | None = None  # the driver node's libfaketime, found at start() when planned
+        self._clock_offset = 0.0
 
     # ------------------------------------------------------------------ SparkApp
     @property
@@ -85,7 +95,13 @@ class SshSpark(SupervisedDriver):
         self.relay.start()
         jars = ",".join(f"local:{self.spark.connector}/{j}" for j in self._connector_jars())
         argv = ["python3", "-m", "onceproof.job", *self.inner.argv(), *(["--jars", jars] if jars else [])]
-        self.sup.argv, self.sup.env = argv, self.spark.env()
+        env = self.spark.env()
+        if self.pipeline.clock_file is not None and not self.pipeline.command:
+            self._faketime = clock.find_library(r)
+            if self._faketime:
+                clock.write_offset(r, self.clock_file, 0)
+                env[DRIVER_CLOCK_ENV] = json.dumps(clock.preload(self._faketime, self.clock_file))
+        self.sup.argv, self.sup.env = argv, env
         self.sup.start()
 
     def _connector_jars(self) -> list[str]:
@@ -119,6 +135,29 @@ class SshSpark(SupervisedDriver):
     def thaw_driver(self, pid: int) -> None:
         """SIGCONT the driver ``pid``'s group."""
         self.sup.signal_driver(pid, "CONT")
+
+    # ------------------------------------------------------------------ DriverClock
+    def driver_clock_unavailable(self) -> str | None:
+        if self.pipeline.clock_file is None:
+            return "the driver was started with the real clock: plan driver-clock-skew in --nemesis"
+        if self.pipeline.command:
+            return "driver-clock-skew is for the bundled pipeline"
+        return clock.missing(self.helper.remote, self._faketime)
+
+    def set_driver_clock_offset(self, seconds: float) -> None:
+        """Rewrite the driver's offset file on its node (every incarnation reads it). Raises
+        ``BackendError`` naming the fix, ``ValueError`` for a fractional offset."""
+        why = self.driver_clock_unavailable()
+        if why:
+            raise BackendError(why)
+        try:
+            clock.write_offset(self.helper.remote, self.clock_file, seconds)
+        except RemoteError as e:
+            raise BackendError(f"cannot offset the driver's clock: {e}") from None
+        self._clock_offset = float(seconds)
+
+    def driver_clock_offset(self) -> float:
+        return self._clock_offset
 
     # ------------------------------------------------------------------ ExecutorFaults
     def _workers(self) -> dict[str, NodeHelper]:

@@ -10,7 +10,15 @@ Kafka's ``StorageTool``. The broker runs through ``onceproof-node.py start`` (it
 signals to that group, checked against the start ticks, so a reused pid is never signalled.
 
 Logs: :meth:`SshKafkaCluster.collect_logs` copies every node's broker and format logs into
-``<local_dir>/logs/<node>/`` (``down`` does it).
+``<local_dir>/logs/<node>/`` (``down`` does it); while the run goes on, the faults read a broker's log on its
+node (:meth:`SshKafkaCluster.broker_log`, ``LiveLogs``).
+
+Log directories (``LogDirs``, for ``corrupt-segment-tail``): a stopped broker's ``data/`` read and written on
+its node (``backends/ssh/remote_dir.py``).
+
+Clocks (``ClusterShape(clocks=True)``, planned by ``clock-skew``): each broker starts under the node's
+libfaketime with its offset file ``clock-offset`` at ``+0`` in its run directory
+(``backends/ssh/clock.py``); :meth:`SshKafkaCluster.set_clock_offset` rewrites that file over SSH.
 """
 
 from __future__ import annotations
@@ -25,14 +33,16 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 
-from onceproof.backends.base import GONE, ClusterError, NodeState
+from onceproof.backends.base import GONE, BackendError, ClusterError, NodeState
 from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
-from onceproof.backends.ssh import install
+from onceproof.backends.ssh import clock, install
 from onceproof.backends.ssh.inventory import Inventory, Node
 from onceproof.backends.ssh.node import NodeHelper
 from onceproof.backends.ssh.remote import RemoteError
+from onceproof.backends.ssh.remote_dir import RemoteDir
+from onceproof.backends.ssh.remote_log import RemoteLog
 from onceproof.backends.ssh.transport import SshHub
 
 
@@ -66,11 +76,19 @@ class SshKafkaCluster:
         run_id: the run's id; its data is ``<root>/runs/<run_id>/kafka`` on each broker node.
         local_dir: where the harness keeps this cluster's state file (and its collected logs, unless
             ``log_dir`` names another directory: the run's ``logs/``).
+        clocks: start every broker under the node's libfaketime (``ClockFaults``; module docstring).
+
+    Implements ``Cluster``, ``LiveLogs``, ``ClockFaults`` and ``LogDirs``.
     """
 
-    def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None):
+    def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None,
+                 clocks: bool = False):
         self.inv, self.hub, self.run_id, self.local_dir = inv, hub, run_id, local_dir
         self._log_dir = log_dir
+        self.clocks = clocks
+        self._faketime: dict[int, str | None] = {}
+        """Each broker node's libfaketime (found at :meth:`install` when ``clocks``), ``None`` when missing."""
+        self._offsets: dict[int, float] = {}
         become = inv.ssh.become == "sudo"
         self.helpers = {i: NodeHelper(hub.remote(n.name), inv.root, run_id, root_commands=become or n.user == "root")
                         for i, n in enumerate(inv.brokers, 1)}
@@ -135,6 +153,8 @@ class SshKafkaCluster:
             h.install()
             path, uploaded = install.ensure(h.remote, self.inv.root, dist)
             self._dist = path
+            if self.clocks:
+                self._faketime[i] = clock.find_library(h.remote)
             return uploaded
         try:
             return dict(zip(self.nodes, self._parallel(one, self.nodes), strict=True))
@@ -150,6 +170,8 @@ class SshKafkaCluster:
             props = broker_properties(self.inv, i, kdir / "data")
             h.remote.run(["rm", "-rf", str(kdir)], timeout_s=60, root=h.root_commands).check()
             h.remote.run(["mkdir", "-p", str(kdir)], timeout_s=30).check()
+            if self._faketime.get(i):
+                clock.write_offset(h.remote, self._clock_file(i), 0)
             with tempfile.TemporaryDirectory() as tmp:
                 for name, text in (("server.properties", "".join(f"{k}={v}\n" for k, v in props.items())),
                                    ("log4j2.properties", LOG4J2.format(log=self._log(i))),
@@ -181,8 +203,10 @@ class SshKafkaCluster:
         kdir = self._kdir(node)
         cmd = self._java(node, ["kafka.Kafka", str(kdir / "server.properties")], self.inv.kafka.heap_mb,
                          kdir / "log4j2.properties")
+        lib = self._faketime.get(node)
+        env = clock.preload(lib, self._clock_file(node)) if self.clocks and lib else None
         try:
-            self.pids[node] = h.start(f"broker-{node}", cmd, log=kdir / f"broker-{node}.out")
+            self.pids[node] = h.start(f"broker-{node}", cmd, log=kdir / f"broker-{node}.out", env=env)
         except RemoteError as e:
             raise ClusterError(f"starting broker {node} failed: {e}") from None
 
@@ -279,6 +303,47 @@ class SshKafkaCluster:
 
     def log_files(self) -> list[Path]:
         return sorted(p for p in self.log_dir.glob("*/*") if p.is_file())
+
+    # ---------------------------------------------------------------------------- LiveLogs
+    def broker_log(self, node: int) -> RemoteLog:
+        """``broker-<node>.log`` on its node (log4j's; its ``[%d]`` is the broker's own clock)."""
+        h = self.helpers[node]
+        return RemoteLog(h.remote, self._log(node), root=h.root_commands)
+
+    # ---------------------------------------------------------------------------- LogDirs
+    def log_dir_of(self, node: int) -> RemoteDir:
+        """``node``'s ``log.dirs`` on its node (``<run>/kafka/data``), through commands there."""
+        h = self.helpers[node]
+        return RemoteDir(h.remote, self._kdir(node) / "data", root=h.root_commands)
+
+    # ---------------------------------------------------------------------------- ClockFaults
+    def _clock_file(self, node: int) -> PurePosixPath:
+        return self._kdir(node) / "clock-offset"
+
+    def clock_unavailable(self) -> str | None:
+        if not self.clocks:
+            return "the brokers were started without libfaketime (the run planned no clock fault)"
+        for i in self.nodes:
+            why = clock.missing(self.helpers[i].remote, self._faketime.get(i))
+            if why:
+                return why
+        return None
+
+    def set_clock_offset(self, node: int, seconds: float) -> None:
+        """Rewrite ``node``'s offset file on its node; the broker's JVM reads it within
+        ``faketime.CACHE_S`` s. Raises ``BackendError`` naming the fix, ``ValueError`` (a fractional offset)."""
+        why = self.clock_unavailable()
+        if why:
+            raise BackendError(f"cannot offset broker {node}'s clock: {why}")
+        try:
+            clock.write_offset(self.helpers[node].remote, self._clock_file(node), seconds)
+        except RemoteError as e:
+            raise BackendError(f"cannot offset broker {node}'s clock: {e}") from None
+        self._offsets[node] = float(seconds)
+
+    def clock_offset(self, node: int) -> float:
+        """The offset last written (s); the harness is the file's only writer."""
+        return self._offsets.get(node, 0.0)
 
     def save_state(self) -> None:
         """What :meth:`down` needs after a restart of the harness: the run id, the nodes file and the pids."""

@@ -13,7 +13,8 @@ What goes which way (``pipeline/hooks.py`` classifies every control file):
 * append-only logs (``sink.jsonl`` from every node, ``logs/driver-*.log`` from the driver node) come back by
   offset, whole lines only;
 * ``checkpoint/{offsets,commits,sources,metadata}`` come back from the driver node (``state/`` never: it is
-  large and only the query reads it).
+  large and only the query reads it), each with its mtime on the node (when Spark wrote it there, not when
+  the relay copied it).
 
 :func:`plan` is the decision, pure and tested on synthetic listings; :class:`RunFilesRelay` lists each node
 once per poll (one ``find`` over SSH), plans and copies.
@@ -22,6 +23,7 @@ once per poll (one ``find`` over SSH), plans and copies.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -195,6 +197,9 @@ class RunFilesRelay:
                 here.parent.mkdir(parents=True, exist_ok=True)
                 tmp = here.with_name(here.name + ".relay")
                 remote.get(there, tmp)
+                got = remote_list.get(a.path)
+                if got is not None:  # the node's mtime: when Spark wrote it there (driver-clock-skew reads it)
+                    os.utime(tmp, (got.mtime, got.mtime))
                 tmp.replace(here)
             elif a.kind == "append":
                 text = remote.run(["tail", "-c", f"+{a.offset + 1}", str(there)], timeout_s=60).stdout
