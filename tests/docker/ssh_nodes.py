@@ -104,7 +104,8 @@ def ssh_nodes(client: docker.DockerClient, image: str, tmp: Path, count: int = 2
             name = f"n{i}"
             ips[name] = f"{prefix}.{10 + i}"
             c = client.containers.create(
-                image, name=f"onceproof-ssh-{tag}-{name}", hostname=name, detach=True, cap_add=["NET_ADMIN"],
+                image, name=f"onceproof-ssh-{tag}-{name}", hostname=name, detach=True,
+                cap_add=["NET_ADMIN", "SYS_ADMIN"],  # iptables and tc; mount -t tmpfs (disk-full)
                 labels={"org.onceproof.test": "ssh-nodes"},
                 volumes={str(auth): {"bind": "/etc/ssh/authorized", "mode": "ro"}})
             containers[name] = c

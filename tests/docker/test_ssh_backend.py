@@ -82,6 +82,40 @@ def test_eos_is_valid_on_ssh_nodes_under_broker_network_and_spark_faults_and_not
     assert kept(logs / "n4" / "spark-master.log") and kept(logs / "driver-2.log"), sorted(logs.rglob("*"))
 
 
+CLOCK_DISK = "clock-skew,driver-clock-skew,corrupt-segment-tail,disk-full,bounce-broker"
+
+
+@pytest.mark.extended
+@pytest.mark.timeout(1500)
+def test_eos_is_valid_on_ssh_nodes_under_clock_and_disk_faults_read_from_the_nodes(five, results_root):
+    """A broker's and the driver's clocks jumped through the nodes' libfaketime, a stopped broker's segment
+    garbled on its node, a broker's tmpfs filled on its node, a clean bounce: each effective and exercised,
+    with the evidence read on the nodes (the brokers' own logs: the coordinator's timeout rollback, the
+    recovery of the garbled segment, ``No space left on device``, the controlled shutdown)."""
+    p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "eos", "--nemesis",
+                 CLOCK_DISK, "--time-limit", "60", "--seed", "1", "--results", str(results_root)], timeout=1200)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert result["verdict"] == "valid", result["counts"]
+    cov = {c["fault"]: c for c in result["coverage"]}
+    assert set(cov) == set(CLOCK_DISK.split(",")), cov
+    assert all(c["planned"] == c["effective"] == c["exercised"] >= 1 for c in cov.values()), cov
+
+    def ev(fault):
+        return next(o["evidence"] for o in ops if o.get("type") == "info" and o.get("f", "").startswith(fault))
+    skew = ev("clock-skew")
+    assert abs(skew["probe_during"]["skew_s"] - skew["offset_s"]) <= 2 and skew["rollbacks"], skew
+    drv = ev("driver-clock-skew")
+    assert drv["during"]["committed"] and drv["offset_after_s"] == 0, drv
+    seg = ev("corrupt-segment-tail")
+    assert seg["garble"]["segment_path"].startswith(("n1:", "n2:", "n3:")) and seg["recovery"]["found"], seg
+    assert seg["garble"]["size_after"] == seg["garble"]["batch_start"] or seg["recovery"]["as_planned"], seg
+    full = ev("disk-full")
+    assert full["fill"]["free_after"] == 0 and full["failure"]["no_space"], full  # the node's tmpfs, its log
+    assert ev("bounce-broker")["shutdown_log"], ev("bounce-broker")  # the node's own log, read live
+    assert _residue(five) == {}
+
+
 def _caught(five, results_root, nemesis: str, time_limit: int) -> None:
     """An at-least-once run under ``nemesis``: invalid with duplicates, every planned fault effective, nothing
     left on a node."""

@@ -109,3 +109,30 @@ def test_executors_are_found_above_a_task_read_and_killed_alone_only_while_still
     finally:
         other.kill()
         _call(tmp_path, run, "sweep")
+
+
+def test_disk_mounts_fills_empties_and_the_sweep_unmounts_only_inside_the_run(tmp_path, run):
+    """The ``disk`` command on this machine as a node would run it (root: the tmpfs is real; skipped
+    without the privilege, as ``disk-full`` is)."""
+    data = tmp_path / "runs" / run / "kafka" / "data"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    assert "inside the run's directory" in _call(tmp_path, run, "disk", "--op", "fill", "--path", str(outside))["error"]
+    assert "refusing to fill" in _call(tmp_path, run, "disk", "--op", "fill", "--path", str(data))["error"]
+    got = _call(tmp_path, run, "disk", "--op", "mount", "--path", str(data), "--mb", "4")
+    if "error" in got:
+        pytest.skip(f"no tmpfs here: {got['error']}")
+    try:
+        assert got["mounted"] == str(data.resolve())
+        (data / "00000000000000000000.log").write_bytes(b"x" * 1000)
+        fill = _call(tmp_path, run, "disk", "--op", "fill", "--path", str(data))
+        assert fill["free_after"] == 0 and fill["size_bytes"] == 4 << 20 and fill["filled_bytes"] > 3 << 20, fill
+        with pytest.raises(OSError, match="No space left"):
+            (data / "more").write_bytes(b"y" * 8192)
+        assert _call(tmp_path, run, "disk", "--op", "unfill", "--path", str(data))["freed"] == fill["filled_bytes"]
+        assert (data / "00000000000000000000.log").stat().st_size == 1000  # the broker's files stay
+        swept = _call(tmp_path, run, "sweep")
+        assert swept["mounts_removed"] == [str(data.resolve())]
+        assert str(data.resolve()) not in open("/proc/self/mounts").read()
+    finally:
+        subprocess.run(["umount", "-l", str(data)], capture_output=True)

@@ -129,13 +129,14 @@ class SshBackend:
         if shape.nodes != len(self.inv.brokers):
             raise ClusterError(f"{self.inv.path} lists {len(self.inv.brokers)} broker(s); run with --brokers "
                                f"{len(self.inv.brokers)}")
-        extra = [n for n in ("small_disks", "lazyfs") if getattr(shape, n)]
-        if extra:
-            raise ClusterError(f"the ssh backend cannot build brokers with {', '.join(extra)} yet; drop the "
-                               "disk faults it cannot perform from --nemesis (`onceproof faults` lists them)")
+        if shape.lazyfs:
+            raise ClusterError("the ssh backend cannot put the brokers' log.dirs on a lazyfs layer (its FUSE "
+                               "layer is onceproof's Python, which a node does not have): drop "
+                               "lose-unsynced-writes from --nemesis")
         hub = self._open()
         self._cluster = SshKafkaCluster(self.inv, hub, self.run_id, Path(shape.data_dir),
-                                        log_dir=Path(shape.log_dir) if shape.log_dir else None, clocks=shape.clocks)
+                                        log_dir=Path(shape.log_dir) if shape.log_dir else None, clocks=shape.clocks,
+                                        small_disks=shape.small_disks)
         return self._cluster
 
     def attach(self, data_dir: Path) -> SshKafkaCluster:

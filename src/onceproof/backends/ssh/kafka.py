@@ -16,6 +16,12 @@ node (:meth:`SshKafkaCluster.broker_log`, ``LiveLogs``).
 Log directories (``LogDirs``, for ``corrupt-segment-tail``): a stopped broker's ``data/`` read and written on
 its node (``backends/ssh/remote_dir.py``).
 
+Size-limited disks (``ClusterShape(small_disks=True)``, planned by ``disk-full``: ``DiskFaults``): each broker's
+``data/`` is a tmpfs of ``tmpfs.size_mb()`` MiB mounted by the node helper (``disk``; root and, in a
+container, ``CAP_SYS_ADMIN``) before the storage is formatted, filled and emptied by it, unmounted by
+:meth:`SshKafkaCluster.down` and by every sweep. Without the privilege the brokers run on the node's own disk
+and :meth:`SshKafkaCluster.disk_unavailable` says why.
+
 Clocks (``ClusterShape(clocks=True)``, planned by ``clock-skew``): each broker starts under the node's
 libfaketime with its offset file ``clock-offset`` at ``+0`` in its run directory
 (``backends/ssh/clock.py``); :meth:`SshKafkaCluster.set_clock_offset` rewrites that file over SSH.
@@ -34,12 +40,13 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from onceproof.backends.base import GONE, BackendError, ClusterError, NodeState
+from onceproof.backends.common import tmpfs
 from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
 from onceproof.backends.ssh import clock, install
 from onceproof.backends.ssh.inventory import Inventory, Node
-from onceproof.backends.ssh.node import NodeHelper
+from onceproof.backends.ssh.node import NodeHelper, NodeHelperError
 from onceproof.backends.ssh.remote import RemoteError
 from onceproof.backends.ssh.remote_dir import RemoteDir
 from onceproof.backends.ssh.remote_log import RemoteLog
@@ -77,18 +84,22 @@ class SshKafkaCluster:
         local_dir: where the harness keeps this cluster's state file (and its collected logs, unless
             ``log_dir`` names another directory: the run's ``logs/``).
         clocks: start every broker under the node's libfaketime (``ClockFaults``; module docstring).
+        small_disks: each broker's data on a size-limited tmpfs of its own (``DiskFaults``; module docstring).
 
-    Implements ``Cluster``, ``LiveLogs``, ``ClockFaults`` and ``LogDirs``.
+    Implements ``Cluster``, ``LiveLogs``, ``ClockFaults``, ``LogDirs`` and ``DiskFaults``.
     """
 
     def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None,
-                 clocks: bool = False):
+                 clocks: bool = False, small_disks: bool = False):
         self.inv, self.hub, self.run_id, self.local_dir = inv, hub, run_id, local_dir
         self._log_dir = log_dir
         self.clocks = clocks
         self._faketime: dict[int, str | None] = {}
         """Each broker node's libfaketime (found at :meth:`install` when ``clocks``), ``None`` when missing."""
         self._offsets: dict[int, float] = {}
+        self.small_disks = small_disks
+        self._disk_errors: dict[int, str] = {}
+        """Why a broker's size-limited disk could not be mounted (it runs on the node's own disk then)."""
         become = inv.ssh.become == "sudo"
         self.helpers = {i: NodeHelper(hub.remote(n.name), inv.root, run_id, root_commands=become or n.user == "root")
                         for i, n in enumerate(inv.brokers, 1)}
@@ -168,10 +179,18 @@ class SshKafkaCluster:
             h = self.helpers[i]
             kdir = self._kdir(i)
             props = broker_properties(self.inv, i, kdir / "data")
+            if self.small_disks:
+                with contextlib.suppress(RemoteError):
+                    h.disk("umount", kdir / "data")
             h.remote.run(["rm", "-rf", str(kdir)], timeout_s=60, root=h.root_commands).check()
             h.remote.run(["mkdir", "-p", str(kdir)], timeout_s=30).check()
             if self._faketime.get(i):
                 clock.write_offset(h.remote, self._clock_file(i), 0)
+            if self.small_disks:
+                try:
+                    h.disk("mount", kdir / "data", tmpfs.size_mb())
+                except NodeHelperError as e:
+                    self._disk_errors[i] = str(e)
             with tempfile.TemporaryDirectory() as tmp:
                 for name, text in (("server.properties", "".join(f"{k}={v}\n" for k, v in props.items())),
                                    ("log4j2.properties", LOG4J2.format(log=self._log(i))),
@@ -279,6 +298,10 @@ class SshKafkaCluster:
                     self.kill(i)
         self._parallel(one, self.nodes)
         self.collect_logs()
+        if self.small_disks:
+            for i in self.nodes:
+                with contextlib.suppress(RemoteError):
+                    self.helpers[i].disk("umount", self._kdir(i) / "data")
         return []
 
     def clean(self) -> None:
@@ -315,6 +338,32 @@ class SshKafkaCluster:
         """``node``'s ``log.dirs`` on its node (``<run>/kafka/data``), through commands there."""
         h = self.helpers[node]
         return RemoteDir(h.remote, self._kdir(node) / "data", root=h.root_commands)
+
+    # ---------------------------------------------------------------------------- DiskFaults
+    def disk_unavailable(self) -> str | None:
+        if not self.small_disks:
+            return "the brokers' data are not on size-limited disks (the run planned no disk-full)"
+        if self._disk_errors:
+            return "; ".join(f"broker {i}: {e}" for i, e in sorted(self._disk_errors.items()))
+        return None
+
+    def fill_disk(self, node: int) -> dict:
+        """Fill ``node``'s tmpfs on its node (the helper's ``disk --op fill``). Raises ``BackendError``."""
+        why = self.disk_unavailable()
+        if why:
+            raise BackendError(f"cannot fill broker {node}'s disk: {why}")
+        try:
+            return self.helpers[node].disk("fill", self._kdir(node) / "data")
+        except RemoteError as e:
+            raise BackendError(f"cannot fill broker {node}'s disk: {e}") from None
+
+    def unfill_disk(self, node: int) -> int:
+        if not self.small_disks:
+            return 0
+        try:
+            return int(self.helpers[node].disk("unfill", self._kdir(node) / "data").get("freed", 0))
+        except RemoteError:
+            return 0
 
     # ---------------------------------------------------------------------------- ClockFaults
     def _clock_file(self, node: int) -> PurePosixPath:

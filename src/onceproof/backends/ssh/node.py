@@ -111,8 +111,15 @@ class NodeHelper:
         ``gone`` when it was not ours any more)."""
         return self._call("kill-executor", f"--pid={pid}", f"--started={started!r}", timeout_s=30.0)
 
+    def disk(self, op: str, path: PurePosixPath, mb: int | None = None) -> dict:
+        """The helper's ``disk`` command (``mount``, ``fill``, ``unfill``, ``umount`` a size-limited tmpfs at
+        ``path``, inside the run's directory; ``mb`` MiB for ``mount``): its answer. Raises:
+        :class:`NodeHelperError` (not root, no ``CAP_SYS_ADMIN``, not a mount of the run's), ``RemoteError``."""
+        return self._call("disk", f"--op={op}", f"--path={path}", *([f"--mb={mb}"] if mb else []), timeout_s=120.0,
+                          root=True)
+
     def sweep(self) -> dict:
-        """Kill everything of the run on the node and remove its chains and qdiscs (see the helper);
+        """Kill everything of the run on the node and remove its chains, qdiscs and tmpfs mounts (see the helper);
         what was removed (``swept.json``'s content)."""
         return self._call("sweep", timeout_s=60.0)
 

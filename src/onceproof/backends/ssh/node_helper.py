@@ -21,7 +21,8 @@ Commands (``python3 onceproof-node.py <command> --root R --run ID ...``):
   match (else ``{"sent": false, "why": "foreign"}``).
 * ``sweep``: SIGKILL every recorded group whose ticks match, then for ≤ 10 s every process whose
   environment holds ``ONCEPROOF_RUN=ID``; remove the iptables chains named ``OP-<run8>...`` (and the jumps
-  to them) and the root qdiscs recorded in ``net/qdisc-<dev>.json``; write ``swept.json``. Idempotent.
+  to them) and the root qdiscs recorded in ``net/qdisc-<dev>.json``; unmount every ``onceproof-disk`` tmpfs
+  inside the run's directory; write ``swept.json``. Idempotent.
 * ``hold``: the harness's lease, held open over SSH for the whole run. Each line read from stdin
   (``beat``) touches ``heartbeat``; ``release`` writes ``released`` (a clean end: the watchdog leaves);
   end of input without ``release`` (the harness or its connection died: the kernel closed its socket,
@@ -35,6 +36,15 @@ Commands (``python3 onceproof-node.py <command> --root R --run ID ...``):
 * ``kill-executor --pid P --started S``: SIGKILL the executor P alone (its Spark worker notices), only while it
   is the run's, an executor, and started at S (``executors``' ``started``, to the millisecond); waits ≤ 10 s
   for it to be gone (or a zombie: its worker reaps it). Prints ``{"gone": bool, "why"?}``.
+* ``disk --op mount|fill|unfill|umount --path P [--mb N]``: a size-limited data filesystem for a broker
+  (``disk-full``): ``mount`` a tmpfs of N MiB (source ``onceproof-disk``, mode 0755) on the empty directory P;
+  ``fill`` takes every free byte of it with the file ``onceproof-disk-fill`` (``fallocate``, then 1 MiB and
+  4 KiB writes until ``ENOSPC``) and prints ``{"path", "size_bytes", "free_before", "filled_bytes",
+  "free_after"}``; ``unfill`` removes that file (``{"freed"}``); ``umount`` unmounts it (lazily when busy).
+  P must lie inside the run's directory, and only a tmpfs of source ``onceproof-disk`` is filled or
+  unmounted, so no filesystem of the node's own is ever touched. The same steps as the local backend's
+  ``backends/common/tmpfs.py``, restated here because this file may import nothing of onceproof. Needs root
+  (``become``) and, in a container, ``CAP_SYS_ADMIN``: without it ``mount`` prints ``{"error"}``.
 * ``unwheel -- SRC DEST``: unpack every ``SRC/*.whl`` into ``DEST`` keeping each file's mode
   (``ZipInfo.external_attr >> 16``; ``python -m zipfile`` drops modes, and ``pyspark/bin/spark-class`` must
   stay executable). Prints ``{"wheels": n, "files": m}``.
@@ -367,6 +377,102 @@ def _qdiscs(net_dir):
     return removed
 
 
+DISK_SOURCE = "onceproof-disk"
+FILL_NAME = "onceproof-disk-fill"
+
+
+def _our_mounts(run):
+    """Mount points of ``onceproof-disk`` tmpfs mounts inside ``run`` (from /proc/self/mounts)."""
+    out = []
+    try:
+        with open("/proc/self/mounts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    base = os.path.realpath(run) + os.sep
+    for line in lines:
+        f = line.split()
+        if len(f) >= 3 and f[0] == DISK_SOURCE and f[2] == "tmpfs":
+            point = f[1].encode().decode("unicode_escape")
+            if point.startswith(base):
+                out.append(point)
+    return out
+
+
+def _umount(point):
+    for args in (["umount", point], ["umount", "-l", point]):
+        try:
+            if subprocess.run(args, capture_output=True, timeout=30).returncode == 0:
+                return True
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return False
+
+
+def _fill(path):
+    import errno
+    st = os.statvfs(path)
+    before = st.f_bavail * st.f_frsize
+    target = os.path.join(path, FILL_NAME)
+    fd = os.open(target, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        if before:
+            try:
+                os.posix_fallocate(fd, os.fstat(fd).st_size, before)
+            except OSError:
+                pass
+        for chunk in (b"\0" * (1 << 20), b"\0" * 4096):
+            while True:
+                try:
+                    os.write(fd, chunk)
+                except OSError as e:
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                        break
+                    raise
+    finally:
+        os.close(fd)
+    after = os.statvfs(path)
+    return {"path": target, "size_bytes": st.f_blocks * st.f_frsize, "free_before": before,
+            "filled_bytes": os.stat(target).st_size, "free_after": after.f_bavail * after.f_frsize}
+
+
+def cmd_disk(a):
+    run, _ = _dirs(a)
+    path = os.path.realpath(a.path or "")
+    if not a.path or not path.startswith(os.path.realpath(run) + os.sep):
+        _out({"error": f"--path must lie inside the run's directory {run}"})
+        return 2
+    ours = path in _our_mounts(run)
+    if a.op == "mount":
+        if ours:
+            _out({"mounted": path, "already": True})
+            return 0
+        os.makedirs(path, exist_ok=True)
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(a.mb)}m,mode=0755", DISK_SOURCE, path],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode != 0:
+            _out({"error": f"mount -t tmpfs on {path} failed: {(p.stderr or p.stdout).strip()[:200]} "
+                           "(needs root, and CAP_SYS_ADMIN in a container)"})
+            return 1
+        _out({"mounted": path})
+    elif a.op == "fill":
+        if not ours:
+            _out({"error": f"{path} is not a size-limited disk of this run: refusing to fill it"})
+            return 1
+        _out(_fill(path))
+    elif a.op == "unfill":
+        target = os.path.join(path, FILL_NAME)
+        try:
+            size = os.stat(target).st_size
+            os.unlink(target)
+        except OSError:
+            size = 0
+        _out({"freed": size})
+    else:
+        _out({"unmounted": _umount(path) if ours else False})
+    return 0
+
+
 def sweep(a):
     run, pids = _dirs(a)
     me = {os.getpid(), os.getppid()}
@@ -396,8 +502,10 @@ def sweep(a):
         time.sleep(0.2)
     chains = _iptables_chains("OP-" + a.run[:8]) if os.geteuid() == 0 else []
     qdiscs = _qdiscs(os.path.join(run, "net")) if os.geteuid() == 0 else []
+    mounts = [m for m in _our_mounts(run) if _umount(m)] if os.geteuid() == 0 else []
     result = {"time": time.time(), "groups_killed": killed, "tagged_killed": sorted(set(tagged_killed)),
-              "left": left, "chains_removed": chains, "qdiscs_removed": qdiscs, "by": a.command}
+              "left": left, "chains_removed": chains, "qdiscs_removed": qdiscs, "mounts_removed": mounts,
+              "by": a.command}
     _write_json(os.path.join(run, "swept.json"), result)
     return result
 
@@ -494,7 +602,7 @@ def cmd_unwheel(a):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="onceproof-node.py")
     ap.add_argument("command", choices=["start", "status", "signal", "sweep", "hold", "watchdog", "unwheel",
-                                           "executors", "kill-executor"])
+                                           "executors", "kill-executor", "disk"])
     ap.add_argument("--root", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--name")
@@ -506,6 +614,9 @@ def main(argv=None):
     ap.add_argument("--started", type=float, default=-1.0)
     ap.add_argument("--lease-s", type=float, default=20.0)
     ap.add_argument("--grace-s", type=float, default=5.0)
+    ap.add_argument("--op", choices=["mount", "fill", "unfill", "umount"])
+    ap.add_argument("--path")
+    ap.add_argument("--mb", type=int, default=512)
     args = list(sys.argv[1:] if argv is None else argv)
     cut = args.index("--") if "--" in args else len(args)
     a = ap.parse_args(args[:cut])
@@ -519,12 +630,15 @@ def main(argv=None):
     if a.command == "kill-executor" and not (a.pid and a.started >= 0):
         _out({"error": "kill-executor needs --pid and --started"})
         return 2
+    if a.command == "disk" and not a.op:
+        _out({"error": "disk needs --op mount|fill|unfill|umount and --path"})
+        return 2
     if a.command == "start" and not a.log:
         _out({"error": "--log is required"})
         return 2
     return {"start": cmd_start, "status": cmd_status, "signal": cmd_signal, "sweep": cmd_sweep,
             "hold": cmd_hold, "watchdog": cmd_watchdog, "unwheel": cmd_unwheel, "executors": cmd_executors,
-            "kill-executor": cmd_kill_executor}[a.command](a)
+            "kill-executor": cmd_kill_executor, "disk": cmd_disk}[a.command](a)
 
 
 if __name__ == "__main__":
