@@ -122,7 +122,7 @@ def test_the_ssh_commands(nodes, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("n")]
     assert len(lines) == 2 and all(" ok " in ln and 'version "17' in ln and "python 3.11" in ln and "sudo ok" in ln
-                                   for ln in lines), r.stdout
+                                   and "libfaketime ok" in ln for ln in lines), r.stdout
 
     fresh = tmp_path / "fresh_known_hosts"
     toml = _with_known_hosts(nodes, tmp_path, fresh)

@@ -451,7 +451,7 @@ def test_corrupt_segment_tail_kills_garbles_restarts_and_reads_the_recovery(tmp_
     out = CorruptSegmentTail("one").invoke(_ctx(tmp_path, c), random.Random(4))
     assert out.outcome == EFFECTIVE and out.was_exercised, out.evidence
     ev, n = out.evidence, out.evidence["node"]
-    assert ev["killed"] == {"pid": before[n], "status_after": GONE}
+    assert ev["killed"] == {"pid": before[n], "status_after": GONE} and ev["waited_for_output_s"] == 0
     assert [x for x in c.calls if x[0] in ("kill", "start")] == [("kill", n), ("start", n)]
     g = ev["garble"]
     assert g["segment"] == f"output-{g['partition']}/00000000000000000000.log"
@@ -482,13 +482,15 @@ def test_without_a_recovery_line_the_turn_is_not_effective(tmp_path, in_sync):
     assert c.state(out.evidence["node"]).alive  # restarted all the same
 
 
-def test_nothing_to_garble_restarts_the_broker_and_says_so(tmp_path, in_sync):
+def test_nothing_to_garble_restarts_the_broker_and_says_so(tmp_path, in_sync, monkeypatch):
     c = DiskStandInCluster(3, tmp_path)
     in_sync(c)
     for n in c.nodes:
         (c.data_path(n) / "output-0").mkdir(parents=True)
+    monkeypatch.setattr(disk, "OUTPUT_WAIT_S", 1.5)
     out = CorruptSegmentTail("one").invoke(_ctx(tmp_path, c), random.Random(1))
     assert out.outcome == NOT_EFFECTIVE and "no batch" in out.evidence["garble"]["reason"]
+    assert out.evidence["waited_for_output_s"] is None  # it waited for output data, in vain
     assert all(c.state(n).alive for n in c.nodes)
 
 

@@ -46,6 +46,16 @@ def restart(ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> d
     return out
 
 
+def restart_stopped(ctx: NemesisContext) -> None:
+    """A heal: start every broker that is not running, unless an interrupted run is tearing the cluster down
+    (safe at any time, repeatedly)."""
+    if ctx.teardown.is_set() or ctx.cluster is None:
+        return
+    for n in ctx.cluster.nodes:
+        if not ctx.cluster.state(n).alive:
+            ctx.cluster.start(n)
+
+
 class _BrokerFault:
     name = ""
     target_choices = targets.TARGETS

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from onceproof.backends.base import GONE, DiskFaults, LogDir, LogDirs
 from onceproof.nemesis import broker_log, log_segment
-from onceproof.nemesis.broker import _BrokerFault
+from onceproof.nemesis.broker import _BrokerFault, restart_stopped
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 from onceproof.nemesis.operator import ISR_WAIT_S, _rejoin, _rejoin_isr
 
@@ -181,6 +181,26 @@ def garble_partition(log_dir: LogDir, topic: str, partition: int | None, rng: ra
                       f"(hosted: {hosted})"}
 
 
+OUTPUT_WAIT_S = 30.0
+"""How long ``corrupt-segment-tail`` waits, before the kill, for an output partition on the broker to hold data (s):
+a turn early in a run (the first micro-batches commit no records) would find nothing to garble."""
+
+
+def wait_for_output(ctx: NemesisContext, log_dir: LogDir, topic: str, max_s: float | None = None) -> float | None:
+    """Seconds until an active segment of a ``topic`` partition in the (running) broker's ``log_dir`` is not
+    empty, polled every second up to ``max_s`` (default :data:`OUTPUT_WAIT_S`); ``None`` when none was (the
+    turn goes on and says so)."""
+    max_s = OUTPUT_WAIT_S if max_s is None else max_s
+    t0 = time.monotonic()
+    while True:
+        for p in log_segment.hosted_partitions(log_dir.listdir(), topic):
+            seg = log_segment.active_segment(log_dir.listdir(f"{topic}-{p}"))
+            if seg is not None and (log_dir.size(f"{topic}-{p}/{seg}") or 0) > 0:
+                return round(time.monotonic() - t0, 2)
+        if time.monotonic() - t0 >= max_s or ctx.stop.wait(1.0):
+            return None
+
+
 class CorruptSegmentTail(_BrokerFault):
     """SIGKILL a broker, garble the tail of an output partition's active segment in its log directory, hold,
     restart it and watch its log recovery truncate the damage and the broker refetch it."""
@@ -203,13 +223,14 @@ class CorruptSegmentTail(_BrokerFault):
             return Outcome(SKIPPED, target, choice.why)
         node = choice.nodes[0]
         ev: dict = {"target": target, **choice.why, "node": node}
+        log_dir = cluster.log_dir_of(node)
+        ev["waited_for_output_s"] = wait_for_output(ctx, log_dir, ctx.output_topic)
         since = broker_log.size(ctx.cluster, node)
         killed = cluster.kill(node)
         t_kill = time.monotonic()
         ev["killed"] = {"pid": killed.pid, "status_after": killed.status}
         if killed.status != GONE:  # never write the files of a broker that may still be writing them
             return Outcome(NOT_EFFECTIVE, f"{target}: broker {node}", {**ev, "reason": "the broker did not die"})
-        log_dir = cluster.log_dir_of(node)
         try:
             ev["garble"] = garble_partition(log_dir, ctx.output_topic, choice.why.get("partition"), rng)
         except (OSError, ValueError) as e:
@@ -237,7 +258,7 @@ class CorruptSegmentTail(_BrokerFault):
 
     def heal(self, ctx: NemesisContext) -> None:
         """Restart every broker that is not running, unless an interrupted run is tearing the cluster down."""
-        _restart_stopped(ctx)
+        restart_stopped(ctx)
 
 
 class DiskFull(_BrokerFault):
@@ -311,12 +332,4 @@ class DiskFull(_BrokerFault):
         if _implements(cluster, DiskFaults):
             for n in cluster.nodes:
                 cluster.unfill_disk(n)
-        _restart_stopped(ctx)
-
-
-def _restart_stopped(ctx: NemesisContext) -> None:
-    if ctx.teardown.is_set() or ctx.cluster is None:
-        return
-    for n in ctx.cluster.nodes:
-        if not ctx.cluster.state(n).alive:
-            ctx.cluster.start(n)
+        restart_stopped(ctx)

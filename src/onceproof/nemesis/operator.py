@@ -27,7 +27,7 @@ import time
 
 from onceproof.clients import topics
 from onceproof.nemesis import broker_log, targets
-from onceproof.nemesis.broker import _BrokerFault, _live, restart
+from onceproof.nemesis.broker import _BrokerFault, _live, restart, restart_stopped
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
 STOP_GRACE_S = 20.0
@@ -127,6 +127,10 @@ class BounceBroker(_BrokerFault):
         ok = ev["gone"] and ev["clean"]
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {node}", ev, exercised=moved)
 
+    def heal(self, ctx: NemesisContext) -> None:
+        """Restart the bounced broker if a turn cut short left it stopped (``broker.restart_stopped``)."""
+        restart_stopped(ctx)
+
 
 class RollingRestart:
     """Every broker in turn: a clean stop, a restart, back in every ISR before the next."""
@@ -164,12 +168,8 @@ class RollingRestart:
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"brokers {order}", ev)
 
     def heal(self, ctx: NemesisContext) -> None:
-        """Restart every broker that is not running, unless an interrupted run is tearing the cluster down."""
-        if ctx.teardown.is_set():
-            return
-        for n in ctx.cluster.nodes:
-            if not ctx.cluster.state(n).alive:
-                ctx.cluster.start(n)
+        """Restart every broker that is not running (``broker.restart_stopped``)."""
+        restart_stopped(ctx)
 
 
 class ElectLeaders:
@@ -197,3 +197,6 @@ class ElectLeaders:
               - len(errors), "errors": dict(list(errors.items())[:10]), "output_leaders_moved": moved}
         return Outcome(EFFECTIVE if not errors else NOT_EFFECTIVE, "every partition", ev,
                        exercised=bool(moved))
+
+    def heal(self, ctx: NemesisContext) -> None:
+        """Nothing to undo: an election leaves no fault behind (the preferred leaders are where they belong)."""

@@ -71,6 +71,10 @@ The flaws, and the protocol fact each one breaks:
   effective, 8 exercised, all valid; with librdkafka's defaults a held commit ended only when its held copy
   arrived, never through a resend), so ``caught`` is False and ``test-all --mutants`` leaves it out; the
   client-level probe shows the flaw itself.
+* ``short_socket_timeout`` (with ``long_lived_producer``: ``eos-long-lived-fast-failover``): the same producer
+  with ``socket.timeout.ms`` at 5 s, as users set for fast failover (and as the client-level probe runs): a
+  held EndTxn times out and is resent on a new connection while its first copy is still held, so the commit
+  completes and the next transactions begin under the same epoch before the held copy arrives.
 
 Pure data: no pyspark or Kafka import.
 """
@@ -93,6 +97,7 @@ class Flaws:
     commit_error_ignored: bool = False
     index_keyed: bool = False
     long_lived_producer: bool = False
+    short_socket_timeout: bool = False
 
     @property
     def any(self) -> bool:
@@ -101,7 +106,8 @@ class Flaws:
 
 @dataclass(frozen=True)
 class Mutant:
-    """One mutant sink: its ``--sink`` name, its flaw (a :class:`Flaws` field), what it breaks, the fault
+    """One mutant sink: its ``--sink`` name, its flaw (a :class:`Flaws` field, or several joined by ``+``),
+    what it breaks, the fault
     package (``nemesis/packages.py``) that targets it and the anomaly it must produce there."""
 
     name: str
@@ -117,7 +123,8 @@ class Mutant:
 
     @property
     def flaws(self) -> Flaws:
-        return Flaws(**{self.flaw: True})
+        """The :class:`Flaws` of :attr:`flaw` (``a+b``: several fields at once)."""
+        return Flaws(**{f: True for f in self.flaw.split("+")})
 
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
@@ -140,6 +147,10 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "(the sink before issue 10's fix)", "upgrade", "duplicate"),
     Mutant("eos-long-lived-producer", "long_lived_producer", "one producer per Python worker reused for every "
            "transaction (one epoch for many transactions: KAFKA-17754)", "stale-requests", "duplicate",
+           ("--txn-timeout-ms", "300000"), caught=False),
+    Mutant("eos-long-lived-fast-failover", "long_lived_producer+short_socket_timeout",
+           "eos-long-lived-producer with socket.timeout.ms 5 s (fast failover): a timed-out EndTxn is resent "
+           "while the first copy is still held (KAFKA-17754)", "stale-requests", "duplicate",
            ("--txn-timeout-ms", "300000"), caught=False),
 )}
 

@@ -183,8 +183,14 @@ def _attempt_txn_id(cfg: SinkConfig, partition: int, attempt: int) -> str:
     return transactional_id(cfg.sink_id, partition)
 
 
+SHORT_SOCKET_TIMEOUT_MS = 5000
+"""``socket.timeout.ms`` of the ``eos-long-lived-fast-failover`` mutant (librdkafka's default is 60000)."""
+
+
 def _producer(cfg: SinkConfig, txn_id: str) -> Producer:
+    fast = {"socket.timeout.ms": SHORT_SOCKET_TIMEOUT_MS} if cfg.flaws.short_socket_timeout else {}
     return Producer(client_config(cfg.bootstrap, {
+        **fast,
         "transactional.id": txn_id,
         "enable.idempotence": True,
         "acks": "all",

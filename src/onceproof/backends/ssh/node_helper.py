@@ -37,7 +37,8 @@ Commands (``python3 onceproof-node.py <command> --root R --run ID ...``):
   is the run's, an executor, and started at S (``executors``' ``started``, to the millisecond); waits ≤ 10 s
   for it to be gone (or a zombie: its worker reaps it). Prints ``{"gone": bool, "why"?}``.
 * ``disk --op mount|fill|unfill|umount --path P [--mb N]``: a size-limited data filesystem for a broker
-  (``disk-full``): ``mount`` a tmpfs of N MiB (source ``onceproof-disk``, mode 0755) on the empty directory P;
+  (``disk-full``): ``mount`` a tmpfs of N MiB (source ``onceproof-disk``, mode 0755, owned by the login user
+  under ``sudo``) on the empty directory P;
   ``fill`` takes every free byte of it with the file ``onceproof-disk-fill`` (``fallocate``, then 1 MiB and
   4 KiB writes until ``ENOSPC``) and prints ``{"path", "size_bytes", "free_before", "filled_bytes",
   "free_after"}``; ``unfill`` removes that file (``{"freed"}``); ``umount`` unmounts it (lazily when busy).
@@ -448,7 +449,11 @@ def cmd_disk(a):
             _out({"mounted": path, "already": True})
             return 0
         os.makedirs(path, exist_ok=True)
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(a.mb)}m,mode=0755", DISK_SOURCE, path],
+        opts = f"size={int(a.mb)}m,mode=0755"
+        uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+        if uid and gid:  # the login user's, as _dirs gives it the run's directories (it formats the storage)
+            opts += f",uid={int(uid)},gid={int(gid)}"
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, DISK_SOURCE, path],
                            capture_output=True, text=True, timeout=30)
         if p.returncode != 0:
             _out({"error": f"mount -t tmpfs on {path} failed: {(p.stderr or p.stdout).strip()[:200]} "

@@ -59,7 +59,9 @@ def trust(nodes: Path = typer.Option(..., "--nodes", help=_NODES_HELP),
 
 @ssh_app.command("check")
 def check(nodes: Path = typer.Option(..., "--nodes", help=_NODES_HELP)) -> None:
-    """Connect to every node and check what the ssh backend needs there (Java 17+, Python 3, sudo)."""
+    """Connect to every node and check what the ssh backend needs there (Java 17+, Python 3, sudo), and say
+    whether it has libfaketime (the clock faults; optional: without it they are skipped)."""
+    from onceproof.backends.ssh import clock
     from onceproof.backends.ssh.transport import SshError, SshHub
     on_crash("ssh check", None)
     inv = _inventory(nodes)
@@ -70,6 +72,7 @@ def check(nodes: Path = typer.Option(..., "--nodes", help=_NODES_HELP)) -> None:
                 java = r.run(["java", "-version"], timeout_s=30)
                 py = r.run(["python3", "-c", "import platform; print(platform.python_version())"], timeout_s=30)
                 sudo = r.run(["true"], timeout_s=15, root=True) if inv.ssh.become == "sudo" else None
+                lib = clock.find_library(r)
             except SshError as e:
                 failed += 1
                 console.print(f"{r.name:<10} FAIL {e}", soft_wrap=True)
@@ -79,6 +82,7 @@ def check(nodes: Path = typer.Option(..., "--nodes", help=_NODES_HELP)) -> None:
             sv = "" if sudo is None else (" sudo ok" if sudo.returncode == 0 else " sudo -n refused")
             ok = java.returncode == 0 and py.returncode == 0 and (sudo is None or sudo.returncode == 0)
             failed += not ok
-            console.print(f"{r.name:<10} {'ok  ' if ok else 'FAIL'} {jv}; python {pv};{sv}", soft_wrap=True)
+            fv = " libfaketime ok" if lib else " no libfaketime (clock faults skipped: apt-get install libfaketime)"
+            console.print(f"{r.name:<10} {'ok  ' if ok else 'FAIL'} {jv}; python {pv};{sv};{fv}", soft_wrap=True)
     if failed:
         raise typer.Exit(1)
