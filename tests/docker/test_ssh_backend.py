@@ -11,6 +11,9 @@ sweeps every node at the end.
   under a ``tc`` bandwidth limit, and under every fault of the eos run (both in ``make test-extended``: the
   checker that catches it is the backend's own no more than the local runs', whose detection tests are in
   ``make test``, and the 50-minute budget keeps the eos run);
+* the eos sink stays valid under the clock faults (a broker's and the driver's clocks through the nodes'
+  libfaketime), a stopped broker's segment garbled on its node, a broker's tmpfs filled on its node and a
+  clean bounce, each effective and exercised with its evidence read on the nodes (``make test-extended``);
 * after each run no node holds a JVM, an ``OP-`` iptables rule or onceproof's qdisc, and the brokers' and
   Spark's logs are in the run's ``logs/<node>/``.
 

@@ -45,9 +45,11 @@ class SshBackend:
     """Factory of the ssh services for the nodes of ``inv``. One run at a time per instance: :meth:`cluster`
     opens the run (a fresh run id, the connections, the leases), :meth:`close` ends it.
 
-    Implements ``Backend``, ``NetworkFaults`` and ``RunResources``; with :class:`SshSpark`'s protocols it
-    performs the broker faults, the driver faults and the commit window, partitions and packet loss;
-    not ``kill-executor`` (see ``backends/ssh/app.py``)."""
+    Implements ``Backend``, ``NetworkFaults`` and ``RunResources``; with :class:`SshSpark`'s protocols and
+    :class:`SshKafkaCluster`'s (``LiveLogs``, ``ClockFaults``, ``LogDirs``, ``DiskFaults``) it performs the
+    broker and operator faults, the driver and executor faults, the commit window, partitions, packet loss and
+    a bandwidth limit, the clock faults and ``corrupt-segment-tail`` and ``disk-full``
+    (``onceproof faults`` lists them)."""
 
     name = "ssh"
     user_pipelines = False  # the driver node runs onceproof.job only
