@@ -106,6 +106,7 @@ def ssh_nodes(client: docker.DockerClient, image: str, tmp: Path, count: int = 2
             c = client.containers.create(
                 image, name=f"onceproof-ssh-{tag}-{name}", hostname=name, detach=True,
                 cap_add=["NET_ADMIN", "SYS_ADMIN"],  # iptables and tc; mount -t tmpfs (disk-full)
+                devices=["/dev/fuse:/dev/fuse:rwm"],  # the lazyfs layer (lose-unsynced-writes)
                 labels={"org.onceproof.test": "ssh-nodes"},
                 volumes={str(auth): {"bind": "/etc/ssh/authorized", "mode": "ro"}})
             containers[name] = c

@@ -12,8 +12,8 @@ sweeps every node at the end.
   checker that catches it is the backend's own no more than the local runs', whose detection tests are in
   ``make test``, and the 50-minute budget keeps the eos run);
 * the eos sink stays valid under the clock faults (a broker's and the driver's clocks through the nodes'
-  libfaketime), a stopped broker's segment garbled on its node, a broker's tmpfs filled on its node and a
-  clean bounce, each effective and exercised with its evidence read on the nodes (``make test-extended``);
+  libfaketime), a stopped broker's segment garbled on its node, a broker's tmpfs filled on its node, its
+  unsynced writes dropped by the lazyfs layer there and a clean bounce, each effective and exercised with its evidence read on the nodes (``make test-extended``);
 * after each run no node holds a JVM, an ``OP-`` iptables rule or onceproof's qdisc, and the brokers' and
   Spark's logs are in the run's ``logs/<node>/``.
 
@@ -85,16 +85,17 @@ def test_eos_is_valid_on_ssh_nodes_under_broker_network_and_spark_faults_and_not
     assert kept(logs / "n4" / "spark-master.log") and kept(logs / "driver-2.log"), sorted(logs.rglob("*"))
 
 
-CLOCK_DISK = "clock-skew,driver-clock-skew,corrupt-segment-tail,disk-full,bounce-broker"
+CLOCK_DISK = "clock-skew,driver-clock-skew,corrupt-segment-tail,disk-full,lose-unsynced-writes,bounce-broker"
 
 
 @pytest.mark.extended
 @pytest.mark.timeout(1500)
 def test_eos_is_valid_on_ssh_nodes_under_clock_and_disk_faults_read_from_the_nodes(five, results_root):
     """A broker's and the driver's clocks jumped through the nodes' libfaketime, a stopped broker's segment
-    garbled on its node, a broker's tmpfs filled on its node, a clean bounce: each effective and exercised,
-    with the evidence read on the nodes (the brokers' own logs: the coordinator's timeout rollback, the
-    recovery of the garbled segment, ``No space left on device``, the controlled shutdown)."""
+    garbled on its node, a broker's tmpfs filled on its node, a broker's unsynced writes dropped by the lazyfs
+    layer on its node, a clean bounce: each effective and exercised, with the evidence read on the nodes (the
+    brokers' own logs: the coordinator's timeout rollback, the recovery of the garbled segment, ``No space
+    left on device``, the controlled shutdown)."""
     p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "eos", "--nemesis",
                  CLOCK_DISK, "--time-limit", "60", "--seed", "1", "--results", str(results_root)], timeout=1200)
     run_dir, result, ops = load_run(results_root)
@@ -115,6 +116,8 @@ def test_eos_is_valid_on_ssh_nodes_under_clock_and_disk_faults_read_from_the_nod
     assert seg["garble"]["size_after"] == seg["garble"]["batch_start"] or seg["recovery"]["as_planned"], seg
     full = ev("disk-full")
     assert full["fill"]["free_after"] == 0 and full["failure"]["no_space"], full  # the node's tmpfs, its log
+    lost = ev("lose-unsynced-writes")  # the lazyfs layer on the node dropped the pipeline's unsynced bytes
+    assert lost["pipeline_bytes_dropped"] and all(v["dropped_bytes"] > 0 for v in lost["lost"].values()), lost
     assert ev("bounce-broker")["shutdown_log"], ev("bounce-broker")  # the node's own log, read live
     assert _residue(five) == {}
 

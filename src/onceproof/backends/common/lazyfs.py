@@ -16,6 +16,10 @@ file system at ``--mount`` over the real directory ``--backing`` and serves comm
 * ``report`` (LazyFS's ``lazyfs::unsynced-data-report``): the files with unsynced writes, without dropping;
 * ``ping``: ``{"ok": true}``.
 
+``... lazyfs --control SOCKET --request CMD`` sends one command and prints the reply instead (how the ssh
+backend reaches a layer on a node: this file and ``mfusepy.py`` are shipped there, standard library
+otherwise).
+
 **What is lost, what is kept** (LazyFS 0.3.0's semantics, ``lazyfs/src/lazyfs.cpp``): file *data* and file
 *size* (writes, truncates, extensions) are volatile until the file is fsynced. Names are not: ``create``,
 ``mkdir``, ``rename``, ``unlink``, ``link``, ``symlink`` reach the backing directory at once and survive a
@@ -702,12 +706,24 @@ def _die_with_parent(parent: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m onceproof.backends.common.lazyfs",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("--backing", required=True, help="the real directory the files live in")
-    ap.add_argument("--mount", required=True, help="where to mount the layer (an empty directory)")
+    ap.add_argument("--backing", help="the real directory the files live in")
+    ap.add_argument("--mount", help="where to mount the layer (an empty directory)")
     ap.add_argument("--control", required=True, help="the Unix socket to serve commands on")
     ap.add_argument("--parent-pid", type=int, default=0, help="exit (and unmount) when this process dies")
     ap.add_argument("--debug", action="store_true", help="libfuse's debug output")
+    ap.add_argument("--request", choices=["crash", "checkpoint", "report", "ping"],
+                    help="instead of serving: send this command to the layer on --control and print its reply "
+                         "(one JSON line; the ssh backend's way to reach a layer on a node)")
     a = ap.parse_args(argv)
+    if a.request:
+        try:
+            print(json.dumps(request(a.control, a.request)))
+        except (OSError, RuntimeError, ValueError) as e:
+            print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+            return 1
+        return 0
+    if not a.backing or not a.mount:
+        ap.error("--backing and --mount are required to serve a layer")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s lazyfs %(levelname)s %(message)s")
     if a.parent_pid:
         _die_with_parent(a.parent_pid)

@@ -48,8 +48,7 @@ class SshBackend:
     Implements ``Backend``, ``NetworkFaults`` and ``RunResources``; with :class:`SshSpark`'s protocols and
     :class:`SshKafkaCluster`'s (``LiveLogs``, ``ClockFaults``, ``LogDirs``, ``DiskFaults``) it performs the
     broker and operator faults, the driver and executor faults, the commit window, partitions, packet loss and
-    a bandwidth limit, the clock faults and ``corrupt-segment-tail`` and ``disk-full``
-    (``onceproof faults`` lists them)."""
+    a bandwidth limit, the clock faults and the disk faults (``onceproof faults`` lists them)."""
 
     name = "ssh"
     user_pipelines = False  # the driver node runs onceproof.job only
@@ -131,14 +130,10 @@ class SshBackend:
         if shape.nodes != len(self.inv.brokers):
             raise ClusterError(f"{self.inv.path} lists {len(self.inv.brokers)} broker(s); run with --brokers "
                                f"{len(self.inv.brokers)}")
-        if shape.lazyfs:
-            raise ClusterError("the ssh backend cannot put the brokers' log.dirs on a lazyfs layer (its FUSE "
-                               "layer is onceproof's Python, which a node does not have): drop "
-                               "lose-unsynced-writes from --nemesis")
         hub = self._open()
         self._cluster = SshKafkaCluster(self.inv, hub, self.run_id, Path(shape.data_dir),
                                         log_dir=Path(shape.log_dir) if shape.log_dir else None, clocks=shape.clocks,
-                                        small_disks=shape.small_disks)
+                                        small_disks=shape.small_disks, lazyfs=shape.lazyfs)
         return self._cluster
 
     def attach(self, data_dir: Path) -> SshKafkaCluster:

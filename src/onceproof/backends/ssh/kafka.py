@@ -22,6 +22,12 @@ container, ``CAP_SYS_ADMIN``) before the storage is formatted, filled and emptie
 :meth:`SshKafkaCluster.down` and by every sweep. Without the privilege the brokers run on the node's own disk
 and :meth:`SshKafkaCluster.disk_unavailable` says why.
 
+Unsynced writes (``ClusterShape(lazyfs=True)``, planned by ``lose-unsynced-writes``: ``UnsyncedLoss``): each
+broker's ``data/`` is the mount of the lazyfs layer over ``disk/`` on its node (``backends/ssh/lazyfs_layer.py``),
+started before the storage is formatted (as root: the mount is root's alone); with small disks as well, the
+tmpfs is ``disk/``. A layer that cannot start leaves the broker on the plain directory and
+:meth:`SshKafkaCluster.unsynced_unavailable` says why.
+
 Clocks (``ClusterShape(clocks=True)``, planned by ``clock-skew``): each broker starts under the node's
 libfaketime with its offset file ``clock-offset`` at ``+0`` in its run directory
 (``backends/ssh/clock.py``); :meth:`SshKafkaCluster.set_clock_offset` rewrites that file over SSH.
@@ -46,6 +52,7 @@ from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
 from onceproof.backends.ssh import clock, install
 from onceproof.backends.ssh.inventory import Inventory, Node
+from onceproof.backends.ssh.lazyfs_layer import LayerError, RemoteLayer
 from onceproof.backends.ssh.node import NodeHelper, NodeHelperError
 from onceproof.backends.ssh.remote import RemoteError
 from onceproof.backends.ssh.remote_dir import RemoteDir
@@ -85,12 +92,13 @@ class SshKafkaCluster:
             ``log_dir`` names another directory: the run's ``logs/``).
         clocks: start every broker under the node's libfaketime (``ClockFaults``; module docstring).
         small_disks: each broker's data on a size-limited tmpfs of its own (``DiskFaults``; module docstring).
+        lazyfs: each broker's ``log.dirs`` on a lazyfs layer (``UnsyncedLoss``; module docstring).
 
-    Implements ``Cluster``, ``LiveLogs``, ``ClockFaults``, ``LogDirs`` and ``DiskFaults``.
+    Implements ``Cluster``, ``LiveLogs``, ``ClockFaults``, ``LogDirs``, ``DiskFaults`` and ``UnsyncedLoss``.
     """
 
     def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None,
-                 clocks: bool = False, small_disks: bool = False):
+                 clocks: bool = False, small_disks: bool = False, lazyfs: bool = False):
         self.inv, self.hub, self.run_id, self.local_dir = inv, hub, run_id, local_dir
         self._log_dir = log_dir
         self.clocks = clocks
@@ -100,6 +108,9 @@ class SshKafkaCluster:
         self.small_disks = small_disks
         self._disk_errors: dict[int, str] = {}
         """Why a broker's size-limited disk could not be mounted (it runs on the node's own disk then)."""
+        self.lazyfs = lazyfs
+        self.layers: dict[int, RemoteLayer] = {}
+        self._layer_errors: dict[int, str] = {}
         become = inv.ssh.become == "sudo"
         self.helpers = {i: NodeHelper(hub.remote(n.name), inv.root, run_id, root_commands=become or n.user == "root")
                         for i, n in enumerate(inv.brokers, 1)}
@@ -181,16 +192,27 @@ class SshKafkaCluster:
             props = broker_properties(self.inv, i, kdir / "data")
             if self.small_disks:
                 with contextlib.suppress(RemoteError):
-                    h.disk("umount", kdir / "data")
+                    h.disk("umount", self._disk_path(i))
             h.remote.run(["rm", "-rf", str(kdir)], timeout_s=60, root=h.root_commands).check()
             h.remote.run(["mkdir", "-p", str(kdir)], timeout_s=30).check()
             if self._faketime.get(i):
                 clock.write_offset(h.remote, self._clock_file(i), 0)
             if self.small_disks:
                 try:
-                    h.disk("mount", kdir / "data", tmpfs.size_mb())
+                    h.disk("mount", self._disk_path(i), tmpfs.size_mb())
                 except NodeHelperError as e:
                     self._disk_errors[i] = str(e)
+            as_root = False
+            if self.lazyfs:
+                layer = RemoteLayer(h, kdir, i)
+                try:
+                    layer.ship()
+                    layer.start()
+                    self.layers[i] = layer
+                    as_root = h.root_commands  # the layer's mount is root's alone (no allow_other)
+                except LayerError as e:
+                    self._layer_errors[i] = str(e)
+                    layer.stop()
             with tempfile.TemporaryDirectory() as tmp:
                 for name, text in (("server.properties", "".join(f"{k}={v}\n" for k, v in props.items())),
                                    ("log4j2.properties", LOG4J2.format(log=self._log(i))),
@@ -199,7 +221,7 @@ class SshKafkaCluster:
                     h.remote.put(Path(tmp) / name, kdir / name)
             cmd = self._java(i, ["kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
                                  "-c", str(kdir / "server.properties")], 256, kdir / "log4j2-format.properties")
-            done = h.remote.run(cmd, timeout_s=120)
+            done = h.remote.run(cmd, timeout_s=120, root=as_root)
             if done.returncode != 0:
                 raise ClusterError(f"formatting broker {i} on {h.remote.name} failed: {done.stdout}{done.stderr}")
         try:
@@ -298,10 +320,13 @@ class SshKafkaCluster:
                     self.kill(i)
         self._parallel(one, self.nodes)
         self.collect_logs()
+        for layer in self.layers.values():
+            layer.stop()  # it unmounts itself; the sweep detaches what is left
+        self.layers.clear()
         if self.small_disks:
             for i in self.nodes:
                 with contextlib.suppress(RemoteError):
-                    self.helpers[i].disk("umount", self._kdir(i) / "data")
+                    self.helpers[i].disk("umount", self._disk_path(i))
         return []
 
     def clean(self) -> None:
@@ -339,7 +364,46 @@ class SshKafkaCluster:
         h = self.helpers[node]
         return RemoteDir(h.remote, self._kdir(node) / "data", root=h.root_commands)
 
+    # ---------------------------------------------------------------------------- UnsyncedLoss
+    def unsynced_unavailable(self) -> str | None:
+        if not self.lazyfs:
+            return "the brokers' log.dirs are not on a lazyfs layer (the run planned no lose-unsynced-writes)"
+        if self._layer_errors:
+            return "; ".join(f"broker {i}: {e}" for i, e in sorted(self._layer_errors.items()))
+        return None
+
+    def _layer(self, node: int) -> RemoteLayer:
+        why = self.unsynced_unavailable()
+        if why:
+            raise BackendError(f"broker {node} cannot lose unsynced writes: {why}")
+        if node not in self.layers:
+            raise BackendError(f"broker {node} has no lazyfs layer running (the cluster is not up)")
+        return self.layers[node]
+
+    def unsynced(self, node: int) -> dict:
+        """The layer's report on its node: what :meth:`lose_unsynced` would drop now. Raises ``BackendError``."""
+        try:
+            return self._layer(node).request("report")
+        except LayerError as e:
+            raise BackendError(f"broker {node}'s lazyfs layer did not answer: {e}") from None
+
+    def lose_unsynced(self, node: int) -> dict:
+        """:meth:`kill` ``node`` (waited for), then the layer's ``crash`` on its node: its evidence plus
+        ``killed``. Raises ``BackendError``."""
+        layer = self._layer(node)
+        killed = self.kill(node)
+        try:
+            out = layer.request("crash")
+        except LayerError as e:
+            raise BackendError(f"broker {node}'s lazyfs layer could not drop its unsynced writes: {e}") from None
+        out.pop("ok", None)
+        return {"killed": {"pid": killed.pid, "status_after": killed.status}, **out}
+
     # ---------------------------------------------------------------------------- DiskFaults
+    def _disk_path(self, node: int) -> PurePosixPath:
+        """Where ``node``'s tmpfs goes: ``data/``, or under a lazyfs layer its backing ``disk/``."""
+        return self._kdir(node) / ("disk" if self.lazyfs else "data")
+
     def disk_unavailable(self) -> str | None:
         if not self.small_disks:
             return "the brokers' data are not on size-limited disks (the run planned no disk-full)"
@@ -353,7 +417,7 @@ class SshKafkaCluster:
         if why:
             raise BackendError(f"cannot fill broker {node}'s disk: {why}")
         try:
-            return self.helpers[node].disk("fill", self._kdir(node) / "data")
+            return self.helpers[node].disk("fill", self._disk_path(node))
         except RemoteError as e:
             raise BackendError(f"cannot fill broker {node}'s disk: {e}") from None
 
@@ -361,7 +425,7 @@ class SshKafkaCluster:
         if not self.small_disks:
             return 0
         try:
-            return int(self.helpers[node].disk("unfill", self._kdir(node) / "data").get("freed", 0))
+            return int(self.helpers[node].disk("unfill", self._disk_path(node)).get("freed", 0))
         except RemoteError:
             return 0
 

@@ -21,7 +21,8 @@ Commands (``python3 onceproof-node.py <command> --root R --run ID ...``):
   match (else ``{"sent": false, "why": "foreign"}``).
 * ``sweep``: SIGKILL every recorded group whose ticks match, then for ≤ 10 s every process whose
   environment holds ``ONCEPROOF_RUN=ID``; remove the iptables chains named ``OP-<run8>...`` (and the jumps
-  to them) and the root qdiscs recorded in ``net/qdisc-<dev>.json``; unmount every ``onceproof-disk`` tmpfs
+  to them) and the root qdiscs recorded in ``net/qdisc-<dev>.json``; detach every lazyfs layer
+  (``fuse.onceproof-lazyfs``: the layers were killed with the rest) and unmount every ``onceproof-disk`` tmpfs
   inside the run's directory; write ``swept.json``. Idempotent.
 * ``hold``: the harness's lease, held open over SSH for the whole run. Each line read from stdin
   (``beat``) touches ``heartbeat``; ``release`` writes ``released`` (a clean end: the watchdog leaves);
@@ -400,8 +401,32 @@ def _our_mounts(run):
     return out
 
 
-def _umount(point):
-    for args in (["umount", point], ["umount", "-l", point]):
+LAZYFS_TYPE = "fuse.onceproof-lazyfs"
+
+
+def _lazy_mounts(run):
+    """Mount points of onceproof's lazyfs layer (``lose-unsynced-writes``) inside ``run``, from
+    /proc/self/mountinfo (a dead FUSE mount is never stat'ed)."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    base = os.path.realpath(run) + os.sep
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        parts = left.split()
+        if sep and len(parts) >= 5 and right.split()[:1] == [LAZYFS_TYPE]:
+            point = parts[4].replace("\\040", " ")
+            if point.startswith(base):
+                out.append(point)
+    return out
+
+
+def _umount(point, fuse=False):
+    tries = [["fusermount3", "-u", "-z", point], ["fusermount", "-u", "-z", point]] if fuse else []
+    for args in tries + [["umount", point], ["umount", "-l", point]]:
         try:
             if subprocess.run(args, capture_output=True, timeout=30).returncode == 0:
                 return True
@@ -507,7 +532,8 @@ def sweep(a):
         time.sleep(0.2)
     chains = _iptables_chains("OP-" + a.run[:8]) if os.geteuid() == 0 else []
     qdiscs = _qdiscs(os.path.join(run, "net")) if os.geteuid() == 0 else []
-    mounts = [m for m in _our_mounts(run) if _umount(m)] if os.geteuid() == 0 else []
+    mounts = [m for m in _lazy_mounts(run) if _umount(m, fuse=True)] if os.geteuid() == 0 else []
+    mounts += [m for m in _our_mounts(run) if _umount(m)] if os.geteuid() == 0 else []
     result = {"time": time.time(), "groups_killed": killed, "tagged_killed": sorted(set(tagged_killed)),
               "left": left, "chains_removed": chains, "qdiscs_removed": qdiscs, "mounts_removed": mounts,
               "by": a.command}
