@@ -13,7 +13,8 @@ sweeps every node at the end.
   ``make test``, and the 50-minute budget keeps the eos run);
 * the eos sink stays valid under the clock faults (a broker's and the driver's clocks through the nodes'
   libfaketime), a stopped broker's segment garbled on its node, a broker's tmpfs filled on its node, its
-  unsynced writes dropped by the lazyfs layer there and a clean bounce, each effective and exercised with its evidence read on the nodes (``make test-extended``);
+  unsynced writes dropped by the lazyfs layer there and a clean bounce, each effective and exercised with its
+  evidence read on the nodes (``make test-extended``);
 * after each run no node holds a JVM, an ``OP-`` iptables rule or onceproof's qdisc, and the brokers' and
   Spark's logs are in the run's ``logs/<node>/``.
 
