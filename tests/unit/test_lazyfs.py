@@ -346,3 +346,29 @@ def test_a_layer_whose_parent_dies_unmounts_itself(tmp_path):
     finally:
         h.kill()
         lazyfs.unmount(tmp_path / "mnt")
+
+
+@fuse
+def test_the_request_mode_reaches_a_layer_as_the_ssh_backend_does(layer, tmp_path):
+    """``lazyfs.py --control SOCKET --request CMD`` run as its own file (as shipped to a node, with
+    ``mfusepy`` beside it on ``PYTHONPATH``): one JSON line with the layer's reply; no layer, an error and
+    exit 1."""
+    import json
+    import subprocess
+    import sys
+
+    from onceproof.backends.common import lazyfs
+
+    def req(control, cmd):
+        p = subprocess.run([sys.executable, lazyfs.__file__, "--control", str(control), "--request", cmd],
+                           capture_output=True, text=True, timeout=30)
+        return p.returncode, json.loads(p.stdout.strip().splitlines()[-1])
+    fd = os.open(layer.mount / "x.log", O_NEW, 0o644)
+    os.write(fd, b"u" * 5000)
+    os.close(fd)
+    rc, pong = req(layer.control, "ping")
+    assert rc == 0 and pong["ok"] and pong["pid"] == layer.proc.pid
+    rc, rep = req(layer.control, "report")
+    assert rc == 0 and rep["unsynced_bytes"] == 5000
+    rc, err = req(tmp_path / "nobody.sock", "ping")
+    assert rc == 1 and "error" in err
