@@ -98,7 +98,7 @@ def test_eos_is_valid_on_ssh_nodes_under_clock_and_disk_faults_read_from_the_nod
     brokers' own logs: the coordinator's timeout rollback, the recovery of the garbled segment, ``No space
     left on device``, the controlled shutdown)."""
     p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "eos", "--nemesis",
-                 CLOCK_DISK, "--time-limit", "60", "--seed", "1", "--results", str(results_root)], timeout=1200)
+                 CLOCK_DISK, "--time-limit", "70", "--seed", "1", "--results", str(results_root)], timeout=1200)
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     assert result["verdict"] == "valid", result["counts"]
