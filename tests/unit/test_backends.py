@@ -408,8 +408,10 @@ def test_the_toxics_table_matches_the_nemeses_and_a_network_with_kinds_narrows_t
                 "lossy-link:timeout", "lossy-link:limit-data", "zombie-task:*", "delay-txn-requests:*",
                 "delay-txn-requests:endtxn"} & ssh  # tc shapes bandwidth only: no latency toxic
     assert "kill-executor" in ssh  # ExecutorFaults on the worker nodes (ssh/app.py), not TaskKill
-    # libfaketime on the nodes (ssh/clock.py) and a stopped broker's log directory through commands there
-    assert {"clock-skew:*", "driver-clock-skew:*", "corrupt-segment-tail:*"} <= ssh
+    # libfaketime on the nodes (ssh/clock.py), a stopped broker's log directory through commands there, the
+    # node helper's tmpfs and the lazyfs layer shipped to the nodes
+    assert {"clock-skew:*", "driver-clock-skew:*", "corrupt-segment-tail:*", "disk-full:*",
+            "lose-unsynced-writes:*"} <= ssh
     assert capabilities.network_kinds(LocalBackend) is None
     assert "slow-network:*" in capabilities.derive(LocalBackend)
 
