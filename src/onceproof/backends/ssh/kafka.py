@@ -224,6 +224,12 @@ class SshKafkaCluster:
             done = h.remote.run(cmd, timeout_s=120, root=as_root)
             if done.returncode != 0:
                 raise ClusterError(f"formatting broker {i} on {h.remote.name} failed: {done.stdout}{done.stderr}")
+            if i in self.layers:  # a formatted disk is a synced one (as after `sync`): else a crash empties
+                try:              # bootstrap.checkpoint and meta.properties, and the broker never starts again
+                    self.layers[i].request("checkpoint")
+                except LayerError as e:
+                    raise ClusterError(f"broker {i}'s lazyfs layer could not make its storage durable: {e}") \
+                        from None
         try:
             self._parallel(one, self.nodes)
         except RemoteError as e:
