@@ -42,12 +42,13 @@ def five(docker_engine, docker_images, tmp_path_factory):
 
 
 def _residue(nodes) -> dict[str, str]:
-    """Per node: the JVMs, ``OP-`` iptables rules and onceproof's root qdisc (handle ``4f50:``) left (empty
-    when clean), read inside each container."""
+    """Per node: the JVMs, ``OP-`` iptables rules, onceproof's root qdisc (handle ``4f50:``) and its mounts (a
+    ``disk-full`` tmpfs, a lazyfs layer) left (empty when clean), read inside each container."""
     out = {}
     for name, c in nodes.containers.items():
         got = c.exec_run(["sh", "-c", "ps -eo args | grep '[j]ava' | cut -c1-80; iptables -S | grep OP- ; "
-                                      "tc qdisc show | grep 4f50; true"],
+                                      "tc qdisc show | grep 4f50; grep -E 'onceproof-(disk|lazyfs)' /proc/mounts; "
+                                      "ps -eo args | grep '[l]azyfs.py'; true"],
                          user="root").output.decode().strip()
         if got:
             out[name] = got
