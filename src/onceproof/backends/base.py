@@ -119,6 +119,9 @@ class ClusterShape:
     small_disks: bool = False
     """Give every node's data directory a size-limited filesystem of its own that :class:`DiskFaults` can fill
     (a run that plans ``disk-full``); otherwise the data directories are on the host's filesystem."""
+    own_groups: bool = False
+    """Put every node's process in a cgroup of its own, so that the fault network can cut one node's outbound
+    connections (a run that may draw ``partition:isolate``; the local backend's, ``backends/common/cgroups.py``)."""
 
 
 @dataclass(frozen=True)
@@ -433,6 +436,16 @@ class FaultNetwork(Protocol):
 
     def heal(self) -> None:
         """Restore every path and remove every slowdown."""
+
+
+@runtime_checkable
+class OutboundCuts(Protocol):
+    """Optional to a :class:`FaultNetwork` whose :meth:`FaultNetwork.isolation_paths` may hold ``out-<i>``:
+    node ``i``'s own outbound connections to its peers cut (the local backend: iptables' ``cgroup`` match on
+    the broker's cgroup, ``backends/local/faultproxy.py``)."""
+
+    def outbound_dropped(self, node: int) -> dict:
+        """``{"seen", "dropped"}`` packets of ``node``'s outbound cut in effect; ``{}`` when none."""
 
 
 @runtime_checkable

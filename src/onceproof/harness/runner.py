@@ -538,7 +538,8 @@ def run(cfg: TestConfig, console: Console | None = None,
                                                proxied=cfg.proxied,
                                                clocks=catalog.needs_clock([f for _, f in plan]),
                                                small_disks=catalog.needs_small_disks([f for _, f in plan]),
-                                               lazyfs=catalog.needs_lazyfs([f for _, f in plan])))
+                                               lazyfs=catalog.needs_lazyfs([f for _, f in plan]),
+                                               own_groups=catalog.needs_own_groups([f for _, f in plan])))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan,
                  names=backend.topic_names() if foreign else TOPICS)
         if foreign:

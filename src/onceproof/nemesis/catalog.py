@@ -96,6 +96,13 @@ def needs_small_disks(specs: list[str]) -> bool:
     return any(s.partition(":")[0] == DiskFull.name for s in specs)
 
 
+def needs_own_groups(specs: list[str]) -> bool:
+    """True when any fault in ``specs`` may isolate a broker (``partition`` bare or ``partition:isolate``):
+    the run then puts every broker in a cgroup of its own (``ClusterShape.own_groups``), so that the
+    isolation cuts its outbound replica fetches too."""
+    return any(s in ("partition", "partition:isolate") for s in specs)
+
+
 def needs_lazyfs(specs: list[str]) -> bool:
     """True when any fault in ``specs`` drops a broker's unsynced writes: the run then puts every broker's
     ``log.dirs`` on a lazyfs layer (``ClusterShape.lazyfs``)."""

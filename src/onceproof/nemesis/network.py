@@ -3,14 +3,16 @@ backend, ``backends/local/faultproxy.py``): ``partition`` and ``slow-network``.
 
 ``partition`` targets: ``client`` (cut clients → one broker; brokers still talk to each other) and
 ``isolate`` (cut every path into one broker and all its quorum links: it loses the controller and is
-fenced). With 3 nodes the minority side of a split is one node, so ``isolate`` is also the
+fenced; and its own outbound replica fetches where the network can single them out, ``out-<i>``: the local
+backend's brokers in cgroups of their own, Docker's disconnected container, ssh's iptables on the node). With 3 nodes the minority side of a split is one node, so ``isolate`` is also the
 minority/majority split. ``slow-network`` targets: ``latency`` (300 ms ± 100 ms), ``bandwidth``
 (64 KB/s) and ``slicer`` (64-byte slices, 1 ms apart) on one broker's client and inter-broker paths.
 
 Evidence: a probe — a fresh client whose only bootstrap server is the target broker's address through
 the fault network asks for metadata — before, during and after the fault (error or round-trip ms), the
 paths cut or the slowdowns the network reports active, and, for ``isolate``, the brokers the *other*
-nodes still list as registered.
+nodes still list as registered and (``OutboundCuts``) the isolated broker's own packets to its peers that
+were dropped.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from contextlib import contextmanager
 
 from confluent_kafka.admin import AdminClient
 
-from onceproof.backends.base import FaultNetwork
+from onceproof.backends.base import FaultNetwork, OutboundCuts
 from onceproof.kafka_config import client_config
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 
@@ -110,6 +112,8 @@ class Partition:
             ev["held_s"] = hold(ctx, max(ctx.hold_s, self.min_hold_s))
             if variant == "isolate":
                 ev["registered_seen_by_others"] = _registered_via_others(ctx, node)
+                if f"out-{node}" in paths and issubclass(type(net), OutboundCuts):
+                    ev["outbound_fetches"] = net.outbound_dropped(node)  # its own packets to its peers dropped
         finally:
             net.restore(paths)
         ev["probe_after"] = probe(address, timeout_s=10)

@@ -1,4 +1,5 @@
-"""Random packet loss on loopback with iptables' ``statistic`` match, for ``lossy-link:drop``.
+"""Random packet loss on loopback with iptables' ``statistic`` match, for ``lossy-link:drop``; and one
+broker's own outbound packets cut with the ``cgroup`` match, for ``partition:isolate`` (:func:`install_cut`).
 
 Driven through the ``iptables`` binary with :mod:`subprocess` (no Python library: ``python-iptables``
 binds libiptc, which the nf_tables flavour of iptables 1.8 no longer uses; the command line is the same for
@@ -38,7 +39,9 @@ NOTE = "iptables-chains.txt"
 TIMEOUT_S = 10.0
 """Bound of one ``iptables`` call, seconds."""
 HOOK = "INPUT"
-"""The built-in chain that jumps to ours."""
+"""The built-in chain that jumps to a loss chain."""
+CUT_HOOK = "OUTPUT"
+"""The built-in chain that jumps to a cut chain (:func:`install_cut`): it sees the sending process's socket."""
 
 _COUNTED = re.compile(r"^-A (?P<chain>\S+) (?P<rule>.*?) -c (?P<packets>\d+) (?P<bytes>\d+)(?P<tail>.*)$")
 
@@ -77,6 +80,62 @@ def rules(chain: str, ports: list[int], probability: float) -> list[list[str]]:
         out.append(["-A", chain, *match, "-m", "statistic", "--mode", "random", "--probability", f"{probability:g}",
                     "-j", "DROP"])
     return out
+
+
+def cut_rules(chain: str, group: str, ports: list[int]) -> list[list[str]]:
+    """The ``iptables`` arguments that fill a cut ``chain``: per port a counting rule and a drop of the TCP
+    packets to it sent by processes of the cgroup v2 ``group`` (``-m cgroup --path``, relative to the cgroup2
+    root; ``backends/common/cgroups.py``).
+
+    Raises: ``ValueError`` for no port, a port outside 1..65535, an empty group, or a chain not made by
+    :func:`chain_name`."""
+    _check_chain(chain)
+    if not ports or any(not 1 <= int(p) <= 65535 for p in ports):
+        raise ValueError(f"ports must be TCP ports 1..65535, got {ports}")
+    if not group or group.startswith("/") or ".." in group.split("/"):
+        raise ValueError(f"a cgroup path relative to the cgroup2 root, got {group!r}")
+    out = []
+    for p in ports:
+        match = ["-p", "tcp", "--dport", str(int(p)), "-m", "cgroup", "--path", group]
+        out.append(["-A", chain, *match])
+        out.append(["-A", chain, *match, "-j", "DROP"])
+    return out
+
+
+def cut_jump_rule(chain: str) -> list[str]:
+    """The jump into a cut ``chain``: ``OUTPUT -o lo -p tcp -j <chain>``."""
+    _check_chain(chain)
+    return [CUT_HOOK, "-o", "lo", "-p", "tcp", "-j", chain]
+
+
+def install_cut(chain: str, group: str, ports: list[int]) -> list[str]:
+    """Create ``chain`` with :func:`cut_rules` and jump to it from the head of ``OUTPUT``; returns its rules
+    as ``iptables -S`` prints them. ``group`` must exist (``cgroups.make``): the kernel resolves it when the
+    rule is added. Noted first; a half-made chain is removed before the error is raised.
+
+    Raises: ``IptablesError``; ``ValueError`` as :func:`cut_rules`."""
+    body = cut_rules(chain, group, ports)
+    note_chain(chain)
+    try:
+        _run(["-N", chain])
+        for r in body:
+            _run(r)
+        _run(["-I", cut_jump_rule(chain)[0], "1", *cut_jump_rule(chain)[1:]])
+    except IptablesError:
+        remove(chain)
+        raise
+    return _run(["-S", chain]).stdout.splitlines()
+
+
+def cgroup_unavailable() -> str | None:
+    """``None`` when iptables here has the ``cgroup`` match with ``--path``, else why not."""
+    if _binary() is None:
+        return "no iptables binary on PATH (apt-get install iptables)"
+    try:
+        p = _run(["-m", "cgroup", "--help"], check=False)
+    except IptablesError as e:
+        return str(e)
+    return None if "--path" in p.stdout else "this iptables has no cgroup match with --path (iptables ≥ 1.6)"
 
 
 def jump_rule(chain: str) -> list[str]:
@@ -201,7 +260,7 @@ def jumps_to(chain: str, hook_rules: str) -> list[list[str]]:
 
 
 def remove(chain: str) -> list[str]:
-    """Remove every jump from ``INPUT`` to ``chain``, flush it and delete it; safe when it is (partly)
+    """Remove every jump from ``INPUT`` and ``OUTPUT`` to ``chain``, flush it and delete it; safe when it is (partly)
     gone. Returns what could not be undone (empty when all went). Never raises."""
     try:
         _check_chain(chain)
@@ -209,8 +268,9 @@ def remove(chain: str) -> list[str]:
         return [str(e)]
     errors = []
     try:
-        for d in jumps_to(chain, _run(["-S", HOOK]).stdout):
-            _run(d)
+        for hook in (HOOK, CUT_HOOK):
+            for d in jumps_to(chain, _run(["-S", hook]).stdout):
+                _run(d)
         if _run(["-S", chain], check=False).returncode == 0:
             _run(["-F", chain])
             _run(["-X", chain])

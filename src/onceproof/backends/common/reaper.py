@@ -15,7 +15,8 @@ still mounted (``lose-unsynced-writes``: a killed layer leaves a dead FUSE mount
 jumps (``lossy-link:drop``, :func:`onceproof.backends.common.iptables.remove_noted`), puts the clock offset
 files it noted back to ``+0`` and removes the dead processes' libfaketime shared memory (``clock-skew``,
 :func:`onceproof.backends.common.faketime.reset_noted`), unmounts the brokers' size-limited disks it noted
-(``disk-full``, :func:`onceproof.backends.common.tmpfs.unmount_noted`), and exits. A run
+(``disk-full``, :func:`onceproof.backends.common.tmpfs.unmount_noted`), removes the brokers' cgroups it
+noted (``partition:isolate``, :func:`onceproof.backends.common.cgroups.remove_noted`), and exits. A run
 that tears down normally stops it (:func:`stop_watcher`).
 
 The Docker backend's reaper (:mod:`onceproof.backends.docker.reaper`) is the same kind of watcher for
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import psutil
 
-from onceproof.backends.common import faketime, iptables, lazyfs, processes, tmpfs
+from onceproof.backends.common import cgroups, faketime, iptables, lazyfs, processes, tmpfs
 from onceproof.checkout import IMPORT_ROOT
 
 POLL_S = 0.5
@@ -139,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     faketime.remove_stale_shm()
     for m in tmpfs.unmount_noted(a.run_dir):
         print(f"reaper: unmounted the broker disk {m}", file=sys.stderr)
+    for g in cgroups.remove_noted(a.run_dir):  # after the sweep: a group with a live process stays
+        print(f"reaper: removed cgroup {g}", file=sys.stderr)
     for p in left:
         print(f"reaper: left behind: pid {p.pid}", file=sys.stderr)
     return 1 if left else 0

@@ -63,7 +63,8 @@ class LocalBackend:
         spec = ClusterSpec(shape.data_dir, nodes=shape.nodes, base_port=base, log_dir=shape.log_dir,
                            proxied=shape.proxied)
         return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks,
-                            lazyfs=shape.lazyfs and not shape.detached, small_disks=shape.small_disks)
+                            lazyfs=shape.lazyfs and not shape.detached, small_disks=shape.small_disks,
+                            own_groups=shape.own_groups and not shape.detached)
 
     def attach(self, data_dir: Path) -> KafkaCluster:
         return KafkaCluster.from_state(data_dir)
@@ -71,7 +72,7 @@ class LocalBackend:
     def network(self, cluster: KafkaCluster, log_dir: Path) -> ProxyNetwork:
         """One toxiproxy proxy per path of ``cluster`` (a proxied :class:`KafkaCluster`); the server logs to
         ``log_dir/toxiproxy.log``."""
-        return ProxyNetwork(cluster.spec, log_dir / "toxiproxy.log")
+        return ProxyNetwork(cluster.spec, log_dir / "toxiproxy.log", outbound=cluster.outbound_group)
 
     def spark(self, pipeline: PipelineArgs, log_dir: Path) -> LocalSpark:
         """Resolves the Spark Kafka connector's jars (Maven, once). Raises ``jars.ResolveError``."""

@@ -16,15 +16,20 @@ on the TCP packets to one broker's own client and inter-broker ports (the toxipr
 chain named after the run (``backends/common/iptables.py``); :meth:`ProxyNetwork.heal`, :meth:`~ProxyNetwork.stop`
 and :meth:`~ProxyNetwork.kill` remove it, and the process reaper does when the harness is SIGKILLed.
 
-Limit: the inter-broker listener is advertised once for all peers, so ``internal-<i>`` carries every
-peer's fetches *to* ``i``; broker ``i``'s own fetches from other leaders go through their proxies.
-Isolating ``i`` therefore cuts everything into ``i`` and all of ``i``'s quorum links, which fences it
-(no controller heartbeat), but not its outbound replica fetches.
+The inter-broker listener is advertised once for all peers, so ``internal-<i>`` carries every peer's
+fetches *to* ``i``; broker ``i``'s own fetches from other leaders go through their proxies, shared with the
+other peers. So isolating ``i`` cuts everything into ``i`` and all of ``i``'s quorum links, which fences it
+(no controller heartbeat), and, when the cluster put each broker in a cgroup of its own
+(``ClusterShape.own_groups``, ``backends/common/cgroups.py``), the virtual path ``out-<i>`` as well: an
+iptables chain in ``OUTPUT`` dropping the TCP packets that ``i``'s processes send to the other brokers'
+``internal-`` proxies (``iptables.install_cut``: the ``cgroup`` match), i.e. its outbound replica fetches.
+Without the groups (no cgroup2, not root) ``out-<i>`` is not offered and isolation leaves them alone.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +49,10 @@ class ProxyNetwork:
     server: ToxiproxyServer = field(default_factory=ToxiproxyServer)
     names: list[str] = field(default_factory=list)
     loss: str = ""  # the iptables chain of the packet loss in effect, "" when none
+    outbound: Callable[[int], str | None] | None = None
+    """Broker ``i``'s cgroup, or ``None`` when its outbound connections cannot be told apart (no ``out-<i>``)."""
+    cuts: dict[int, str] = field(default_factory=dict)
+    """Broker → the iptables chain cutting its outbound fetches (``out-<i>``) in effect."""
 
     def start(self) -> ProxyNetwork:
         """Build (cached) and start toxiproxy, then create every proxy.
@@ -76,10 +85,12 @@ class ProxyNetwork:
         return [f"client-{node}"]
 
     def isolation_paths(self, node: int) -> list[str]:
-        """Every proxy into ``node`` and every quorum link out of it."""
+        """Every proxy into ``node`` and every quorum link out of it, and ``out-<node>`` (its outbound replica
+        fetches) when its broker is in a cgroup of its own."""
         others = [m.node_id for m in self.spec.node_specs if m.node_id != node]
+        out = [f"out-{node}"] if self.outbound is not None and self.outbound(node) else []
         return ([f"client-{node}", f"internal-{node}"] + [f"ctrl-{j}-{node}" for j in others]
-                + [f"ctrl-{node}-{j}" for j in others])
+                + [f"ctrl-{node}-{j}" for j in others] + out)
 
     def broker_paths(self, node: int) -> list[str]:
         """Data paths into ``node`` (client and inter-broker) — the ones a slow network slows."""
@@ -90,17 +101,50 @@ class ProxyNetwork:
         return f"127.0.0.1:{self.spec.node(node).client_proxy}"
 
     def cut(self, paths: list[str]) -> None:
-        """Disable the proxies ``paths`` (``PATCH enabled=false``)."""
+        """Disable the proxies ``paths`` (``PATCH enabled=false``); an ``out-<i>`` path installs broker ``i``'s
+        outbound cut (module docstring). Raises ``BackendError`` when iptables refuses it."""
         for n in paths:
-            self.client.set_enabled(n, False)
+            if n.startswith("out-"):
+                self._cut_outbound(int(n[4:]))
+            else:
+                self.client.set_enabled(n, False)
 
     def restore(self, paths: list[str]) -> None:
         for n in paths:
-            self.client.set_enabled(n, True)
+            if n.startswith("out-"):
+                self._restore_outbound(int(n[4:]))
+            else:
+                self.client.set_enabled(n, True)
 
     def cut_paths(self) -> list[str]:
-        """Names of proxies currently cut."""
-        return sorted(n for n, p in self.client.proxies().items() if not p.get("enabled", True))
+        """Names of proxies currently cut, and the ``out-<i>`` cuts in effect."""
+        return sorted([n for n, p in self.client.proxies().items() if not p.get("enabled", True)]
+                      + [f"out-{i}" for i in self.cuts])
+
+    def outbound_dropped(self, node: int) -> dict:
+        """``{"seen", "dropped"}`` packets of broker ``node``'s outbound cut in effect; ``{}`` when none."""
+        return iptables.counters(self.cuts[node]) if node in self.cuts else {}
+
+    def _cut_outbound(self, node: int) -> None:
+        group = self.outbound(node) if self.outbound is not None else None
+        if group is None or node in self.cuts:
+            return
+        base = iptables.chain_name(os.environ.get("ONCEPROOF_RUN") or str(self.spec.data_dir))
+        chain = f"{base}-o{node}"
+        ports = [m.internal_proxy for m in self.spec.node_specs if m.node_id != node]
+        self.cuts[node] = chain  # before install: a heal during a half-made install still removes it
+        try:
+            iptables.install_cut(chain, group, ports)
+        except iptables.IptablesError as e:
+            self.cuts.pop(node, None)
+            raise BackendError(str(e)) from None
+
+    def _restore_outbound(self, node: int) -> None:
+        chain = self.cuts.pop(node, None)
+        if chain:
+            errors = iptables.remove(chain)
+            if errors:
+                raise BackendError(f"could not remove iptables chain {chain}: {'; '.join(errors)}")
 
     def slow(self, path: str, kind: str, attrs: dict, name: str, direction: str = "downstream",
              toxicity: float = 1.0) -> str:
@@ -153,22 +197,34 @@ class ProxyNetwork:
                 raise BackendError(f"could not remove iptables chain {self.loss}: {'; '.join(errors)}")
             self.loss = ""
 
+    def _uncut_all(self) -> None:
+        for node in list(self.cuts):
+            self._restore_outbound(node)
+
     def heal(self) -> None:
-        """Remove the packet loss, re-enable every proxy and remove every toxic (``POST /reset``)."""
-        self.undrop()
+        """Remove the packet loss and the outbound cuts, re-enable every proxy and remove every toxic
+        (``POST /reset``)."""
+        try:
+            self.undrop()
+        finally:
+            self._uncut_all()
         if self.server.running:
             self.client.reset()
 
     def stop(self) -> None:
-        """Remove the packet loss, then stop the server (its proxies and toxics die with it)."""
+        """Remove the packet loss and the outbound cuts, then stop the server (its proxies and toxics die
+        with it)."""
         try:
             self.undrop()
+            self._uncut_all()
         finally:
             self.server.stop()
 
     def kill(self) -> None:
-        """Remove the packet loss and SIGKILL the server at once (the teardown watchdog's last resort)."""
+        """Remove the packet loss and the outbound cuts and SIGKILL the server at once (the teardown
+        watchdog's last resort)."""
         try:
             self.undrop()
+            self._uncut_all()
         finally:
             self.server.kill()

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import FOREIGN, GONE, BackendError, ClusterError, NodeState
-from onceproof.backends.common import faketime, jars, lazyfs, processes, tmpfs
+from onceproof.backends.common import cgroups, faketime, jars, lazyfs, processes, tmpfs
 from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
@@ -74,6 +74,11 @@ class KafkaCluster:
     (:class:`onceproof.backends.base.DiskFaults`); when the mount is refused the nodes start on the host's
     filesystem and :meth:`disk_unavailable` says why. Every node's log directory is
     :meth:`log_dir_of` (:class:`onceproof.backends.base.LogDirs`).
+
+    ``own_groups``: every broker is moved into a cgroup v2 of its own (:meth:`group_of`,
+    ``backends/common/cgroups.py``) right after it is spawned, so that the fault network can cut its own
+    outbound connections (``partition:isolate``); when that is refused the brokers run where the harness
+    does and :attr:`group_error` says why. The groups are removed by :meth:`down`.
     """
 
     spec: ClusterSpec
@@ -83,6 +88,8 @@ class KafkaCluster:
     layers: dict[int, lazyfs.Layer] = field(default_factory=dict)
     _sockets: Path | None = None
     small_disks: bool = False
+    own_groups: bool = False
+    group_error: str | None = None
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     version: str = ""
@@ -164,6 +171,15 @@ class KafkaCluster:
             "kafka.Kafka", str(b.config)]
         proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), env=self.node_env(node_id),
                                tie_to_parent=self.tie_to_parent)
+        if self.own_groups and self.group_error is None:
+            why = cgroups.unavailable()
+            try:
+                if why:
+                    raise OSError(why)
+                cgroups.place(proc.pid, self.group_of(node_id))
+            except OSError as e:  # the broker runs on, in the harness's group: isolate then cannot cut its fetches
+                self.group_error = f"broker {node_id} could not be put in a cgroup of its own: {e}"
+                log.warning("%s", self.group_error)
         b.pid = proc.pid
         self.save_state()
         return proc.pid
@@ -339,6 +355,15 @@ class KafkaCluster:
         for n in self.spec.node_specs:
             for d in ("data", "disk"):
                 shutil.rmtree(self.spec.data_dir / f"node{n.node_id}" / d, ignore_errors=True)
+
+    def group_of(self, node: int) -> str:
+        """``node``'s cgroup (relative to the cgroup2 root) when the cluster has :attr:`own_groups`."""
+        return cgroups.group_of(str(self.spec.data_dir), node)
+
+    def outbound_group(self, node: int) -> str | None:
+        """``node``'s cgroup when its broker was put in one (the fault network's handle on its outbound
+        connections), else ``None``."""
+        return self.group_of(node) if self.own_groups and self.group_error is None else None
 
     # ------------------------------------------------------------------ onceproof.backends.base.ClockFaults
 
@@ -519,6 +544,9 @@ class KafkaCluster:
             faketime.remove_stale_shm()  # the SIGKILLed JVMs' libfaketime shared memory
         self.stop_layers()  # after the brokers: their files are closed, the layers unmount
         self.unmount_disks()
+        if self.own_groups:
+            for n in self.nodes:
+                cgroups.remove(self.group_of(n))
         self.save_state()
         try:
             release_base_port(self.spec.base_port, self.spec.data_dir)
