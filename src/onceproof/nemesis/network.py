@@ -6,7 +6,8 @@ backend, ``backends/local/faultproxy.py``): ``partition`` and ``slow-network``.
 fenced; and its own outbound replica fetches where the network can single them out, ``out-<i>``: the local
 backend's brokers in cgroups of their own, Docker's disconnected container, ssh's iptables on the node).
 With 3 nodes the minority side of a split is one node, so ``isolate`` is also the minority/majority split.
-``slow-network`` targets: ``latency`` (300 ms ± 100 ms), ``bandwidth`` (64 KB/s) and ``slicer`` (64-byte slices, 1 ms apart) on one broker's client and inter-broker paths.
+``slow-network`` targets: ``latency`` (300 ms ± 100 ms), ``bandwidth`` (64 KB/s) and ``slicer`` (64-byte
+slices, 1 ms apart) on one broker's client and inter-broker paths.
 
 Evidence: a probe — a fresh client whose only bootstrap server is the target broker's address through
 the fault network asks for metadata — before, during and after the fault (error or round-trip ms), the
