@@ -84,3 +84,21 @@ def test_a_process_in_its_own_group_is_cut_and_another_is_not(tmp_path):
         assert iptables.remove(chain) == []
         srv.close()
     assert cgroups.remove(group) and not (cgroups.root() / group.split("/")[0]).exists()
+
+
+def test_isolation_adds_the_outbound_path_only_for_a_broker_in_its_own_group(tmp_path):
+    from onceproof.backends.common.layout import ClusterSpec
+    from onceproof.backends.local.faultproxy import ProxyNetwork
+    from onceproof.backends.local.kafka import KafkaCluster
+    from onceproof.nemesis import catalog
+
+    spec = ClusterSpec(tmp_path, nodes=3, proxied=True)
+    net = ProxyNetwork(spec, tmp_path / "toxiproxy.log", outbound=lambda n: "onceproof-x/node2" if n == 2 else None)
+    assert net.isolation_paths(2)[-1] == "out-2" and "out-1" not in net.isolation_paths(1)
+    assert "out-3" not in ProxyNetwork(spec, tmp_path / "t.log").isolation_paths(3)  # no groups: no such path
+    plain, grouped = KafkaCluster(spec), KafkaCluster(spec, own_groups=True)
+    assert plain.outbound_group(1) is None and grouped.outbound_group(1) == cgroups.group_of(str(tmp_path), 1)
+    grouped.group_error = "refused"
+    assert grouped.outbound_group(1) is None  # a broker left in the harness's group is not singled out
+    assert catalog.needs_own_groups(["partition"]) and catalog.needs_own_groups(["kill-broker", "partition:isolate"])
+    assert not catalog.needs_own_groups(["partition:client", "lossy-link:drop"])
