@@ -13,7 +13,8 @@ from onceproof.backends.common import cgroups, iptables
 from tests.conftest import load_run, our_processes, run_cli
 
 _WHY = cgroups.unavailable() or iptables.unavailable()
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(_WHY is not None, reason=f"needs cgroups and iptables: {_WHY}")]
+pytestmark = [pytest.mark.cluster, pytest.mark.extended,  # make test: unit/test_cgroups.py cuts a real process
+              pytest.mark.skipif(_WHY is not None, reason=f"needs cgroups and iptables: {_WHY}")]
 
 
 @pytest.mark.timeout(900)
