@@ -114,17 +114,7 @@ def install_cut(chain: str, group: str, ports: list[int]) -> list[str]:
     rule is added. Noted first; a half-made chain is removed before the error is raised.
 
     Raises: ``IptablesError``; ``ValueError`` as :func:`cut_rules`."""
-    body = cut_rules(chain, group, ports)
-    note_chain(chain)
-    try:
-        _run(["-N", chain])
-        for r in body:
-            _run(r)
-        _run(["-I", cut_jump_rule(chain)[0], "1", *cut_jump_rule(chain)[1:]])
-    except IptablesError:
-        remove(chain)
-        raise
-    return _run(["-S", chain]).stdout.splitlines()
+    return _install(chain, cut_rules(chain, group, ports), cut_jump_rule(chain))
 
 
 def cgroup_unavailable() -> str | None:
@@ -228,13 +218,19 @@ def install(chain: str, ports: list[int], probability: float) -> list[str]:
 
     Raises: ``IptablesError`` (the failed command and its output); ``ValueError`` as :func:`rules`.
     """
-    body = rules(chain, ports, probability)
+    return _install(chain, rules(chain, ports, probability), jump_rule(chain))
+
+
+def _install(chain: str, body: list[list[str]], jump: list[str]) -> list[str]:
+    """Note ``chain``, create it with ``body`` and insert ``jump`` (``[hook, ...match, "-j", chain]``) at the
+    head of its hook; its rules as ``iptables -S`` prints them. A half-made chain is removed before the
+    error is raised. Raises: ``IptablesError``."""
     note_chain(chain)
     try:
         _run(["-N", chain])
         for r in body:
             _run(r)
-        _run(["-I", jump_rule(chain)[0], "1", *jump_rule(chain)[1:]])
+        _run(["-I", jump[0], "1", *jump[1:]])
     except IptablesError:
         remove(chain)
         raise

@@ -383,30 +383,9 @@ DISK_SOURCE = "onceproof-disk"
 FILL_NAME = "onceproof-disk-fill"
 
 
-def _our_mounts(run):
-    """Mount points of ``onceproof-disk`` tmpfs mounts inside ``run`` (from /proc/self/mounts)."""
-    out = []
-    try:
-        with open("/proc/self/mounts") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return out
-    base = os.path.realpath(run) + os.sep
-    for line in lines:
-        f = line.split()
-        if len(f) >= 3 and f[0] == DISK_SOURCE and f[2] == "tmpfs":
-            point = f[1].encode().decode("unicode_escape")
-            if point.startswith(base):
-                out.append(point)
-    return out
-
-
-LAZYFS_TYPE = "fuse.onceproof-lazyfs"
-
-
-def _lazy_mounts(run):
-    """Mount points of onceproof's lazyfs layer (``lose-unsynced-writes``) inside ``run``, from
-    /proc/self/mountinfo (a dead FUSE mount is never stat'ed)."""
+def _run_mounts(run, fstype, source=None):
+    """Mount points of file systems of type ``fstype`` (and source ``source``, when given) inside ``run``,
+    from /proc/self/mountinfo (its fields: proc(5); a dead FUSE mount is never stat'ed)."""
     out = []
     try:
         with open("/proc/self/mountinfo") as f:
@@ -416,12 +395,25 @@ def _lazy_mounts(run):
     base = os.path.realpath(run) + os.sep
     for line in lines:
         left, sep, right = line.partition(" - ")
-        parts = left.split()
-        if sep and len(parts) >= 5 and right.split()[:1] == [LAZYFS_TYPE]:
-            point = parts[4].replace("\\040", " ")
+        parts, tail = left.split(), right.split()
+        if sep and len(parts) >= 5 and tail[:1] == [fstype] and (source is None or tail[1:2] == [source]):
+            point = parts[4].encode().decode("unicode_escape")
             if point.startswith(base):
                 out.append(point)
     return out
+
+
+def _our_mounts(run):
+    """Mount points of ``onceproof-disk`` tmpfs mounts inside ``run``."""
+    return _run_mounts(run, "tmpfs", DISK_SOURCE)
+
+
+LAZYFS_TYPE = "fuse.onceproof-lazyfs"
+
+
+def _lazy_mounts(run):
+    """Mount points of onceproof's lazyfs layer (``lose-unsynced-writes``) inside ``run``."""
+    return _run_mounts(run, LAZYFS_TYPE)
 
 
 def _umount(point, fuse=False):
