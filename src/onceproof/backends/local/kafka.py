@@ -33,6 +33,7 @@ from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
 from onceproof.backends.common.logdir import LocalDir
 from onceproof.backends.common.ports import claim_base_port, free_base_port, release_base_port
+from onceproof.backends.common.unsynced import LayerLoss
 
 log = logging.getLogger("onceproof.kafka")
 
@@ -53,7 +54,7 @@ class BrokerProcess:
 
 
 @dataclass
-class KafkaCluster:
+class KafkaCluster(LayerLoss):
     """Start, inspect and stop the local KRaft cluster described by ``spec``.
 
     ``tie_to_parent`` (default) makes every broker die with the harness process; ``onceproof cluster up``
@@ -443,31 +444,6 @@ class KafkaCluster:
             return "the brokers' log.dirs are not on a lazyfs layer (the run planned no lose-unsynced-writes)"
         return lazyfs.unavailable()
 
-    def _layer(self, node: int) -> lazyfs.Layer:
-        why = self.unsynced_unavailable()
-        if why:
-            raise BackendError(f"broker {node} cannot lose unsynced writes: {why}")
-        if node not in self.layers:
-            raise BackendError(f"broker {node} has no lazyfs layer running (the cluster is not up)")
-        return self.layers[node]
-
-    def unsynced(self, node: int) -> dict:
-        """The layer's report (``lazyfs.LazyOps.report``): what :meth:`lose_unsynced` would drop now."""
-        try:
-            return self._layer(node).report()
-        except (OSError, RuntimeError) as e:
-            raise BackendError(f"broker {node}'s lazyfs layer did not answer: {e}") from e
-
-    def lose_unsynced(self, node: int) -> dict:
-        """:meth:`kill` ``node`` (waited for), then the layer's ``crash``: its evidence plus ``killed``."""
-        layer = self._layer(node)
-        killed = self.kill(node)
-        try:
-            out = layer.crash()
-        except (OSError, RuntimeError) as e:
-            raise BackendError(f"broker {node}'s lazyfs layer could not drop its unsynced writes: {e}") from e
-        out.pop("ok", None)
-        return {"killed": {"pid": killed.pid, "status_after": killed.status}, **out}
     # ------------------------------------------------------------------ onceproof.backends.base.LogDirs, DiskFaults
 
     def log_dir_of(self, node: int) -> LocalDir:

@@ -50,6 +50,7 @@ from onceproof.backends.common import tmpfs
 from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
+from onceproof.backends.common.unsynced import LayerLoss
 from onceproof.backends.ssh import clock, install
 from onceproof.backends.ssh.inventory import Inventory, Node
 from onceproof.backends.ssh.lazyfs_layer import LayerError, RemoteLayer
@@ -81,7 +82,7 @@ def broker_properties(inv: Inventory, i: int, data_dir: PurePosixPath) -> dict[s
     return props
 
 
-class SshKafkaCluster:
+class SshKafkaCluster(LayerLoss):
     """The brokers of ``inv`` for run ``run_id``, through ``hub``.
 
     Args:
@@ -377,33 +378,6 @@ class SshKafkaCluster:
         if self._layer_errors:
             return "; ".join(f"broker {i}: {e}" for i, e in sorted(self._layer_errors.items()))
         return None
-
-    def _layer(self, node: int) -> RemoteLayer:
-        why = self.unsynced_unavailable()
-        if why:
-            raise BackendError(f"broker {node} cannot lose unsynced writes: {why}")
-        if node not in self.layers:
-            raise BackendError(f"broker {node} has no lazyfs layer running (the cluster is not up)")
-        return self.layers[node]
-
-    def unsynced(self, node: int) -> dict:
-        """The layer's report on its node: what :meth:`lose_unsynced` would drop now. Raises ``BackendError``."""
-        try:
-            return self._layer(node).request("report")
-        except LayerError as e:
-            raise BackendError(f"broker {node}'s lazyfs layer did not answer: {e}") from None
-
-    def lose_unsynced(self, node: int) -> dict:
-        """:meth:`kill` ``node`` (waited for), then the layer's ``crash`` on its node: its evidence plus
-        ``killed``. Raises ``BackendError``."""
-        layer = self._layer(node)
-        killed = self.kill(node)
-        try:
-            out = layer.request("crash")
-        except LayerError as e:
-            raise BackendError(f"broker {node}'s lazyfs layer could not drop its unsynced writes: {e}") from None
-        out.pop("ok", None)
-        return {"killed": {"pid": killed.pid, "status_after": killed.status}, **out}
 
     # ---------------------------------------------------------------------------- DiskFaults
     def _disk_path(self, node: int) -> PurePosixPath:

@@ -95,6 +95,14 @@ class RemoteLayer:
             raise LayerError(f"[{h.remote.name}] lazyfs --request {cmd}: {out['error']}")
         return out
 
+    def report(self) -> dict:
+        """What a crash would drop now (``lazyfs.LazyOps.report``). Raises ``LayerError``."""
+        return self.request("report")
+
+    def crash(self) -> dict:
+        """Drop the unsynced writes (``lazyfs.LazyOps.crash``'s evidence). Raises ``LayerError``."""
+        return self.request("crash")
+
     def stop(self) -> None:
         """SIGTERM the layer (it unmounts itself); the node's sweep detaches a mount it left. Never raises."""
         with contextlib.suppress(RemoteError):
