@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import threading
 import time
 
@@ -150,3 +151,33 @@ def test_the_runner_holds_a_scheduled_fault_for_its_own_hold(tmp_path):
     nr.stop_and_heal(join_timeout_s=5.0)
     assert f.calls[0] == ("invoke", 0.05) and f.calls[1] == ("invoke", 6.0)
     assert os.path.exists(tmp_path / "n.jsonl")
+
+
+def test_the_commands_session_start_prints_reach_a_session_under_another_results_root(tmp_path, monkeypatch):
+    """`session start --results DIR` printed `onceproof nemesis ...` without `--results`, which then looked
+    under ./results and found no session (issue 41). The printed commands, run as typed from elsewhere, reach it."""
+    from typer.testing import CliRunner
+
+    from onceproof.harness import cli
+    from onceproof.harness.cli import session as session_cli
+    from onceproof.store.runs import DEFAULT_ROOT
+
+    root = tmp_path / "my results"
+    me = __import__("psutil").Process()
+    SessionState(root, "20260101T000000-1").update(state="up", pid=me.pid, pid_created=me.create_time(),
+                                                   run_dir=str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # ./results is not the session's root
+    sent = []
+    monkeypatch.setattr(session_cli, "_send", lambda s, cmd, args, t: sent.append((s.sid, cmd)) or
+                        {"ok": True, "f": args["f"], "at_s": 1.0, "index": 0})
+    monkeypatch.setattr(session_cli, "_wait_info", lambda *a: None)
+    break_it = session_cli.session_command("onceproof nemesis kill-broker:leader --for 10s", root)
+    status = session_cli.session_command("onceproof session status", root)
+    assert "--results" in break_it and str(root) in break_it
+    r = CliRunner().invoke(cli.app, shlex.split(break_it)[1:])
+    assert r.exit_code == 0, r.output
+    assert sent == [("20260101T000000-1", "nemesis")]
+    r = CliRunner().invoke(cli.app, [*shlex.split(status)[1:], "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["state"] == "up", r.output
+    # under the default root the commands stay as short as before
+    assert session_cli.session_command("onceproof session stop", DEFAULT_ROOT) == "onceproof session stop"

@@ -29,6 +29,7 @@ from onceproof.harness.session.spool import Spool, SpoolTimeout
 from onceproof.harness.session.state import LIVE, SessionState, find, new_id
 from onceproof.harness.summary import brief
 from onceproof.store.runfiles import RunFiles
+from onceproof.store.runs import DEFAULT_ROOT
 
 session_app = typer.Typer(no_args_is_help=True, help="Ad hoc chaos sessions: bring the system up, break it by hand "
                                                      "(onceproof nemesis, onceproof heal), stop it for a verdict.")
@@ -49,6 +50,17 @@ def parse_duration(text: str) -> float:
     if v <= 0:
         raise ValueError(f"{text!r}: a duration must be > 0")
     return v
+
+
+def session_command(command: str, results_root: str | os.PathLike) -> str:
+    """``command`` (``"onceproof nemesis ..."``) as it must be typed to reach a session started under
+    ``results_root``: with ``--results ROOT`` after the subcommand unless ``results_root`` is the default
+    root (``results``, or ``$ONCEPROOF_RESULTS``), where the session commands look when not told."""
+    if Path(results_root).resolve() == Path(DEFAULT_ROOT).resolve():
+        return command
+    words = command.split(" ")
+    n = 3 if words[1:2] == ["session"] else 2  # after "onceproof session stop" or "onceproof nemesis"
+    return " ".join([*words[:n], "--results", shlex.quote(str(Path(results_root).resolve())), *words[n:]])
 
 
 def _session(results: Path, sid: str | None, live_only: bool = True) -> SessionState:
@@ -111,8 +123,10 @@ def start(**options: Any) -> None:
     console.print(f"  spark      {state['master']} ({state['backend']} backend)")
     console.print(f"  run dir    {state['run_dir']}")
     console.print(f"  log        {st.log}")
-    console.print("  break it:  onceproof nemesis kill-broker:leader --for 10s   (onceproof faults lists them)")
-    console.print("  end it:    onceproof session stop")
+    root = cfg.results_root
+    console.print(f"  break it:  {session_command('onceproof nemesis kill-broker:leader --for 10s', root)}"
+                  "   (onceproof faults lists them)", soft_wrap=True)
+    console.print(f"  end it:    {session_command('onceproof session stop', root)}", soft_wrap=True)
 
 
 def _start_signature() -> inspect.Signature:
@@ -131,7 +145,7 @@ start.__annotations__ = {p.name: p.annotation for p in start.__signature__.param
 # ------------------------------------------------------------------------------------------ status
 
 @session_app.command("status")
-def status(results: Path = typer.Option(Path("results"), help=_RESULTS_HELP),
+def status(results: Path = typer.Option(DEFAULT_ROOT, help=_RESULTS_HELP),
            session: str = typer.Option(None, help=_SESSION_HELP),
            as_json: bool = typer.Option(False, "--json", help="print the state file as JSON")) -> None:
     """What the session is doing: its state, where it is, the last committed batch, active faults."""
@@ -155,7 +169,7 @@ def status(results: Path = typer.Option(Path("results"), help=_RESULTS_HELP),
 # ------------------------------------------------------------------------------------ stop
 
 @session_app.command("stop")
-def stop(results: Path = typer.Option(Path("results"), help=_RESULTS_HELP),
+def stop(results: Path = typer.Option(DEFAULT_ROOT, help=_RESULTS_HELP),
          session: str = typer.Option(None, help=_SESSION_HELP),
          timeout: float = typer.Option(1800.0, help="seconds to wait for heal, recovery and the check")) -> None:
     """Heal everything, wait for recovery, run every checker, write the report; prints the verdict.
@@ -239,7 +253,7 @@ def nemesis(fault: str = typer.Argument(..., help="FAULT or FAULT:TARGET (oncepr
             for_: str = typer.Option(None, "--for", help="how long it stays in effect (10s, 2m); default: until "
                                                          "`onceproof heal`"),
             wait: bool = typer.Option(True, help="with --for: wait for the fault's end and print its evidence"),
-            results: Path = typer.Option(Path("results"), help=_RESULTS_HELP),
+            results: Path = typer.Option(DEFAULT_ROOT, help=_RESULTS_HELP),
             session: str = typer.Option(None, help=_SESSION_HELP)) -> None:
     """Inject a fault into the running session, recorded as a manual op in its nemesis.jsonl.
 
@@ -267,7 +281,7 @@ def nemesis(fault: str = typer.Argument(..., help="FAULT or FAULT:TARGET (oncepr
 
 
 def heal(fault: str = typer.Argument(None, help="the fault to heal (default: every fault in effect)"),
-         results: Path = typer.Option(Path("results"), help=_RESULTS_HELP),
+         results: Path = typer.Option(DEFAULT_ROOT, help=_RESULTS_HELP),
          session: str = typer.Option(None, help=_SESSION_HELP)) -> None:
     """End a manual fault (or all of them): its hold ends, what it stopped comes back, its heal runs."""
     on_crash("heal", None)
@@ -278,7 +292,7 @@ def heal(fault: str = typer.Argument(None, help="the fault to heal (default: eve
         raise typer.Exit(EXIT_CRASHED)
 
 
-def watch(results: Path = typer.Option(Path("results"), help=_RESULTS_HELP),
+def watch(results: Path = typer.Option(DEFAULT_ROOT, help=_RESULTS_HELP),
           session: str = typer.Option(None, help=_SESSION_HELP),
           refresh: float = typer.Option(0.5, min=0.1, max=10.0, help="seconds between redraws")) -> None:
     """A live view of the running session: rates, lag, LSO vs HW per partition, the last micro-batch,
