@@ -131,3 +131,13 @@ def test_replay_command_is_accepted_by_the_real_cli_as_far_as_validation():
     argv = shlex.split(cfg.replay_command())[1:] + ["--rate", "nan"]  # stop it before anything starts
     p = run_cli(argv, timeout=60)
     assert p.returncode == 254 and "--rate" in p.stderr, p.stderr
+
+
+def test_a_pipeline_cmd_run_replays_without_the_bundled_sink():
+    """No bundled sink runs under --pipeline-cmd, so its replay line names none (issue 41): it said
+    `--sink eos`. The command still parses back to the same config, and a bundled run still names its sink."""
+    cfg = TestConfig(pipeline_cmd="{python} job.py --bootstrap {bootstrap} --output-topic {output_topic}").validate()
+    words = shlex.split(cfg.replay_command())
+    assert "--sink" not in words and "--pipeline-cmd" in words
+    assert parse_back(cfg) == cfg
+    assert "--sink" in shlex.split(TestConfig().replay_command())

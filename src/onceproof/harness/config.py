@@ -630,9 +630,13 @@ class TestConfig:
     def replay_command(self) -> str:
         """The command line that replays this run: ``onceproof run`` with every option whose value differs
         from its default, and the options marked ``always`` (sink, faults, seed, ...), shell-quoted.
-        Parsing it back (``onceproof.harness.cli.parse_run_args``) gives this config."""
+        Parsing it back (``onceproof.harness.cli.parse_run_args``) gives this config. A ``--pipeline-cmd``
+        run leaves ``--sink`` out at its default: no bundled sink runs, the job brings its own."""
         parts = ["onceproof", "run"]
         for f in self.options():
-            if f.metadata.get("always") or getattr(self, f.name) != self.default_of(f):
+            at_default = getattr(self, f.name) == self.default_of(f)
+            if f.name == "sink" and self.pipeline_cmd and at_default:
+                continue
+            if f.metadata.get("always") or not at_default:
                 parts += self.option_text(f)
         return shlex.join(parts)
