@@ -276,6 +276,24 @@ def test_any_single_file_alone_or_all_empty_still_renders(tmp_path, keep):
     assert [c.get("name") for c in cases][-2:] == ["recovery", "faults-took-effect"]
 
 
+def test_a_pipeline_cmd_run_without_the_sink_library_is_not_missing_its_sink_log(tmp_path):
+    """A --pipeline-cmd job that does not use the sink library never writes sink.jsonl: the report does not
+    list it under "missing files" (issue 41); a bundled sink's run without one still does."""
+    user = make_run(tmp_path / "user", drop=("sink.jsonl",))
+    test = json.loads((user / "test.json").read_text())
+    test["config"]["pipeline_cmd"] = "{python} job.py --bootstrap {bootstrap} --output-topic {output_topic}"
+    (user / "test.json").write_text(json.dumps(test))
+    (user / "history.jsonl").unlink()
+    run = load_run(user)
+    assert "history.jsonl" in run.missing and "sink.jsonl" not in run.missing and "sink.jsonl" in run.not_written
+    page = build_report(user).read_text()
+    assert "sink.jsonl" not in page.split("missing files:")[1].split("</div>")[0]
+    assert "not written: a --pipeline-cmd job" in page
+    bundled = make_run(tmp_path / "bundled", drop=("sink.jsonl",))
+    assert "sink.jsonl" in load_run(bundled).missing and not load_run(bundled).not_written
+    assert "sink.jsonl" in build_report(bundled).read_text().split("missing files:")[1].split("</div>")[0]
+
+
 def test_unreadable_file_is_reported_not_fatal(run_dir):
     (run_dir / "output.parquet").write_bytes(b"not parquet")
     (run_dir / "history.jsonl").write_text((run_dir / "history.jsonl").read_text() + '{"index": 99, "ty')

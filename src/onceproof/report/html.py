@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from onceproof.checkers.exactly_once import order_unjudged
 from onceproof.checkers.examples import isna
 from onceproof.checkers.platform import platform_lines
 from onceproof.report.analysis import anomaly_names, bad_keys, fault_windows, heal_times, key_sequences, timeline_panels
@@ -131,6 +132,8 @@ def _anomalies_html(run: Run) -> str:
             more = f"<p class=muted>{len(exs[:MAX_EXAMPLES])} of {n} shown</p>"
         if not exs and a in counts and a not in anomalies:
             shown = "<span class=muted>(a count only)</span>"
+        if a == "nonmonotonic" and order_unjudged(r):
+            n, shown = None, f"<span class=muted>order per key: {esc(order_unjudged(r))}</span>"
         rows.append(f'<tr class="{"bad" if bad else "ok"}" id="anomaly-{esc(a)}"><th>{esc(a)}</th>'
                     f'<td class=num>{esc("-" if n is None else n)}</td><td>{shown}{more}</td></tr>')
     return ('<table class="data anomalies"><thead><tr><th>anomaly</th><th>count</th><th>examples (up to '
@@ -279,7 +282,8 @@ def _files_html(run: Run) -> str:
     recs = []
     for name, what in CONTENTS.items():
         p = stored(run.run_dir / name)  # history.jsonl.gz once the run is compacted
-        state = "present" if p.exists() else "missing"
+        state = "present" if p.exists() else (f"not written: {run.not_written[name]}" if name in run.not_written
+                                               else "missing")
         if any(x.startswith(name + ":") for x in run.problems):  # report/load.py names the file as in CONTENTS
             state = "unreadable"
         recs.append({"file": p.name, "state": state, "size": _size(p) if p.exists() else "", "content": what})
