@@ -49,6 +49,28 @@ def test_counting_run_and_part_file_snapshots_give_equal_results(spark, tmp_path
 
 
 @pytest.mark.spark_local
+def test_output_order_ranks_and_no_order_give_equal_results(spark, tmp_path, capsys):
+    """A table's output frames: ranked (a later commit holding an earlier record of k0 goes back; rows
+    within a commit are in no order) and unranked (no order column: not judged, though its positions
+    go back)."""
+    inp = _input()
+    rows = inp.to_dict("records")
+    copies = [_copy(r) for r in reversed(rows)]  # every key's records backwards by position
+    out = _out_frame(copies).assign(partition=0)
+    out["offset"] = range(len(out))
+    n = len(out)
+    ranked = out.assign(order_rank=pd.array([0] * (n - 1) + [1], dtype="Int64"))  # k0 seq 0 last, alone
+    for name, frame, back, order in (("ranked", ranked, 1, "order rank"),
+                                     ("unranked", out.assign(order_rank=pd.array([None] * n, dtype="Int64")), 0,
+                                      "not judged (no order column)")):
+        rd = _write(tmp_path / name, inp=inp, out=frame, history=_history(inp))
+        (pc, p), (sc, s) = _both(rd, capsys)
+        assert p["counts"]["nonmonotonic"] == back and p["order"] == order, (name, p["counts"], p.get("order"))
+        assert sc == pc
+        _assert_same(p, s)
+
+
+@pytest.mark.spark_local
 def test_kafka_rows_decode_like_decode_values(spark):
     """Spark's Kafka source rows (schema of `spark.read.format("kafka")`) → the checker columns
     `onceproof.clients.topics.decode_values` makes from the same bytes (values with and without key/seq, garbage,

@@ -135,6 +135,38 @@ def test_order_is_owed_per_input_partition_when_a_key_moved_to_a_new_partition()
     assert (r["anomalies"]["nonmonotonic"][0]["seq"], r["anomalies"]["nonmonotonic"][0]["prev_seq"]) == (1, 2)
 
 
+def test_an_output_without_an_order_column_is_not_judged_for_order():
+    """A table with no order column (``order_rank`` all NA): the rows of a key in any order are no
+    reordering, and the result says the order was not judged; duplicates and losses are still found."""
+    inp = make_input(keys=1, per_key=6)
+    out = pipe(inp).iloc[[5, 2, 0, 4, 1, 3]].reset_index(drop=True)
+    out["offset"] = range(len(out))  # positions of a physical read, such as ctid order
+    assert check(history_for(inp), inp, out)["counts"]["nonmonotonic"] > 0  # judged by position, it goes back
+    out["order_rank"] = pd.array([pd.NA] * len(out), dtype="Int64")
+    r = check(history_for(inp), inp, out)
+    assert r["verdict"] == "valid" and r["counts"]["nonmonotonic"] == 0, r["counts"]
+    assert r["order"] == "not judged (no order column)"
+    r = check(history_for(inp), inp, pd.concat([out, out.iloc[[0]]], ignore_index=True))
+    assert r["counts"]["duplicate"] == 1 and r["verdict"] == "invalid", r["counts"]
+
+
+def test_an_order_rank_orders_across_ranks_only():
+    """Rows of one rank (one Delta commit, one file sink batch) have no order among themselves; a later
+    rank holding an earlier input record of the key than an earlier rank does goes back."""
+    inp = make_input(keys=1, per_key=6)
+    out = pipe(inp).iloc[[2, 0, 1, 5, 3, 4]].reset_index(drop=True)
+    out["offset"] = range(len(out))
+    out["order_rank"] = pd.array([0, 0, 0, 1, 1, 1], dtype="Int64")  # seq 0-2 committed first, 3-5 after
+    r = check(history_for(inp), inp, out)
+    assert r["verdict"] == "valid" and r["order"] == "order rank", (r["counts"], r["order"])
+    out["order_rank"] = pd.array([1, 1, 1, 0, 0, 0], dtype="Int64")  # seq 3-5 committed before seq 0-2
+    r = check(history_for(inp), inp, out)
+    assert r["counts"]["nonmonotonic"] == 1 and r["verdict"] == "invalid", r["counts"]
+    ex = r["anomalies"]["nonmonotonic"][0]
+    assert (ex["seq"], ex["prev_seq"], ex["order_rank"]) == (0, 5, 1), ex
+    assert check(history_for(inp), inp, pipe(inp))["order"] == "output position"
+
+
 def test_lost_write_is_an_acknowledged_send_missing_from_input():
     inp = make_input()
     hist = history_for(inp)

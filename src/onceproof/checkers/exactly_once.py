@@ -37,7 +37,12 @@ Anomalies (docs/architecture.md, "Anomalies"; Jepsen's names where they fit):
   orders a key's records within one partition only, and Spark reads each partition in its own task: a
   key whose records span partitions (an input topic that grew, so its producer's partitioner mapped
   the key anew) has no order across them. With a fixed partition count a key lives in one partition,
-  so this is per key.
+  so this is per key. Output order is an order a user can read, never a physical one: the output's
+  (partition, offset) (a topic's offsets, a table's ``id``), or, when the frame has an
+  ``order_rank`` column (``sinks/base.py`` ``ORDER_RANK``: a Delta commit version, a file sink's batch),
+  that rank, rows of one rank unordered among themselves; a frame whose ranks are all NA (a table with
+  no order column) has no order, and ``nonmonotonic`` is not looked for (the result's ``order`` says
+  ``not judged (no order column)``).
 * ``input-duplicate`` – the same (key, seq) at two or more input offsets (counted as pairs;
   ``input-duplicate-records`` counts the extra input records). A fact about the input log, not the
   pipeline: the pipeline owes each copy once. Our workload sends each (key, seq) once through an
@@ -72,6 +77,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from onceproof.checkers import examples
+from onceproof.sinks.base import ORDER_RANK
 from onceproof.store.columns import release_freed_memory
 
 ANOMALIES = ("duplicate", "lost", "lost-write", "unexpected", "nonmonotonic", "input-duplicate",
@@ -107,10 +113,11 @@ def _norm(df: pd.DataFrame, need: tuple[str, ...]) -> pd.DataFrame:
 def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
           recovery: Recovery | None = None) -> dict:
     """Check one run. Returns ``{"verdict", "valid", "counts", "anomalies", "stats", "unknown_reasons",
-    "bad_keys", "definite"}``; ``anomalies[name]`` holds up to 10 examples with provenance, ``counts``
-    exact totals (module docstring for each name's unit), ``definite`` the anomaly names that make this
-    run invalid by themselves. ``stats`` adds to the record counts ``output_with_input_ref`` (output
-    rows with a parsable ``op.input``).
+    "bad_keys", "definite", "order"}``; ``order`` says what the per-key order was judged by
+    (:data:`ORDER_BY_POSITION`, :data:`ORDER_BY_RANK`) or :data:`NOT_JUDGED`; ``anomalies[name]`` holds
+    up to 10 examples with provenance, ``counts`` exact totals (module docstring for each name's unit),
+    ``definite`` the anomaly names that make this run invalid by themselves. ``stats`` adds to the record
+    counts ``output_with_input_ref`` (output rows with a parsable ``op.input``).
 
     How (for speed: O(n) numpy passes plus one int64 sort; no merges, no per-row Python; numbers in
     docs/performance.md): keys are factorised once to int codes shared by the three frames (categorical
@@ -431,21 +438,62 @@ def _order_groups(k_out: np.ndarray, seen: np.ndarray, d_out: np.ndarray, part_o
     return g
 
 
+ORDER_BY_POSITION = "output position"
+ORDER_BY_RANK = "order rank"
+NOT_JUDGED = "not judged (no order column)"
+
+
+def order_unjudged(result: dict) -> str | None:
+    """Why a result's per-key order was not judged (:data:`NOT_JUDGED`: an output with no order a user can
+    read), or ``None`` when it was (or the result predates the ``order`` key)."""
+    order = str(result.get("order") or "")
+    return order if order.startswith("not judged") else None
+
+
+def _output_order(w: _Work) -> _Places | None:
+    """The positions the per-key order is judged by (sets ``w.order``, a :data:`ORDER_BY_POSITION` /
+    :data:`ORDER_BY_RANK` / :data:`NOT_JUDGED` note): the output's (partition, offset) without an
+    :data:`~onceproof.sinks.base.ORDER_RANK` column; with one, (rank, the pair's first input place), so
+    that rows of one rank, which have no order among themselves, are taken in input order and only a
+    later rank holding an earlier input record goes back (rows without a rank drop out of ``w.seen``);
+    ``None`` when no row has a rank: nothing to judge."""
+    if ORDER_RANK not in w.output.columns:
+        w.order = ORDER_BY_POSITION
+        return w.places_out
+    rank = w.output[ORDER_RANK]
+    has = rank.notna().to_numpy(dtype=bool)
+    if not has.any():
+        w.order = NOT_JUDGED
+        return None
+    w.order = ORDER_BY_RANK
+    w.seen = w.seen & has
+    tie = np.zeros(len(rank), np.int64)
+    rows = np.flatnonzero(w.seen)
+    tie[rows] = w.first_in[w.d_out[rows]]
+    return _Places(pd.Series(rank.fillna(-1).to_numpy(dtype=np.int64)), pd.Series(tie))
+
+
 def _nonmonotonic(w: _Work) -> None:
     """nonmonotonic: per key and input partition (:func:`_order_groups`), first occurrences in output order
-    whose input position goes back."""
-    groups = _order_groups(w.k_out, w.seen, w.d_out, w.part_of)
-    w.back_rows, prev_rows = _backwards(groups, w.places_out, w.seen, w.d_out, w.first_in)
-    del groups
+    (:func:`_output_order`) whose input position goes back; none looked for in an output with no order."""
+    places = _output_order(w)
+    if places is None:
+        w.back_rows, prev_rows = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    else:
+        groups = _order_groups(w.k_out, w.seen, w.d_out, w.part_of)
+        w.back_rows, prev_rows = _backwards(groups, places, w.seen, w.d_out, w.first_in)
+        del groups
     w.seen = w.first_in = w.d_out = w.part_of = None
     w.counts["nonmonotonic"] = int(len(w.back_rows))
     if len(w.back_rows):
         output = w.output
-        o = np.argsort(w.places_out.at(w.back_rows), kind="stable")[:MAX_EXAMPLES]
+        o = np.argsort(places.at(w.back_rows), kind="stable")[:MAX_EXAMPLES]
         bx = w.back_rows[o]
         back = _with_key_seq(output, bx, w.keys[w.k_out[bx]])
         back = back.assign(prev_seq=_int64(output["seq"].iloc[prev_rows[o]]))
-        w.anomalies["nonmonotonic"] = _records(back, ["key", "seq", "prev_seq", "partition", "offset", *w.prov])
+        rank = [ORDER_RANK] if ORDER_RANK in output.columns else []
+        w.anomalies["nonmonotonic"] = _records(back, ["key", "seq", "prev_seq", "partition", "offset", *rank,
+                                                      *w.prov])
     else:
         w.anomalies["nonmonotonic"] = []
     w.counts.update(w.counts_h)
@@ -478,7 +526,7 @@ def _result(w: _Work, recovery: Recovery) -> dict:
     return {"verdict": verdict, "valid": {"valid": True, "invalid": False}.get(verdict, "unknown"),
             "counts": {k: counts[k] for k in COUNT_ORDER}, "anomalies": {k: anomalies[k] for k in EXAMPLE_ORDER},
             "stats": stats, "unknown_reasons": list(recovery.reasons) if not recovery.finished else [],
-            "bad_keys": bad_keys, "definite": list(definite)}
+            "bad_keys": bad_keys, "definite": list(definite), "order": w.order}
 
 
 COUNT_ORDER = ("lost", "duplicate", "duplicate-records", "unexpected", "nonmonotonic", "lost-write",

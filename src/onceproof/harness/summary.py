@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onceproof.checkers.compose import ANOMALIES
+from onceproof.checkers.exactly_once import order_unjudged
 from onceproof.checkers.platform import platform_lines
 from onceproof.sinks import user_outputs
 
@@ -38,8 +39,12 @@ def summarize(result: dict, console: Console) -> None:
     t.add_column("count", justify="right")
     t.add_column("first example")
     counts = result.get("counts", {})
+    unjudged = order_unjudged(result)
     for a in list(counts) or ANOMALIES:  # the workload checker's anomalies, then the transaction checks
         ex = (result.get("anomalies", {}).get(a) or [None])[0]
+        if a == "nonmonotonic" and unjudged:
+            t.add_row(a, "-", f"order per key: {unjudged}")
+            continue
         t.add_row(a, str(counts.get(a, "-")), _short(ex))
     console.print(t)
     if result.get("coverage"):

@@ -53,6 +53,15 @@ COMMITTED = "committed"
 log lists, a table's committed version)."""
 
 
+ORDER_RANK = "order_rank"
+"""An output frame's optional column of the order a user can read, when ``(partition, offset)`` is not
+one: an integer rank (a Delta commit version, a file sink's batch id), rows of one rank in no order
+among themselves, NA for a row with none. Without the column, ``(partition, offset)`` is the order (a
+topic's offsets, a table's ``id``); with it all NA, the output has no order and the per-key order is not
+judged (``checkers/exactly_once.py``, ``nonmonotonic``). Physical order (``ctid``, a file listing) is
+never an order."""
+
+
 class OutputError(ValueError):
     """A sink's output cannot be read (missing, damaged, not the sink's format); the message names it
     and what to do. ``onceproof.checking.checks`` reports it as a ``CheckError``."""

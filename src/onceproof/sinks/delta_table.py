@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -79,19 +80,24 @@ def txn_actions(path: str | os.PathLike, upto: int) -> list[dict]:
             for v, a in _actions(path, upto) if isinstance(a.get("txn"), dict)]
 
 
-def _in_commit_order(dt: DeltaTable, path: Path, version: int, columns: list[str]) -> tuple[pa.Table, str]:
-    """The table's rows in the order they were committed: its data files sorted by the version that added
-    them (then by name), each file's rows in file order, and ``"commit"``; a table with partition
-    columns (their values live in the paths, not the files) through delta-rs's own scan, ``"scan"``."""
+def _in_commit_order(dt: DeltaTable, path: Path, version: int, columns: list[str]
+                     ) -> tuple[pa.Table, str, np.ndarray | None]:
+    """The table's rows by the commit that added them: its data files sorted by the version that added
+    them (then by name), each file's rows in file order, ``"commit"``, and per row that version (an
+    order rank: the rows of one commit have no order among themselves, the commit versions do; NA, as
+    -1 here, for a file whose commit log retention removed). A table with partition columns (their
+    values live in the paths, not the files) through delta-rs's own scan: ``"scan"`` and no rank."""
     if dt.metadata().partition_columns:
-        return dt.to_pyarrow_table(columns=columns), "scan"
+        return dt.to_pyarrow_table(columns=columns), "scan", None
     added = added_in(path, version)
     files = sorted((os.path.relpath(u.removeprefix("file://"), path) for u in dt.file_uris()),
                    key=lambda f: (added.get(f, -1), f))
     parts = [pq.read_table(path / f, columns=columns) for f in files]
     if not parts:
-        return dt.to_pyarrow_table(columns=columns), "commit"
-    return pa.concat_tables(parts, promote_options="permissive"), "commit"
+        table = dt.to_pyarrow_table(columns=columns)
+        return table, "commit", np.full(table.num_rows, -1, np.int64)
+    rank = np.repeat([added.get(f, -1) for f in files], [p.num_rows for p in parts]).astype(np.int64)
+    return pa.concat_tables(parts, promote_options="permissive"), "commit", rank
 
 
 def _data_files(path: Path) -> set[str]:
@@ -123,7 +129,7 @@ def read_output(location: OutputLocation) -> OutputView:
         if missing:
             raise OutputError(f"Delta table {path} has no column {' or '.join(missing)}: each row must keep its "
                               f"record's key and seq (docs/pipeline-contract.md, --output delta)")
-        table, order = _in_commit_order(dt, path, version, [c for c in table_rows.COLUMNS if c in have])
+        table, order, rank = _in_commit_order(dt, path, version, [c for c in table_rows.COLUMNS if c in have])
         committed = {os.path.relpath(u.removeprefix("file://"), path) for u in dt.file_uris()}
     except TableNotFoundError as e:
         raise OutputError(f"no Delta table at {path}: the job committed nothing to its {LOG} "
@@ -139,7 +145,7 @@ def read_output(location: OutputLocation) -> OutputView:
                "files": len(committed),
                "orphan_files": len(orphans), "txn_count": len(txns), "txn": txns[-TXN_SHOWN:],
                "txn_latest": latest}
-    frame = table_rows.frame(table)
+    frame = table_rows.frame(table, rank)
     return OutputView(committed=frame, uncommitted=frame[["partition", "offset"]].copy(),
                       stats={"delta_rows": table.num_rows, "delta_version": version},
                       summary=summary, result_key="delta")

@@ -82,7 +82,7 @@ import numpy as np
 import pandas as pd
 
 from onceproof.clients.topics import decode_values  # the checker's JSON decoding (fast path, same NA rules)
-from onceproof.sinks.base import COMMITTED, OutputError, OutputLocation, OutputView
+from onceproof.sinks.base import COMMITTED, ORDER_RANK, OutputError, OutputLocation, OutputView
 
 log = logging.getLogger("onceproof.sinks")
 
@@ -399,7 +399,7 @@ def orphan_files(path: str | os.PathLike, **opts) -> list[Path]:
 
 
 def read_records(files: Sequence[str | os.PathLike], problems: list[str] | None = None, *,
-                 partitions: Sequence[int] | None = None) -> pd.DataFrame:
+                 partitions: Sequence[int] | None = None, ranks: Sequence[int] | None = None) -> pd.DataFrame:
     """The JSON lines of ``files`` as one frame, in file then line order, for the exactly-once checker.
 
     Columns: ``partition`` int32 (the file's index in ``files``, or ``partitions[i]`` when given) and
@@ -414,12 +414,18 @@ def read_records(files: Sequence[str | os.PathLike], problems: list[str] | None 
     are skipped (Spark's JSON reader skips them; line numbers still count them). ``.gz`` files are
     decompressed (a truncated one as far as it goes).
 
+    ``ranks`` (one per file, negative = none): the order a user can read of each file's records, as an
+    :data:`~onceproof.sinks.base.ORDER_RANK` column (the batch whose log entry committed the file: the
+    files of one batch, and the lines in them, have no order a reader of the directory sees).
+
     A file that does not exist is skipped, with a sentence in ``problems`` (else a logged warning): the
     log may list files deleted since. Raises: :class:`FileSinkLogError` for a compression other than
     gzip (``.bz2``, ``.lz4``, ``.snappy``, ``.deflate``, ``.zst``).
     """
-    if partitions is not None and len(partitions) != len(files):
-        raise ValueError(f"partitions has {len(partitions)} items for {len(files)} files")
+    for name, per_file in (("partitions", partitions), ("ranks", ranks)):
+        if per_file is not None and len(per_file) != len(files):
+            raise ValueError(f"{name} has {len(per_file)} items for {len(files)} files")
+    rank_l: list[np.ndarray] = []
     vals: list[bytes] = []
     part_l: list[np.ndarray] = []
     line_l: list[np.ndarray] = []
@@ -448,6 +454,8 @@ def read_records(files: Sequence[str | os.PathLike], problems: list[str] | None 
         line_l.append(idx)
         part_l.append(np.full(len(idx), i if partitions is None else partitions[i], dtype=np.int32))
         name_l.append(np.full(len(idx), f.name, dtype=object))
+        if ranks is not None:
+            rank_l.append(np.full(len(idx), ranks[i], dtype=np.int64))
     n = len(vals)
     lines_a = np.concatenate(line_l) if line_l else np.empty(0, np.int64)
     base = pd.DataFrame({"partition": np.concatenate(part_l) if part_l else np.empty(0, np.int32),
@@ -465,6 +473,9 @@ def read_records(files: Sequence[str | os.PathLike], problems: list[str] | None 
         io = pd.to_numeric(out["in_offset"], errors="coerce").astype("Int64")
         ref = ip.astype("string") + ":" + io.astype("string")  # NA where either is NA
         out[INPUT_REF] = ref.astype(object).where(ref.notna(), None)
+    if ranks is not None:
+        r = np.concatenate(rank_l) if rank_l else np.empty(0, np.int64)
+        out[ORDER_RANK] = pd.arrays.IntegerArray(np.maximum(r, 0), r < 0)
     return out
 
 
@@ -492,22 +503,26 @@ def _views(path, opts) -> tuple[SinkLog, list[Path], list[Path], set[Path]]:
 
 def committed_view(path: str | os.PathLike, problems: list[str] | None = None, **opts) -> pd.DataFrame:
     """The committed view as checker output rows (:func:`read_records` columns): the files the log lists,
-    in commit order, ``partition`` = the file's index in commit order. Committed files missing from
+    in commit order, ``partition`` = the file's index in commit order, ranked by the batch that committed
+    each (the per-key order is judged across batches only). Committed files missing from
     disk are skipped (:func:`stats` counts them). ``opts``: those of :func:`read_log`."""
     sl, committed, _, on_disk = _views(path, opts)
     keep = [i for i, f in enumerate(committed) if f in on_disk or f.exists()]
-    return read_records([committed[i] for i in keep], problems, partitions=keep)
+    return read_records([committed[i] for i in keep], problems, partitions=keep,
+                        ranks=[sl.files[committed[i]].batch for i in keep])
 
 
 def listing_view(path: str | os.PathLike, problems: list[str] | None = None, **opts) -> pd.DataFrame:
     """The uncommitted view: every data file in the directory (:func:`all_data_files`), committed or
     not. ``partition`` numbers files as in :func:`committed_view` (commit order), then the orphans
-    after them in name order, so a committed file has the same ``partition`` in both views.
+    after them in name order, so a committed file has the same ``partition`` in both views; ranks as in
+    :func:`committed_view`, none for an orphan.
     ``opts``: those of :func:`read_log`."""
-    _, committed, orphans, on_disk = _views(path, opts)
+    sl, committed, orphans, on_disk = _views(path, opts)
     order = committed + orphans
     keep = [i for i, f in enumerate(order) if f in on_disk]
-    return read_records([order[i] for i in keep], problems, partitions=keep)
+    return read_records([order[i] for i in keep], problems, partitions=keep,
+                        ranks=[sl.files[order[i]].batch if order[i] in sl.files else -1 for i in keep])
 
 
 def stats(path: str | os.PathLike, **opts) -> dict:
@@ -634,11 +649,12 @@ def _unlogged_output(path: str | os.PathLike) -> OutputView:
     ``foreachBatch``): read as Spark's batch reader reads it, every data file, since with no log
     ``DataSource.resolveRelation`` lists the directory (``InMemoryFileIndex``) instead of using
     ``MetadataLogFileIndex``. Committed and uncommitted views are the same frame: nothing tells them
-    apart. Raises :class:`~onceproof.sinks.base.OutputError` when the directory cannot be read."""
+    apart, and nothing orders the files (no order rank: the per-key order is not judged). Raises
+    :class:`~onceproof.sinks.base.OutputError` when the directory cannot be read."""
     problems: list[str] = []
     try:
         files = all_data_files(path)
-        view = read_records(files, problems)
+        view = read_records(files, problems, ranks=[-1] * len(files))  # a listing has no order
     except (OSError, FileSinkLogError) as e:
         raise OutputError(f"{path}: {e}") from e
     note = (f"{path} has no {METADATA_DIR} log (not Spark's file sink): read as Spark's batch reader reads "

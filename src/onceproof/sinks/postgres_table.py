@@ -4,8 +4,9 @@ snapshot.
 Under ``REPEATABLE READ`` every statement of a transaction sees the snapshot taken at its first statement
 (postgresql.org/docs/15/transaction-iso.html), so the rows and the progress table are read at one commit
 point, and nothing an open or rolled-back transaction wrote is counted, as Kafka's read_committed skips
-aborted records. Rows come back in insertion order (``id``), which plays the output offset; duplicates
-are rows of the same (key, seq), found by the exactly-once checker like duplicate Kafka records.
+aborted records. Rows come back in insertion order (``id``), which plays the output offset, when the table
+has one, else in no order; duplicates are rows of the same (key, seq), found by the exactly-once checker
+like duplicate Kafka records.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from onceproof.sinks.base import OutputError, OutputLocation, OutputView
 
 
 def _copy_out(conn: psycopg.Connection, table: str, columns: list[str]) -> pa.Table:
-    """The table's ``columns`` in one ``COPY ... TO STDOUT (FORMAT csv)``, in ``id`` (else ``ctid``) order,
-    parsed by pyarrow's CSV reader: a million rows in seconds, where fetching Python tuples takes ~10 s."""
-    query = sql.SQL("COPY (SELECT {} FROM {} ORDER BY {}) TO STDOUT (FORMAT csv, HEADER true)").format(
-        sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(table),
-        sql.Identifier("id") if "id" in columns else sql.SQL("ctid"))
+    """The table's ``columns`` in one ``COPY ... TO STDOUT (FORMAT csv)``, in ``id`` order when it has one
+    (else in no order: a row's physical place, ``ctid``, is no order a user reads, and an ``UPDATE`` moves
+    it), parsed by pyarrow's CSV reader: a million rows in seconds, where fetching Python tuples takes ~10 s."""
+    order = sql.SQL(" ORDER BY {}").format(sql.Identifier("id")) if "id" in columns else sql.SQL("")
+    query = sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT csv, HEADER true)").format(
+        sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(table), order)
     buf = io.BytesIO()
     with conn.cursor().copy(query) as cp:
         for chunk in cp:
@@ -56,9 +58,10 @@ def _columns(conn: psycopg.Connection, table: str) -> list[str]:
 def read_output(location: OutputLocation) -> OutputView:
     """The table named ``location.topic`` in the database at ``location.dsn`` into an
     :class:`~onceproof.sinks.base.OutputView`: ``committed`` = ``uncommitted`` = the snapshot's rows (a
-    database shows no uncommitted rows to another session), in ``id`` order when the table has one, else in
-    physical (``ctid``) order; ``summary`` names the table, the rows, the snapshot
-    (``pg_current_snapshot()``) and the bundled sinks' progress rows seen.
+    database shows no uncommitted rows to another session), in ``id`` order when the table has one, else
+    with no order (``table_rows.frame``: the per-key order is then not judged); ``summary`` names the
+    table, the rows, the ``order`` (``"id"`` or ``None``), the snapshot (``pg_current_snapshot()``) and
+    the bundled sinks' progress rows seen.
 
     Raises: :class:`~onceproof.sinks.base.OutputError` when the database cannot be reached, or the table is
     missing or lacks ``key``/``seq``, naming which."""
@@ -79,7 +82,8 @@ def read_output(location: OutputLocation) -> OutputView:
     except psycopg.Error as e:
         raise OutputError(f"cannot read table {location.topic} from PostgreSQL ({type(e).__name__}: {e})") from e
     frame = table_rows.frame(table)
-    summary = {"table": location.topic, "rows": table.num_rows, "snapshot": snapshot, "isolation": "repeatable read",
+    summary = {"table": location.topic, "rows": table.num_rows, "order": "id" if "id" in columns else None,
+               "snapshot": snapshot, "isolation": "repeatable read",
                "progress_rows": len(progress), "progress": {a: int(b) for a, b in progress}}
     return OutputView(committed=frame, uncommitted=frame[["partition", "offset"]].copy(),
                       stats={"postgres_rows": table.num_rows}, summary=summary, result_key="postgres")

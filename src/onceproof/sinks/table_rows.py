@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from onceproof.pipeline import provenance
+from onceproof.sinks.base import ORDER_RANK
 
 VALUE_COLUMNS = ("key", "seq", "in_partition", "in_offset", "in_ts")
 """Columns read into the record's value when the table has them (``key`` and ``seq`` it must have)."""
@@ -25,20 +26,32 @@ TYPES = {"id": pa.int64(), "key": pa.string(), "seq": pa.int64(), "in_partition"
 """The Arrow type each of :data:`COLUMNS` is read as."""
 
 
-def frame(table: pa.Table) -> pd.DataFrame:
+def frame(table: pa.Table, rank: np.ndarray | None = None) -> pd.DataFrame:
     """A read of a table (``key``, ``seq``, and any other of :data:`COLUMNS`) as the checker's output
     frame, as a Kafka record's decoded JSON value would give it: ``partition`` 0 and ``offset`` = ``id``
     (else the row's position in the read), ``key`` (string), ``seq`` (Int64, NA when null), the other
     value columns (int64, Int64 with nulls), ``op.input`` = ``"<in_partition>:<in_offset>"``, and
     ``batch_id``/``incarnation`` as the provenance (strings) a Kafka record's headers give.
 
-    Raises ``KeyError`` when ``key`` or ``seq`` is missing (readers check the table's columns first)."""
+    The order: ``id`` is the rows' order when the table has one. Without it the row's position in the
+    read is no order a user can read (``ctid``, a scan), so the frame gets an
+    :data:`~onceproof.sinks.base.ORDER_RANK` column: ``rank`` (one int64 per row: the Delta commit
+    version that added it, say; negative = NA) when given, else all NA (no order: the per-key order is
+    not judged).
+
+    Raises ``KeyError`` when ``key`` or ``seq`` is missing (readers check the table's columns first),
+    ``ValueError`` when ``rank`` has another length than the table."""
     n, cols = table.num_rows, table.column_names
+    if rank is not None and len(rank) != n:
+        raise ValueError(f"rank has {len(rank)} values for {n} rows")
     out = pd.DataFrame({"partition": np.zeros(n, dtype=np.int32),
                         "offset": (table["id"].to_numpy(zero_copy_only=False).astype(np.int64) if "id" in cols
                                    else np.arange(n, dtype=np.int64)),
                         "key": table["key"].to_pandas().astype("string"),
                         "seq": table["seq"].to_pandas().astype("Int64")})
+    if "id" not in cols:
+        r = np.zeros(n, np.int64) if rank is None else np.asarray(rank, dtype=np.int64)
+        out[ORDER_RANK] = pd.arrays.IntegerArray(np.maximum(r, 0), np.ones(n, dtype=bool) if rank is None else r < 0)
     for c in VALUE_COLUMNS[2:]:
         if c in cols:
             v = table[c].to_pandas()

@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 
 from onceproof.checkers import exactly_once as eo
 from onceproof.checkers.examples import isna, plain
+from onceproof.sinks.base import ORDER_RANK
 from onceproof.store.spark_readers import ORD
 
 MAX = eo.MAX_EXAMPLES
@@ -147,7 +148,7 @@ def _positions(inputs, outputs) -> _Pos:
 
 def check(history, input, output, recovery: eo.Recovery | None = None, *, pack: bool = True) -> dict:
     """``onceproof.checkers.exactly_once.check`` on Spark DataFrames: the same result dict (``verdict``, ``valid``,
-    ``counts``, ``anomalies``, ``stats``, ``unknown_reasons``, ``bad_keys``, ``definite``).
+    ``counts``, ``anomalies``, ``stats``, ``unknown_reasons``, ``bad_keys``, ``definite``, ``order``).
 
     ``history`` may be ``None`` (no workload history: a check of foreign topics). ``pack`` false keeps
     positions as structs even when they would fit a long (the slower path, for tests).
@@ -175,7 +176,7 @@ def check(history, input, output, recovery: eo.Recovery | None = None, *, pack: 
     return {"verdict": verdict, "valid": {"valid": True, "invalid": False}.get(verdict, "unknown"),
             "counts": w.counts, "anomalies": {a: anomalies[a] for a in _ORDER}, "stats": stats,
             "unknown_reasons": list(recovery.reasons) if not recovery.finished else [],
-            "bad_keys": bad_keys, "definite": list(definite)}
+            "bad_keys": bad_keys, "definite": list(definite), "order": w.order}
 
 
 def _verdict(counts: dict[str, int], definite: tuple[str, ...], recovery: eo.Recovery) -> str:
@@ -213,10 +214,14 @@ def _frames(w: _Work, input, output, pack: bool) -> None:
     w.outputs = out0.select(_key(out0).alias("key_s"), _c(out0, "seq", "long").alias("seq"),
                             _c(out0, "partition", "long").alias("partition"),
                             _c(out0, "offset", "long").alias("offset"),
-                            F.col(ORD), _c(out0, "seq").isNotNull().alias("ok"), has_ref.alias("has_ref"),
+                            F.col(ORD), _c(out0, ORDER_RANK, "long").alias("rank"),
+                            _c(out0, "seq").isNotNull().alias("ok"), has_ref.alias("has_ref"),
                             F.when(has_ref, parts[0].cast("long")).alias("ref_p"),
                             F.when(has_ref, parts[1].cast("long")).alias("ref_o"))
     w.pos = _Pos(None) if not pack else _positions(w.inputs, w.outputs)
+    w.order = (eo.ORDER_BY_POSITION if ORDER_RANK not in columns(output) else
+               eo.ORDER_BY_RANK if output.where(_c(output, ORDER_RANK).isNotNull()).limit(1).count() else
+               eo.NOT_JUDGED)
 
 
 def _pairs(w: _Work) -> None:
@@ -249,7 +254,7 @@ def _pairs(w: _Work) -> None:
         F.min(pos.of()).alias("first_in"), F.max(pos.place()).alias("last_place"))
     PO = OA.where("ok").groupBy("key_s", "seq").agg(
         F.count(F.lit(1)).alias("cnt_out"), F.sum(F.col("free").cast("long")).alias("n_free"),
-        F.min(pos.of()).alias("first_out"))
+        F.min(pos.of()).alias("first_out"), F.min_by("rank", pos.of()).alias("first_rank"))
     excess = F.when(F.col("cnt_in") > 0, F.greatest(F.col("n_free") - F.col("unclaimed"), F.lit(0))).otherwise(
         F.greatest(F.col("cnt_out") - 1, F.lit(0)))
     w.P = w.persist(PI.join(PO, ["key_s", "seq"], "full")
@@ -274,9 +279,15 @@ def _anomaly_frames(w: _Work) -> None:
     w.MIS = OA.where("mismatch").join(P.where(F.col("cnt_in") > 0).select("key_s", "seq"), ["key_s", "seq"],
                                       "left_semi")
     w.BAD = OA.where(~F.col("ok"))
-    by_out = Window.partitionBy("key_s", pos.partition_of(F.col("first_in"))).orderBy("first_out")
-    w.BACK = P.where((F.col("cnt_in") > 0) & (F.col("cnt_out") > 0)).select(
-        "key_s", "seq", "first_out", "first_in", F.lag("first_in").over(by_out).alias("prev_in"),
+    # the output order (exactly_once._output_order): positions; or ranks, one rank's rows taken in input
+    # order; or none at all
+    ranked = w.order == eo.ORDER_BY_RANK
+    by_out = Window.partitionBy("key_s", pos.partition_of(F.col("first_in"))).orderBy(
+        *(("first_rank", "first_in") if ranked else ("first_out",)))
+    judged = (F.col("cnt_in") > 0) & (F.col("cnt_out") > 0) & (
+        F.col("first_rank").isNotNull() if ranked else F.lit(w.order == eo.ORDER_BY_POSITION))
+    w.BACK = P.where(judged).select(
+        "key_s", "seq", "first_out", "first_in", "first_rank", F.lag("first_in").over(by_out).alias("prev_in"),
         F.lag("seq").over(by_out).alias("prev_seq")).where(F.col("first_in") < F.col("prev_in"))
 
 
@@ -344,7 +355,8 @@ def _examples(w: _Work) -> None:
         "absent": (w.ABSENT, ["first_out"], ["key_s", "seq", *pos.unpack(F.col("first_out"), "fo")]),
         "mismatch": (w.MIS, [pos.of()], ["key_s", "seq", ORD, "named_ord", "named_key", "named_seq"]),
         "bad": (w.BAD, [pos.of()], [ORD]),
-        "nonmonotonic": (w.BACK, ["first_out"], ["key_s", "seq", "prev_seq", *pos.unpack(F.col("first_out"), "fo")]),
+        "nonmonotonic": (w.BACK, ["first_rank", "first_in"] if w.order == eo.ORDER_BY_RANK else ["first_out"],
+                         ["key_s", "seq", "prev_seq", *pos.unpack(F.col("first_out"), "fo")]),
         "input-duplicate": (w.IDUP, ["first_in"], ["key_s", "seq"]),
         **history,
     })
@@ -386,7 +398,8 @@ def _anomalies(w: _Work) -> dict[str, list]:
     for r in ex["bad"][:MAX - len(ux)]:
         ux.append(rec(r[ORD], ["key", "partition", "offset", "why", *prov], {"why": "value without key/seq"}))
     anomalies["unexpected"] = ux
-    anomalies["nonmonotonic"] = [rec(r["fo_r"], ["key", "seq", "prev_seq", "partition", "offset", *prov],
+    rank = [ORDER_RANK] if w.order != eo.ORDER_BY_POSITION else []
+    anomalies["nonmonotonic"] = [rec(r["fo_r"], ["key", "seq", "prev_seq", "partition", "offset", *rank, *prov],
                                      {"key": r["key_s"], "seq": r["seq"], "prev_seq": int(r["prev_seq"])})
                                  for r in ex["nonmonotonic"]]
     anomalies.update(_history_anomalies(w))
