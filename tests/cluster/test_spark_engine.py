@@ -71,6 +71,26 @@ def test_output_order_ranks_and_no_order_give_equal_results(spark, tmp_path, cap
 
 
 @pytest.mark.spark_local
+def test_aborted_input_reads_give_equal_results(spark, tmp_path, capsys):
+    """Output copies of two records of an input transaction the workload aborted (``fail`` sends, absent
+    from the input), one of them twice, and one pair in neither: aborted-input-read 2, unexpected 1."""
+    inp = _input()
+    rows = inp.to_dict("records")
+    aborted = [{"type": "fail", "f": "send", "key": "k0", "seq": s, "txn": "wl-1#4", "error": "aborted on purpose"}
+               for s in (100, 101)]
+    copies = [_copy(r) for r in rows] + [
+        _copy({"key": "k0", "seq": s, "partition": 0, "offset": 900 + s}, ref=False) for s in (100, 101, 100)] + [
+        _copy({"key": "k1", "seq": 500, "partition": 1, "offset": 999}, ref=False)]
+    rd = _write(tmp_path / "aborted", inp=inp, out=_out_frame(copies), history=_history(inp, aborted))
+    (pc, p), (sc, s) = _both(rd, capsys)
+    c = p["counts"]
+    assert (c["aborted-input-read"], c["unexpected"], c["duplicate"]) == (2, 1, 1), c
+    assert p["anomalies"]["aborted-input-read"][0]["input_txn"] == "wl-1#4", p["anomalies"]["aborted-input-read"]
+    assert sc == pc == 1
+    _assert_same(p, s)
+
+
+@pytest.mark.spark_local
 def test_kafka_rows_decode_like_decode_values(spark):
     """Spark's Kafka source rows (schema of `spark.read.format("kafka")`) → the checker columns
     `onceproof.clients.topics.decode_values` makes from the same bytes (values with and without key/seq, garbage,

@@ -2,7 +2,8 @@
 --pipeline-cmd ... --output postgres``), with no onceproof code in it.
 
 The table's primary key is the record's identity, ``(key, seq)``. Each micro-batch is written by every
-executor partition in its own transaction with ``INSERT ... ON CONFLICT (key, seq) DO UPDATE``, so a
+executor partition in its own transaction with ``INSERT ... ON CONFLICT (key, seq) DO UPDATE`` (from a
+``COPY`` into a temporary table, the usual bulk upsert), so a
 replayed batch (Spark replays the last batch after a driver crash between the sink's writes and its own
 ``commits/N``) overwrites the rows it wrote before instead of adding copies: idempotence by the key, no
 progress table. The table has no ``id``: nothing in it says in which order the rows were written, and a
@@ -52,11 +53,17 @@ def main(argv: list[str] | None = None) -> int:
         batch = [tuple(r) for r in rows]
         if not batch:
             return
-        stmt = sql.SQL("INSERT INTO {} (key, seq, in_partition, in_offset) VALUES (%s, %s, %s, %s) "
-                       "ON CONFLICT (key, seq) DO UPDATE SET in_partition = EXCLUDED.in_partition, "
-                       "in_offset = EXCLUDED.in_offset").format(sql.Identifier(table))
+        # the bulk-upsert pattern: COPY into a temporary table, then one INSERT ... ON CONFLICT from it
         with psycopg.connect(dsn) as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(stmt, batch)
+            cur.execute("CREATE TEMP TABLE staged (key text, seq bigint, in_partition int, in_offset bigint) "
+                        "ON COMMIT DROP")
+            with cur.copy("COPY staged (key, seq, in_partition, in_offset) FROM STDIN") as cp:
+                for r in batch:
+                    cp.write_row(r)
+            cur.execute(sql.SQL("INSERT INTO {} (key, seq, in_partition, in_offset) SELECT DISTINCT ON (key, seq) "
+                                "key, seq, in_partition, in_offset FROM staged ON CONFLICT (key, seq) DO UPDATE "
+                                "SET in_partition = EXCLUDED.in_partition, in_offset = EXCLUDED.in_offset")
+                        .format(sql.Identifier(table)))
 
     def write(df, batch_id: int) -> None:
         df.foreachPartition(upsert)

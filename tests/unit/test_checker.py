@@ -135,6 +135,30 @@ def test_order_is_owed_per_input_partition_when_a_key_moved_to_a_new_partition()
     assert (r["anomalies"]["nonmonotonic"][0]["seq"], r["anomalies"]["nonmonotonic"][0]["prev_seq"]) == (1, 2)
 
 
+def test_an_aborted_input_records_copy_is_an_aborted_input_read_naming_its_transaction():
+    """The workload aborted a transaction on purpose (its sends are ``fail`` ops, its records absent at
+    read_committed); a read_uncommitted source copied one of them: aborted-input-read, not unexpected,
+    with the input transaction and its outcome; a pair in neither stays unexpected."""
+    inp = make_input(keys=2, per_key=4)
+    hist = history_for(inp)
+    aborted = pd.DataFrame([{"key": "k0", "seq": 9, "type": "fail", "f": "send", "txn": "wl-abc#7",
+                             "error": "aborted on purpose"}])
+    hist = pd.concat([hist, aborted], ignore_index=True)
+    out = pipe(inp)
+    extra = pd.DataFrame([{"key": "k0", "seq": 9, "partition": 0, "offset": 100, "op.batch": "3"},
+                          {"key": "k1", "seq": 50, "partition": 0, "offset": 101, "op.batch": "3"}])
+    out = pd.concat([out, extra.astype({"seq": "Int64"})], ignore_index=True)
+    r = check(hist, inp, out)
+    assert r["counts"]["aborted-input-read"] == 1 and r["counts"]["unexpected"] == 1, r["counts"]
+    assert r["verdict"] == "invalid" and "aborted-input-read" in r["definite"]
+    ex = r["anomalies"]["aborted-input-read"][0]
+    assert (ex["key"], ex["seq"], ex["input_txn"], ex["input_outcome"]) == ("k0", 9, "wl-abc#7", "aborted on purpose")
+    assert r["anomalies"]["unexpected"][0]["seq"] == 50
+    assert r["bad_keys"]["k0"]["aborted-input-read"] == 1, r["bad_keys"]
+    clean = check(hist, inp, pipe(inp))  # the aborted send is not owed: not lost, not a lost write
+    assert clean["verdict"] == "valid" and clean["counts"]["aborted-input-read"] == 0, clean["counts"]
+
+
 def test_an_output_without_an_order_column_is_not_judged_for_order():
     """A table with no order column (``order_rank`` all NA): the rows of a key in any order are no
     reordering, and the result says the order was not judged; duplicates and losses are still found."""

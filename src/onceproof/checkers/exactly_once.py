@@ -32,6 +32,11 @@ Anomalies (docs/architecture.md, "Anomalies"; Jepsen's names where they fit):
 * ``unexpected`` – an output (key, seq) not in the input log (counted per pair), an output value
   without key/seq, or a copy whose ``op.input`` names no input record or one holding a different (key,
   seq) (counted per copy; such a copy pays for no input record). Examples say ``why``.
+* ``aborted-input-read`` – an output (key, seq) not in the input log that the history records as a
+  ``fail`` send: a record of an input transaction that aborted (the workload aborts some on purpose,
+  ``--input-aborts``), which exists only for a read_uncommitted reader (KIP-98). Counted per pair,
+  taken out of ``unexpected``; examples name the input transaction (``input_txn``) and its outcome
+  (``input_outcome``). Likely cause: the Kafka source lacks ``kafka.isolation.level=read_committed``.
 * ``nonmonotonic`` – per key and input partition, the output's *first* occurrences go backwards
   relative to the input order (a re-emitted copy is a ``duplicate``, not also a reordering). Kafka
   orders a key's records within one partition only, and Spark reads each partition in its own task: a
@@ -59,7 +64,7 @@ Anomalies (docs/architecture.md, "Anomalies"; Jepsen's names where they fit):
 
 ``info`` sends are neither required nor forbidden (Jepsen): only what reached the input log is owed.
 
-Verdict: ``invalid`` if any definite anomaly (duplicate, unexpected, nonmonotonic, lost-write,
+Verdict: ``invalid`` if any definite anomaly (duplicate, unexpected, aborted-input-read, nonmonotonic, lost-write,
 failed-write-visible, and input-duplicate when a workload history is present; the result's
 ``definite`` lists them) is found; otherwise ``unknown`` if recovery did not finish (``lost`` cannot be
 told from "not yet"); otherwise ``invalid`` if anything is lost, else ``valid``.
@@ -80,9 +85,9 @@ from onceproof.checkers import examples
 from onceproof.sinks.base import ORDER_RANK
 from onceproof.store.columns import release_freed_memory
 
-ANOMALIES = ("duplicate", "lost", "lost-write", "unexpected", "nonmonotonic", "input-duplicate",
-             "failed-write-visible")
-DEFINITE = ("duplicate", "unexpected", "nonmonotonic", "lost-write", "failed-write-visible")
+ANOMALIES = ("duplicate", "lost", "lost-write", "unexpected", "aborted-input-read", "nonmonotonic",
+             "input-duplicate", "failed-write-visible")
+DEFINITE = ("duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write", "failed-write-visible")
 DEFINITE_WITH_HISTORY = ("input-duplicate",)  # definite only when a workload history is present
 MAX_EXAMPLES = 10
 INPUT_REF = "op.input"  # pipeline/provenance.py INPUT
@@ -228,7 +233,11 @@ def _lost_writes(w: _Work) -> None:
     in_h = w.cnt_in[w.d_h] > 0
     lw_rows = np.flatnonzero(~in_h if w.h_fail is None else ~in_h & ~w.h_fail)
     fv_rows = np.zeros(0, np.int64) if w.h_fail is None else np.flatnonzero(in_h & w.h_fail)
-    del in_h
+    # failed sends absent from the input (an aborted transaction's records): an output copy of one is
+    # an aborted-input-read (:func:`_unexpected`)
+    gone = np.zeros(0, np.int64) if w.h_fail is None else np.flatnonzero(~in_h & w.h_fail)
+    w.fail_d, w.fail_hist = w.d_h[gone], (gone if h_all else _nth_true(h_mask, gone))
+    del in_h, gone
     w.h_fail = None
     w.counts_h = {"lost-write": int(len(lw_rows)), "failed-write-visible": int(len(fv_rows))}
     lwx = lw_rows[:MAX_EXAMPLES]
@@ -359,6 +368,7 @@ def _unexpected(w: _Work) -> None:
     pair already counts)."""
     output, places_out, keys, k_out = w.output, w.places_out, w.keys, w.k_out
     w.unexp_rows = np.flatnonzero(w.is_first & ~w.in_input)
+    _aborted_input_reads(w)
     keep_mis = w.in_input[w.mismatch] if len(w.mismatch) else np.zeros(0, bool)
     w.mis_rows, mis_named = w.mismatch[keep_mis], w.mis_named[keep_mis]
     w.counts["unexpected"] = int(len(w.unexp_rows) + len(w.mis_rows) + w.n_bad)
@@ -376,6 +386,37 @@ def _unexpected(w: _Work) -> None:
         ux += _records(output.iloc[bex].assign(why="value without key/seq"),
                        ["key", "partition", "offset", "why", *w.prov])
     w.anomalies["unexpected"] = ux
+
+
+def _aborted_input_reads(w: _Work) -> None:
+    """aborted-input-read: the pairs of ``w.unexp_rows`` (output pairs not in the input) that the history
+    records as ``fail`` sends (``w.fail_d``: an aborted input transaction's records, which exist only at
+    read_uncommitted) move to ``w.air_rows``; examples name the input transaction (the send op's
+    ``txn``) and its outcome (its ``error``)."""
+    w.air_rows = np.zeros(0, np.int64)
+    if len(w.fail_d) and len(w.unexp_rows):
+        failed = np.zeros(w.n_ids, bool)
+        failed[w.fail_d] = True
+        air = failed[w.d_out[w.unexp_rows]]
+        w.air_rows, w.unexp_rows = w.unexp_rows[air], w.unexp_rows[~air]
+    w.counts["aborted-input-read"] = int(len(w.air_rows))
+    w.anomalies["aborted-input-read"] = []
+    if not len(w.air_rows):
+        w.fail_d = w.fail_hist = None
+        return
+    rows = _earliest(w.air_rows, w.places_out)
+    d = w.d_out[rows]
+    first = {}
+    for i in np.flatnonzero(np.isin(w.fail_d, d))[::-1]:
+        first[int(w.fail_d[i])] = int(w.fail_hist[i])
+    h = w.history
+    hrows = [first[int(x)] for x in d]
+    ex = _with_key_seq(w.output, rows, w.keys[w.k_out[rows]]).assign(
+        input_txn=h["txn"].iloc[hrows].to_numpy() if "txn" in h.columns else None,
+        input_outcome=h["error"].iloc[hrows].to_numpy() if "error" in h.columns else None)
+    w.anomalies["aborted-input-read"] = _records(ex, ["key", "seq", "partition", "offset", "input_txn",
+                                                      "input_outcome", *w.prov])
+    w.fail_d = w.fail_hist = None
 
 
 def _input_duplicates(w: _Work) -> None:
@@ -514,6 +555,7 @@ def _result(w: _Work, recovery: Recovery) -> dict:
         verdict = "valid"
     per_key = {"duplicate": k_out[w.dup_first], "lost": k_in[w.lost_rows],
                "unexpected": np.concatenate([k_out[w.unexp_rows], k_out[w.mis_rows]]),
+               "aborted-input-read": k_out[w.air_rows],
                "nonmonotonic": k_out[w.back_rows], **w.per_key_h, "input-duplicate": k_in[w.idup_first]}
     bad_keys = _bad_keys({name: _per_key(codes, keys) for name, codes in per_key.items() if len(codes)})
     tcount = w.tcount
@@ -529,9 +571,10 @@ def _result(w: _Work, recovery: Recovery) -> dict:
             "bad_keys": bad_keys, "definite": list(definite), "order": w.order}
 
 
-COUNT_ORDER = ("lost", "duplicate", "duplicate-records", "unexpected", "nonmonotonic", "lost-write",
-               "failed-write-visible", "input-duplicate", "input-duplicate-records")
-EXAMPLE_ORDER = ("lost", "duplicate", "unexpected", "nonmonotonic", "lost-write", "failed-write-visible",
+COUNT_ORDER = ("lost", "duplicate", "duplicate-records", "unexpected", "aborted-input-read", "nonmonotonic",
+               "lost-write", "failed-write-visible", "input-duplicate", "input-duplicate-records")
+EXAMPLE_ORDER = ("lost", "duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write",
+                 "failed-write-visible",
                  "input-duplicate")
 
 
@@ -1268,5 +1311,5 @@ def _bad_keys(per_key: dict[str, pd.Series]) -> dict[str, dict[str, int]]:
     return {str(k): {c: int(v) for c, v in row.items() if v} for k, row in t.iterrows()}
 
 
-ANOMALY_ORDER = ("duplicate", "lost", "unexpected", "nonmonotonic", "lost-write", "input-duplicate",
-                 "failed-write-visible")
+ANOMALY_ORDER = ("duplicate", "lost", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write",
+                 "input-duplicate", "failed-write-visible")

@@ -294,25 +294,33 @@ def _anomaly_frames(w: _Work) -> None:
 def _history_frames(w: _Work, history) -> None:
     """The history's acknowledged and failed sends against the input's pairs (``H``), the lost writes
     (``LW``) and the failed writes visible (``FV``); all ``None`` without a history."""
-    w.H = w.h0 = w.LW = w.FV = None
+    w.H = w.h0 = w.LW = w.FV = w.FAILED = None
+    w.AIR = w.ABSENT.limit(0)
     if history is None or not len(columns(history)):
         return
     w.h0 = h0 = with_order(history)
     hs = h0.where((_c(h0, "f", "string") == "send") & _c(h0, "type", "string").isin("ok", "fail"))
     H = hs.select(_key_plain(hs).alias("key_s"), _c(hs, "seq").try_cast("double").cast("long").alias("seq"),
                   _c(hs, "type", "string").alias("type"), _c(hs, "partition").alias("partition"),
-                  _c(hs, "offset").alias("offset"), _c(hs, "error", "string").alias("error"), F.col(ORD))
+                  _c(hs, "offset").alias("offset"), _c(hs, "error", "string").alias("error"),
+                  _c(hs, "txn", "string").alias("txn"), F.col(ORD))
     in_input = w.P.where(F.col("cnt_in") > 0).select("key_s", "seq", "last_place", F.lit(True).alias("in_input"))
     w.H = H = w.persist(H.join(in_input, ["key_s", "seq"], "left"))
     w.LW = H.where((F.col("type") == "ok") & F.col("in_input").isNull())
     w.FV = H.where((F.col("type") == "fail") & F.col("in_input").isNotNull())
+    # output pairs not in the input that were failed sends (an aborted input transaction's records) are
+    # aborted-input-read, not unexpected
+    w.FAILED = H.where((F.col("type") == "fail") & F.col("in_input").isNull())
+    pairs = w.FAILED.select("key_s", "seq").distinct()
+    w.AIR = w.ABSENT.join(pairs, ["key_s", "seq"], "left_semi")
+    w.ABSENT = w.ABSENT.join(pairs, ["key_s", "seq"], "left_anti")
 
 
 def _counts(w: _Work) -> None:
     """Per-key counts of every anomaly (one job; ``per_key``), the totals that are not per key (``tot``,
     ``hstats``) and the result's ``counts``."""
     tagged = [("duplicate", w.DUP), ("lost", w.LOST), ("unexpected", w.ABSENT), ("unexpected", w.MIS),
-              ("nonmonotonic", w.BACK), ("input-duplicate", w.IDUP)]
+              ("aborted-input-read", w.AIR), ("nonmonotonic", w.BACK), ("input-duplicate", w.IDUP)]
     if w.H is not None:
         tagged += [("lost-write", w.LW), ("failed-write-visible", w.FV)]
     per_key_df = None
@@ -331,7 +339,8 @@ def _counts(w: _Work) -> None:
 
     w.counts = {"lost": total("lost"), "duplicate": total("duplicate"),
                 "duplicate-records": tot["excess"] + tot["twice"],
-                "unexpected": total("unexpected") + tot["bad"], "nonmonotonic": total("nonmonotonic"),
+                "unexpected": total("unexpected") + tot["bad"], "aborted-input-read": total("aborted-input-read"),
+                "nonmonotonic": total("nonmonotonic"),
                 "lost-write": total("lost-write"), "failed-write-visible": total("failed-write-visible"),
                 "input-duplicate": total("input-duplicate"), "input-duplicate-records": tot["idup_rec"]}
 
@@ -346,6 +355,10 @@ def _examples(w: _Work) -> None:
     history = {"lost-write": (w.LW, [ORD], ["key_s", "seq", *keep_cols]),
                "failed-write-visible": (w.FV, [ORD], ["key_s", "seq", *pos.unpack_place(F.col("last_place"), "lp"),
                                                        "error"])} if w.H is not None else {}
+    if w.FAILED is not None:
+        top_air = w.AIR.orderBy("first_out").limit(MAX).select("key_s", "seq")
+        history["aborted-txn"] = (w.FAILED.join(top_air, ["key_s", "seq"]), [ORD], ["key_s", "seq", "txn", "error"],
+                                  None)
     w.ex = ex = _first_rows(w.spark, {
         "copies": (w.OA.where("ok").join(top_dup, ["key_s", "seq"]).withColumn("n", copy_n)
                    .where(F.col("n") <= MAX), ["key_s", "seq", "n"], ["key_s", "seq", ORD], MAX * MAX),
@@ -353,6 +366,7 @@ def _examples(w: _Work) -> None:
         "lost": (w.LOST, [pos.of()], ["key_s", "seq", "partition", "offset"]),
         "duplicate": (w.DUP, ["first_out"], ["key_s", "seq"]),
         "absent": (w.ABSENT, ["first_out"], ["key_s", "seq", *pos.unpack(F.col("first_out"), "fo")]),
+        "aborted": (w.AIR, ["first_out"], ["key_s", "seq", *pos.unpack(F.col("first_out"), "fo")]),
         "mismatch": (w.MIS, [pos.of()], ["key_s", "seq", ORD, "named_ord", "named_key", "named_seq"]),
         "bad": (w.BAD, [pos.of()], [ORD]),
         "nonmonotonic": (w.BACK, ["first_rank", "first_in"] if w.order == eo.ORDER_BY_RANK else ["first_out"],
@@ -368,7 +382,7 @@ def _examples(w: _Work) -> None:
     w.idup_places = {p: [] for p in w.idup_pairs}
     for r in ex["places"]:
         w.idup_places[(r["key_s"], r["seq"])].append((int(r["partition"]), int(r["offset"])))
-    want = {r["fo_r"] for r in ex["absent"]} | {r[ORD] for r in ex["mismatch"]} | \
+    want = {r["fo_r"] for r in ex["absent"]} | {r["fo_r"] for r in ex["aborted"]} | {r[ORD] for r in ex["mismatch"]} | \
         {r[ORD] for r in ex["bad"]} | {r["fo_r"] for r in ex["nonmonotonic"]} | \
         {o for rows in copies.values() for o in rows}
     w.rows = _rows_by_order(w.out0, want)
@@ -398,6 +412,13 @@ def _anomalies(w: _Work) -> dict[str, list]:
     for r in ex["bad"][:MAX - len(ux)]:
         ux.append(rec(r[ORD], ["key", "partition", "offset", "why", *prov], {"why": "value without key/seq"}))
     anomalies["unexpected"] = ux
+    txn = {}
+    for r in reversed(ex.get("aborted-txn") or []):  # the first failed send of each pair, in history order
+        txn[(r["key_s"], r["seq"])] = r
+    anomalies["aborted-input-read"] = [
+        rec(r["fo_r"], ["key", "seq", "partition", "offset", "input_txn", "input_outcome", *prov],
+            {"key": r["key_s"], "seq": r["seq"], "input_txn": txn[(r["key_s"], r["seq"])]["txn"],
+             "input_outcome": txn[(r["key_s"], r["seq"])]["error"]}) for r in ex["aborted"]]
     rank = [ORDER_RANK] if w.order != eo.ORDER_BY_POSITION else []
     anomalies["nonmonotonic"] = [rec(r["fo_r"], ["key", "seq", "prev_seq", "partition", "offset", *rank, *prov],
                                      {"key": r["key_s"], "seq": r["seq"], "prev_seq": int(r["prev_seq"])})
@@ -426,7 +447,8 @@ def _history_anomalies(w: _Work) -> dict[str, list]:
     return {"lost-write": lw, "failed-write-visible": fv}
 
 
-_ORDER = ("lost", "duplicate", "unexpected", "nonmonotonic", "lost-write", "failed-write-visible", "input-duplicate")
+_ORDER = ("lost", "duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write", "failed-write-visible",
+          "input-duplicate")
 
 
 def _key_plain(df):
