@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from onceproof import kafka_config
-from onceproof.pipeline import hooks
+from onceproof.pipeline import hooks, mutants
 from onceproof.pipeline.identity import (  # noqa: F401
     DRIVER_CLOCK_ENV,
     INCARNATION_ENV,
@@ -296,15 +296,16 @@ def await_query(query, control: hooks.ControlDir, incarnation: str, poll_s: floa
 
 
 def read_source(spark, args: argparse.Namespace, max_offsets: int, min_partitions):
-    """The input as a streaming frame: Spark's Kafka source on ``--input-topic`` at read_committed from
-    the earliest offset, failing on data loss, at most ``max_offsets`` records per micro-batch, with
-    ``minPartitions`` when ``min_partitions`` is set."""
+    """The input as a streaming frame: Spark's Kafka source on ``--input-topic`` at read_committed (a
+    mutant's: ``pipeline/mutants.py`` ``source_isolation``) from the earliest offset, failing on data
+    loss, at most ``max_offsets`` records per micro-batch, with ``minPartitions`` when ``min_partitions``
+    is set."""
     src = (spark.readStream.format("kafka")
            .options(**kafka_config.spark_options(args.bootstrap))
            .option("subscribe", args.input_topic)
            .option("startingOffsets", "earliest")
            .option("failOnDataLoss", "true")
-           .option("kafka.isolation.level", "read_committed")
+           .option("kafka.isolation.level", mutants.source_isolation(args.sink))
            .option("maxOffsetsPerTrigger", str(max_offsets)))
     if min_partitions:
         src = src.option("minPartitions", str(int(min_partitions)))

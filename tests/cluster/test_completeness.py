@@ -19,11 +19,12 @@ def test_verify_on_a_real_spark_frame(tmp_path):
     try:
         rows = [(0, o) for o in range(10, 13)] + [(1, 5), (1, 6)]
         full = spark.createDataFrame(rows, "in_partition int, in_offset long")
-        assert completeness.verify(full, tmp_path, 2, "input") == 2
+        guard = completeness.Guard(str(tmp_path), "input")
+        assert completeness.verify(full, guard, 2) == 2
         short = full.where("in_partition = 0")  # partition 1's two rows never arrived
         with pytest.raises(completeness.IncompleteBatch, match=r"input partition 1: 0 rows for offsets \[5, 7\)"):
-            completeness.verify(short, tmp_path, 2, "input")
-        assert completeness.verify(full, tmp_path, 0, "input") is None
+            completeness.verify(short, guard, 2)
+        assert completeness.verify(full, guard, 0) is None
     finally:
         spark.stop()
 

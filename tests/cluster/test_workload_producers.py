@@ -1,7 +1,9 @@
-"""The workload's at-most-once (the default) and transactional producers (``workloads/producers.py``) on
+"""The workload's transactional (the default) and at-most-once producers (``workloads/producers.py``) on
 a real 3-broker cluster, through a broker kill and restart: every send completed exactly once in the
 history, every ``ok`` at its recorded place in the input at read_committed, no record visible twice,
-none visible that the history says failed."""
+none visible that the history says failed. The transactional one also aborts some transactions on
+purpose after their records reached the log (visible at read_uncommitted only), and the completeness
+guard's second reader (``pipeline/input_count.py``) counts what each isolation level sees."""
 
 import json
 import time
@@ -9,8 +11,10 @@ import time
 import pytest
 
 from onceproof.clients import topics
+from onceproof.pipeline.input_count import RangeCounter
 from onceproof.store.history import HistoryWriter
 from onceproof.workloads import producers
+from onceproof.workloads.transactional_client import ABORTED_ON_PURPOSE
 
 pytestmark = pytest.mark.cluster
 
@@ -24,14 +28,14 @@ def test_sends_are_ok_where_they_landed_and_never_visible_twice(cluster, tmp_pat
     bs, topic = cluster.bootstrap, f"in-{producer}"
     topics.create_topics(bs, {topic: 3})
     hist = HistoryWriter(tmp_path / "history.jsonl")
-    wl = producers.client_class(producer)(bs, topic, hist, rate=400, keys=20, seed=3)
+    wl = producers.client(producer, bs, topic, hist, rate=400, keys=20, seed=3, input_aborts=0.2)
     wl.start()
     try:
         time.sleep(4)
         cluster.kill(1)  # a leader and maybe the transaction coordinator go: commits time out, retry, move
         time.sleep(6)
         cluster.start(1)
-        time.sleep(4)
+        time.sleep(8)  # ~40 transactions after the restart: some of them aborted on purpose
     finally:
         wl.stop()
         hist.close()
@@ -58,3 +62,24 @@ def test_sends_are_ok_where_they_landed_and_never_visible_twice(cluster, tmp_pat
     assert not [k for k, o in done.items() if o["type"] == "fail" and k in visible], "a failed send is visible"
     assert visible <= {k for k, o in done.items() if o["type"] in ("ok", "info")}
     assert wl.producers >= 1
+
+    if producer == "transactional":
+        _aborted_on_purpose_and_counted(bs, topic, wl, done, f)
+
+
+def _aborted_on_purpose_and_counted(bs: str, topic: str, wl, done: dict, committed) -> None:
+    """Transactions aborted on purpose: their sends are ``fail`` ops naming the transaction, their records
+    are in the log (read_uncommitted) but not at read_committed; the range counter agrees with both reads."""
+    on_purpose = [o for o in done.values() if o.get("error") == ABORTED_ON_PURPOSE]
+    assert wl.aborted_on_purpose > 0 and on_purpose, (wl.aborted_on_purpose, wl.txns)
+    assert all(o["type"] == "fail" and o["txn"].startswith(wl.transactional_id + "#") for o in on_purpose)
+    assert 0.05 < wl.aborted_on_purpose / wl.txns < 0.4, (wl.aborted_on_purpose, wl.txns)
+    unc = topics.read_topic(bs, topic, committed=False, with_headers=False, decode=topics.decode_values).frame
+    in_log = set(zip(unc["key"], unc["seq"].astype(int)))
+    assert {(o["key"], o["seq"]) for o in on_purpose} & in_log, "no aborted record reached the log"
+    ends = topics.end_offsets(bs, topic, committed=False)
+    ranges = {int(p): (0, int(e)) for p, e in ends.items()}
+    for isolation, frame in (("read_committed", committed), ("read_uncommitted", unc)):
+        counted = RangeCounter(bs, isolation).count(topic, ranges)
+        want = frame.groupby("partition").size().to_dict()
+        assert counted == {p: int(want.get(p, 0)) for p in ranges}, (isolation, counted, want)

@@ -43,3 +43,14 @@ def test_a_partition_added_mid_run_is_held_to_its_end_offset_only(tmp_path):
     assert completeness.shortfalls(exp, {0: 10, 6: 135}) == []
     assert completeness.shortfalls(exp, {0: 10, 6: 140}) == [
         "input partition 6 (new): 140 rows, more than its end offset 135"]
+
+
+def test_a_transactional_inputs_ranges_are_held_to_what_its_reader_counts():
+    """Commit markers and aborted records take offsets a read_committed reader never sees: the planned
+    rows are the second reader's count, not ``until - from``; a row short of that count is refused."""
+    exp = {0: (100, 160), 1: (40, 52)}
+    planned = {0: 48, 1: 11}  # 12 offsets of partition 0 are markers or aborted, 1 of partition 1 a marker
+    assert completeness.shortfalls(exp, {0: 48, 1: 11}, planned) == []
+    assert completeness.shortfalls(exp, {0: 47, 1: 11}, planned) == [
+        "input partition 0: 47 rows for offsets [100, 160) (48 planned)"]
+    assert completeness.shortfalls(exp, {0: 60, 1: 12}) == []  # contiguous: every offset a record

@@ -203,15 +203,19 @@ class TestConfig:
     workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
                                   "order per key) or counter (a running count and sum per key in Spark state, "
                                   "update mode)", check=_check_workload, example="counter")
-    producer: str = _opt(producers.DEFAULT, "how the workload writes its input: at-most-once (each send tried "
-                                            "once: no client resend exists to become visible), transactional "
-                                            "(~200 ms of sends per Kafka transaction; the bundled pipeline then "
-                                            "runs without its completeness guard) or idempotent (librdkafka's "
-                                            "idempotent producer, to test the client: its resends become "
-                                            "platform findings)",
+    producer: str = _opt(producers.DEFAULT, "how the workload writes its input: transactional (~200 ms of sends "
+                                            "per Kafka transaction, --input-aborts of them aborted on purpose, one "
+                                            "held open 3 s), at-most-once (each send tried once, no transactions: "
+                                            "no client resend exists to become visible) or idempotent "
+                                            "(librdkafka's idempotent producer, to test the client: its resends "
+                                            "become platform findings)",
                          check=lambda v: None if v in producers.PRODUCERS else
                          f"unknown producer {v!r}; choose one of {', '.join(producers.PRODUCERS)}",
                          example="idempotent")
+    input_aborts: float = _opt(0.1, "the fraction of the workload's input transactions aborted on purpose "
+                                    "(transactional producer only; 0 turns it off): a pipeline that reads its "
+                                    "input at read_uncommitted copies their records (aborted-input-read)",
+                               lo=0, hi=1, example=0.0)
     file_read: str = _opt("committed", "--sink file: how the checker reads the output directory: committed (only "
                                        "the files its _spark_metadata log lists, the sink's read_committed) or "
                                        "listing (every data file, as a careless downstream job does: a mutant "

@@ -252,7 +252,8 @@ def start_services(r: _Run) -> None:
     r.lso.start()
     r.workload = workload = workloads.get(cfg.workload).client(r.cluster.bootstrap, r.names.input, r.history,
                                                                rate=cfg.rate, keys=cfg.keys, seed=cfg.seed,
-                                                               producer=cfg.producer)
+                                                               producer=cfg.producer,
+                                                               input_aborts=cfg.input_aborts)
     td.push("workload stop", lambda: workload.stop(timeout_s=5.0 if td.interrupted else None))
     ctx_caps = cfg.sink_capabilities
     r.ctx = NemesisContext(spark=r.spark, control=r.control, checkpoint=r.ckpt, cluster=r.cluster,
@@ -473,7 +474,8 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
                    "driver_restarts": r.spark.restarts() if r.spark else 0, "timings": r.timings,
                    "health_after_heal": r.health, "teardown": {"steps_s": td.steps, "errors": td.errors},
                    "client_errors": {"workload": r.workload.errors[:50] if r.workload else [],
-                                     "live_reader": r.live.errors[:50] if r.live else []}})
+                                     "live_reader": r.live.errors[:50] if r.live else []},
+                   "input": _input_summary(cfg, r.workload)})
     if result.get("platform_findings"):  # what ran, for a bug report against the client or the brokers
         vs = r.meta.get("versions") or {}
         result["platform_findings"].update(
@@ -507,6 +509,17 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
     summarize(result, console)
     console.print(result_report)
     return EXIT.get(result["verdict"], 255)
+
+
+def _input_summary(cfg: TestConfig, workload) -> dict:
+    """How the input was written (``results.json["input"]``): the producer, the fraction of its
+    transactions aborted on purpose as asked (``input_aborts``), and, from a transactional client, the
+    transactions begun, those aborted on purpose and how long the held one stayed open (ms)."""
+    out = {"producer": cfg.producer, "input_aborts": producers.aborts(cfg.producer, cfg.input_aborts)}
+    for k in ("txns", "aborted_on_purpose", "hold_ms"):
+        if hasattr(workload, k):
+            out[k] = getattr(workload, k)
+    return out
 
 
 def run(cfg: TestConfig, console: Console | None = None,

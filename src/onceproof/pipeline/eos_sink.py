@@ -68,7 +68,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceproof.kafka_config import client_config
-from onceproof.pipeline import completeness, hooks
+from onceproof.pipeline import completeness, hooks, input_count
 from onceproof.pipeline.identity import default_sink_id, driver_incarnation, input_partitions
 from onceproof.pipeline.transactional_sink import SinkConfig, abort_leftovers, log_event, write_partition
 
@@ -79,11 +79,15 @@ CONTROL_DIR_ENV = "ONCEPROOF_CONTROL_DIR"
 class ExactlyOnceSink:
     """A ``foreachBatch`` function: ``sink(batch_df, batch_id)`` writes the batch exactly once.
 
-    Built by :func:`exactly_once_sink` (or directly from a :class:`SinkConfig`). ``guard`` =
-    ``(checkpoint, input topic)`` turns on the completeness check (``pipeline/completeness.py``): the
-    batch is cached, counted per input partition against Spark's offset log, and written from the same
-    cached rows; an incomplete batch raises :class:`onceproof.pipeline.completeness.IncompleteBatch` before any
-    transaction begins, so Spark fails the batch and the restarted query replays it. It needs the
+    Built by :func:`exactly_once_sink` (or directly from a :class:`SinkConfig`). ``guard`` (a
+    :class:`onceproof.pipeline.completeness.Guard`) turns on the completeness check
+    (``pipeline/completeness.py``): the batch is cached, counted per input partition against Spark's
+    offset log (and, for an input written in transactions, a second reader's count of the same ranges),
+    and written from the same cached rows; an incomplete batch raises
+    :class:`onceproof.pipeline.completeness.IncompleteBatch` before any transaction begins, so Spark fails
+    the batch and the restarted query replays it; a batch the second reader cannot count in time is
+    written unchecked (a ``batch-unchecked`` event in the sink log; a counted one logs ``input-counted``
+    with its planned offsets and rows). It needs the
     ``in_partition`` and ``in_offset`` columns. ``control``: the harness's hooks, run after every
     partition committed and before Spark writes ``commits/<batchId>``.
 
@@ -91,12 +95,12 @@ class ExactlyOnceSink:
     when a partition cannot commit after Spark's task retries (``spark.task.maxFailures``).
     """
 
-    def __init__(self, cfg: SinkConfig, guard: tuple[str, str] | None = None,
+    def __init__(self, cfg: SinkConfig, guard: completeness.Guard | None = None,
                  control: hooks.ControlDir | None = None, input_topic: str | None = None):
         self.cfg = cfg
         self.guard = guard
         self.control = control or hooks.ControlDir(cfg.control_dir or None)
-        self.input_topic = input_topic or (guard[1] if guard else None)
+        self.input_topic = input_topic or (guard.topic if guard else None)
         self._admin = None
 
     def __call__(self, batch_df, batch_id: int) -> None:
@@ -110,10 +114,14 @@ class ExactlyOnceSink:
             if self.guard is not None:
                 counts = _counts(batch_df, F.col("in_partition"))
                 try:
-                    completeness.verify(batch_df, Path(self.guard[0]), batch_id, self.guard[1], counts=counts)
+                    completeness.verify(batch_df, self.guard, batch_id, counts=counts)
                 except completeness.IncompleteBatch as e:
                     log_event(self.cfg, "incomplete-batch", batch=batch_id, error=str(e))
                     raise
+                except completeness.Unverifiable as e:
+                    log_event(self.cfg, "batch-unchecked", batch=batch_id, error=str(e))
+                if self.guard.last and self.guard.last["batch"] == batch_id:  # counted by the second reader
+                    log_event(self.cfg, "input-counted", **self.guard.last)
             self._write(batch_df, batch_id, counts)
         finally:
             batch_df.unpersist()
@@ -179,7 +187,7 @@ def _counts(batch_df, by) -> dict[int, int]:
 def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, checkpoint: str | os.PathLike,
                       progress_topic: str | None = None, sink_id: str | None = None,
                       txn_timeout_ms: int = 60000, verify_complete: bool = False,
-                      fence_on_start: bool = True) -> ExactlyOnceSink:
+                      transactional_input: bool = False, fence_on_start: bool = True) -> ExactlyOnceSink:
     """The transactional Kafka sink for ``foreachBatch`` (module docstring: guarantees and limits).
 
     Call it on the driver before ``writeStream.start()``, once per driver start.
@@ -197,8 +205,10 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
         txn_timeout_ms: the producers' ``transaction.timeout.ms``, ms (≥ 6000: ``message.timeout.ms`` is
             5 s less).
         verify_complete: refuse a batch whose rows do not cover the offset ranges Spark planned for it
-            (needs ``in_partition``/``in_offset``; only for an input topic without transactional writes,
-            ``pipeline/completeness.py``).
+            (needs ``in_partition``/``in_offset``; ``pipeline/completeness.py``).
+        transactional_input: the input topic is written in transactions (commit markers, aborted records
+            take offsets): ``verify_complete`` counts each range with a read_committed librdkafka reader
+            (``pipeline/input_count.py``) instead of taking every offset for a record.
         fence_on_start: settle every id of the pool now (``init_transactions()``), so a dead driver's
             open transactions stop pinning the output's LSO at once rather than at their timeout.
 
@@ -217,8 +227,11 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
                      control_dir=os.environ.get(CONTROL_DIR_ENV, ""), incarnation=driver_incarnation())
     if fence_on_start:
         abort_leftovers(cfg, input_partitions(bootstrap, input_topic))
-    return ExactlyOnceSink(cfg, guard=(str(checkpoint), input_topic) if verify_complete else None,
-                           input_topic=input_topic)
+    guard = None
+    if verify_complete:
+        counter = input_count.RangeCounter(bootstrap) if transactional_input else None
+        guard = completeness.Guard(str(checkpoint), input_topic, counter)
+    return ExactlyOnceSink(cfg, guard=guard, input_topic=input_topic)
 
 
 def _ensure_progress_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:

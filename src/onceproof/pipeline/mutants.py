@@ -76,6 +76,12 @@ The flaws, and the protocol fact each one breaks:
   held EndTxn times out and is resent on a new connection while its first copy is still held, so the commit
   completes and the next transactions begin under the same epoch before the held copy arrives.
 
+* ``read_uncommitted`` (``eos-read-uncommitted``): not a flaw of the sink but of its source, the most common
+  real one: Spark's Kafka source without ``kafka.isolation.level=read_committed`` reads at
+  read_uncommitted (Spark's "Structured Streaming + Kafka Integration Guide": Kafka's own consumer default),
+  so the records of input transactions that abort (the workload aborts some on purpose, ``--input-aborts``)
+  and of open ones are copied to the output → ``aborted-input-read``.
+
 Pure data: no pyspark or Kafka import.
 """
 
@@ -98,6 +104,7 @@ class Flaws:
     index_keyed: bool = False
     long_lived_producer: bool = False
     short_socket_timeout: bool = False
+    read_uncommitted: bool = False
 
     @property
     def any(self) -> bool:
@@ -152,6 +159,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "eos-long-lived-producer with socket.timeout.ms 5 s (fast failover): a timed-out EndTxn is resent "
            "while the first copy is still held (KAFKA-17754)", "stale-requests", "duplicate",
            ("--txn-timeout-ms", "300000"), caught=False),
+    Mutant("eos-read-uncommitted", "read_uncommitted", "the bundled pipeline's Kafka source without "
+           "kafka.isolation.level=read_committed: aborted input transactions are copied", "commit",
+           "aborted-input-read"),
 )}
 
 
@@ -165,3 +175,10 @@ def flaws_of(sink: str) -> Flaws:
     """The flaws of sink ``sink``: a mutant's, else none (the correct sink, or a sink that is not eos)."""
     m = MUTANTS.get(sink)
     return m.flaws if m else Flaws()
+
+
+def source_isolation(sink: str) -> str:
+    """The ``kafka.isolation.level`` the bundled pipeline's Kafka source reads the input at when writing
+    sink ``sink``: ``read_uncommitted`` for a mutant with the ``read_uncommitted`` flaw, else
+    ``read_committed``."""
+    return "read_uncommitted" if flaws_of(sink).read_uncommitted else "read_committed"

@@ -12,7 +12,7 @@ Each mutant (``eos-no-marker``, ...; ``pipeline/mutants.py``) is the same sink w
 from __future__ import annotations
 
 from onceproof import kafka_config
-from onceproof.pipeline import mutants
+from onceproof.pipeline import completeness, input_count, mutants
 from onceproof.pipeline.eos_sink import ExactlyOnceSink
 from onceproof.pipeline.transactional_sink import SinkConfig, abort_leftovers
 from onceproof.sinks.base import DRIVER_HOOKS, PRECOMMIT_HOOK, TRANSACTIONS, JobContext, Sink
@@ -36,12 +36,18 @@ def sink_config(job: JobContext) -> SinkConfig:
 def write(df, job: JobContext):
     """The :class:`~onceproof.sinks.base.Writer`: abort what a dead run left open for every id of the
     pool (Flink's abort-on-restore), then :class:`ExactlyOnceSink` in ``foreachBatch``, with the
-    completeness guard when the input topic has no transactional writes (``--input-contiguous``) and the
-    workload's rows keep their input record. Raises what ``abort_leftovers`` raises (``SinkError``)."""
+    completeness guard when the workload's rows keep their input record: against ``until - from`` rows
+    when every input offset holds a record (``--input-contiguous``), else against a second reader's
+    count at the source's isolation level (``pipeline/input_count.py``). Raises what ``abort_leftovers``
+    raises (``SinkError``)."""
     a = job.args
     cfg = sink_config(job)
     abort_leftovers(cfg, job.pool)
-    guard = (a.checkpoint, a.input_topic) if a.input_contiguous and job.workload.input_refs else None
+    guard = None
+    if job.workload.input_refs:
+        counter = None if a.input_contiguous else \
+            input_count.RangeCounter(a.bootstrap, mutants.source_isolation(job.sink.name))
+        guard = completeness.Guard(a.checkpoint, a.input_topic, counter)
     return job.foreach_batch(df, ExactlyOnceSink(cfg, guard, job.control, input_topic=a.input_topic))
 
 

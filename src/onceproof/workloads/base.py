@@ -54,10 +54,11 @@ class Workload(Protocol):
     input_refs: bool
 
     def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int,
-               producer: str = "transactional") -> Client:
+               producer: str = "transactional", input_aborts: float | None = None) -> Client:
         """The generator and client writing ``rate`` records/s over ``keys`` keys into ``topic``, recording
         ops in ``history`` (a ``onceproof.store.history.HistoryWriter``), sending with ``producer``
-        (``workloads/producers.py``); not started."""
+        (``workloads/producers.py``), aborting ``input_aborts`` of its transactions on purpose (a
+        transactional producer; ``None``: its default); not started."""
 
     def transform(self, src):
         """The pipeline's transform: Spark's Kafka source frame (``key``, ``value``, ``partition``,

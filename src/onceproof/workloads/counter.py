@@ -37,8 +37,9 @@ class Counter:
     input_refs = False  # an aggregate comes from many input records
 
     def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int,
-               producer: str = producers.DEFAULT) -> KeyedWorkload:
-        return producers.client_class(producer)(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
+               producer: str = producers.DEFAULT, input_aborts: float | None = None) -> KeyedWorkload:
+        return producers.client(producer, bootstrap, topic, history, rate=rate, keys=keys, seed=seed,
+                                input_aborts=input_aborts)
 
     def transform(self, src):
         """Kafka source rows → ``key: string, value: binary`` (``{"key", "count", "sum", "max_seq"}``)."""

@@ -139,6 +139,8 @@ class KeyedWorkload:
     contiguous_input: ClassVar[bool] = True
     """Every input offset holds a record (no transaction markers): the pipeline's completeness guard
     (``pipeline/completeness.py``) can count each batch's rows against its offset range."""
+    aborts: ClassVar[bool] = False
+    """Whether the client aborts transactions on purpose (``--input-aborts``)."""
     PRODUCER_CONFIG: ClassVar[dict] = {"enable.idempotence": True, "acks": "all"}
     """librdkafka settings of this client's producer beyond the common ones."""
 
@@ -255,8 +257,9 @@ class Keyed:
     input_refs = True
 
     def client(self, bootstrap: str, topic: str, history, *, rate: float, keys: int, seed: int,
-               producer: str = producers.DEFAULT) -> KeyedWorkload:
-        return producers.client_class(producer)(bootstrap, topic, history, rate=rate, keys=keys, seed=seed)
+               producer: str = producers.DEFAULT, input_aborts: float | None = None) -> KeyedWorkload:
+        return producers.client(producer, bootstrap, topic, history, rate=rate, keys=keys, seed=seed,
+                                input_aborts=input_aborts)
 
     def transform(self, src):
         return transform(src)

@@ -9,11 +9,22 @@ resend under a new epoch belongs to a transaction that is aborted (the epoch bum
 and the pipeline and the checker read the input at ``read_committed``, where aborted records do not exist.
 ``--producer idempotent`` keeps the idempotent producer, to test the client itself.
 
-Ops: a send's completion is recorded when its transaction ends, not at its delivery report:
+Aborts on purpose (``--input-aborts``, :attr:`TransactionalWorkload.input_aborts`): a seeded fraction of
+the transactions is flushed (their records are in the log, visible to a read_uncommitted reader) and
+then aborted, as Kafka's ``TransactionalMessageCopier --enable-random-aborts`` does in its system tests
+(``tests/kafkatest/tests/core/transactions_test.py``): a pipeline whose Kafka source reads at
+read_uncommitted (Spark's default unless ``kafka.isolation.level=read_committed``) copies them, which
+the checker reports as ``aborted-input-read``. And one transaction (the :data:`HELD_TXN`-th) is kept
+open :data:`HOLD_MS` ms, several micro-batches, before it commits, so such a reader also sees
+uncommitted records early.
+
+Ops: a send's completion is recorded when its transaction ends, not at its delivery report, with the
+transaction as ``txn`` (``<transactional.id>#<n>``, n counting from 1):
 
 * ``ok`` (with partition/offset from the delivery report) when ``commit_transaction()`` returned;
 * ``fail`` when ``abort_transaction()`` returned (an aborted transaction's records are never visible at
-  read_committed: KIP-98), e.g. after a delivery error or an abortable commit error;
+  read_committed: KIP-98): aborted on purpose (``error`` = :data:`ABORTED_ON_PURPOSE`), or after a
+  delivery error or an abortable commit error;
 * ``info`` when the outcome is unknown (a commit that timed out or a fatal error: the EndTxn may have
   reached the coordinator), and for sends never delivered before close.
 
@@ -25,6 +36,7 @@ new producer with the same ``transactional.id`` (its ``init_transactions()`` fen
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -41,16 +53,33 @@ COMMIT_TIMEOUT_S = 30.0
 """Seconds ``init_transactions()``, ``commit_transaction()`` and ``abort_transaction()`` may take in all,
 retries included; it stays below the transaction timeout so the coordinator never aborts one in use."""
 TXN_TIMEOUT_MS = 60000
+INPUT_ABORTS = 0.1
+"""The default fraction of the workload's transactions aborted on purpose (``--input-aborts``)."""
+ABORTED_ON_PURPOSE = "aborted on purpose (--input-aborts)"
+"""The ``error`` of a send whose transaction the workload aborted on purpose."""
+HELD_TXN = 3
+"""Which transaction (counting from 1) is held open :data:`HOLD_MS` before it commits."""
+HOLD_MS = 3000
+"""Milliseconds the held transaction stays open: three micro-batches at the default 1-s trigger, well
+below :data:`TXN_TIMEOUT_MS`."""
 
 
 @dataclass
 class TransactionalWorkload(KeyedWorkload):
     """:class:`~onceproof.workloads.keyed.KeyedWorkload` with every send inside a transaction (module
-    docstring). ``txn_ms``: ms of sends per transaction."""
+    docstring). ``txn_ms``: ms of sends per transaction; ``input_aborts``: the fraction of transactions
+    aborted on purpose (0 to 1, drawn per transaction from a generator seeded by ``seed``);
+    ``hold_ms``: how long the :data:`HELD_TXN`-th transaction stays open (0: none held)."""
 
     contiguous_input: ClassVar[bool] = False  # commit and abort markers take offsets of the input
+    aborts: ClassVar[bool] = True
 
     txn_ms: int = TXN_MS
+    input_aborts: float = INPUT_ABORTS
+    hold_ms: int = HOLD_MS
+    txns: int = 0  # transactions begun
+    aborted_on_purpose: int = 0  # transactions aborted on purpose
+    _rng: random.Random | None = None
     transactional_id: str = field(default_factory=lambda: f"onceproof-workload-{uuid.uuid4().hex[:12]}")
     _txn: list = field(default_factory=list)  # [key, seq, partition, offset, error] of the open transaction
     _txn_start: float = 0.0
@@ -108,12 +137,27 @@ class TransactionalWorkload(KeyedWorkload):
 
     def _begin(self, prod: Producer) -> None:
         prod.begin_transaction()
+        self.txns += 1
         self._open, self._txn_start, self._txn = True, time.monotonic(), []
 
+    @property
+    def txn_name(self) -> str:
+        """The open (or last) transaction as ops name it: ``<transactional.id>#<n>``."""
+        return f"{self.transactional_id}#{self.txns}"
+
     def _after_send(self, prod: Producer) -> Producer:
-        if (time.monotonic() - self._txn_start) * 1000 < self.txn_ms or self._fatal.is_set():
+        span = self.hold_ms if self.hold_ms and self.txns == HELD_TXN else self.txn_ms
+        if (time.monotonic() - self._txn_start) * 1000 < span or self._fatal.is_set():
             return prod  # a fatal error: the send loop retires the producer
         return self._end(prod)
+
+    def _abort_on_purpose(self) -> bool:
+        """Whether the transaction ending now is aborted on purpose (one seeded draw per transaction; the
+        held one always commits)."""
+        if self._rng is None:
+            self._rng = random.Random(f"{self.seed}-input-aborts")
+        draw = self._rng.random()
+        return draw < self.input_aborts and not (self.hold_ms and self.txns == HELD_TXN)
 
     def _end(self, prod: Producer, flush_s: float = COMMIT_TIMEOUT_S, reopen: bool = True) -> Producer:
         """Commit the open transaction and record its sends' ops; open the next one when ``reopen``. A
@@ -123,7 +167,13 @@ class TransactionalWorkload(KeyedWorkload):
             prod.flush(flush_s)  # serves the delivery reports before the commit decides
             if any(r[4] for r in self._txn):
                 raise _Abort(next(r[4] for r in self._txn if r[4]))
-            self._call(prod.commit_transaction)
+            if reopen and self._txn and self._abort_on_purpose():  # its records are in the log: abort them
+                outcome, why = self._abort(prod, "")
+                if outcome == "fail":
+                    self.aborted_on_purpose += 1
+                    why = ABORTED_ON_PURPOSE
+            else:
+                self._call(prod.commit_transaction)
         except _Abort as a:
             outcome, why = self._abort(prod, f"delivery error: {a}")
         except KafkaException as e:
@@ -160,7 +210,7 @@ class TransactionalWorkload(KeyedWorkload):
                 self.stats.acked(part, off)
             else:
                 setattr(self.stats, outcome_r, getattr(self.stats, outcome_r) + 1)
-            op = {"process": 0, "type": outcome_r, "f": "send", "key": key, "seq": seq}
+            op = {"process": 0, "type": outcome_r, "f": "send", "key": key, "seq": seq, "txn": self.txn_name}
             op.update({"partition": part, "offset": off} if outcome_r == "ok" else {"error": why_r})
             self.history.append(op)
             self._pending.pop((key, seq), None)  # completed here, not again as "no delivery report"
