@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from confluent_kafka import KafkaException
 
-from onceproof.checkers import compose, exactly_once, liveness, nearby, transactions
+from onceproof.checkers import advice, compose, exactly_once, liveness, nearby, transactions
 from onceproof.checkers.exactly_once import Recovery
 from onceproof.checking.recovery import RecoveryStatus
 from onceproof.clients import topics
@@ -281,8 +281,9 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                driver_starts: list[float] | None = None) -> dict:
     """Every checker on already-read frames; the one place the composition is decided: the workload's
     checker (``workloads/registry.py``), then the transaction checks (``checkers/compose.py``), then the
-    faults near each anomaly. ``aborted_hidden``: ``transactions.hidden_aborted`` already counted (the
-    uncommitted frame dropped), instead of ``uncommitted``. ``lso_samples`` and ``bounds``: the output's
+    faults near each anomaly, then the likely cause and fix of each (``checkers/advice.py``).
+    ``aborted_hidden``: ``transactions.hidden_aborted`` already counted (the uncommitted frame dropped),
+    instead of ``uncommitted``. ``lso_samples`` and ``bounds``: the output's
     LSO/HW samples and the bounds the liveness checker (``checkers/liveness.py``) judges them by.
     ``strict``: the input log's anomalies (platform findings, ``checkers/platform.py``) count in the verdict.
     ``driver_starts``: epoch s of each driver's query start, for the leftover-transaction check."""
@@ -295,7 +296,7 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                              live_check=liveness.check(seen, lso_samples, nemesis, bounds, driver_starts,
                                                        _append_ms(inp)),
                              strict=strict, live_distinct=seen)
-    return nearby.attach(result, out, inp, nemesis)
+    return advice.attach(nearby.attach(result, out, inp, nemesis))
 
 
 def stored_liveness(run_dir: Path, nemesis: pd.DataFrame | None) -> dict:

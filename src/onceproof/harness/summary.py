@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from onceproof.checkers import advice
 from onceproof.checkers.compose import ANOMALIES
 from onceproof.checkers.exactly_once import order_unjudged
 from onceproof.checkers.platform import platform_lines
@@ -47,6 +48,8 @@ def summarize(result: dict, console: Console) -> None:
             continue
         t.add_row(a, str(counts.get(a, "-")), _short(ex))
     console.print(t)
+    for name, entry in (result.get("advice") or {}).items():
+        console.print(f"[bold]{name}[/]: {advice.line(entry)}", soft_wrap=True, markup=True, highlight=False)
     if result.get("coverage"):
         ct = Table(title="fault coverage (turns)")
         for c in ("fault", "target", "planned", "effective", "exercised", "other"):

@@ -19,6 +19,7 @@ The rule: **PASS requires every exactly-once cell to be valid and every mutant c
      "run_dir": str | None, "report": str | None,        # POSIX paths relative to the suite directory
      "faults_exercised": {"<fault>[:<target>]": int},    # exercised fault turns per planned spec
      "anomalies": {name: int},                           # non-zero counts (no "-records", no input-duplicate)
+     "advice": {name: str},                              # "likely cause: … → fix: … (source)" per anomaly
      "first_anomaly_s": float | None,                    # s after the test started
      "caught": bool, "passed": bool, "unknown_reasons": [str], "error": str | None}
 
@@ -41,7 +42,7 @@ import zlib
 from pathlib import Path
 from urllib.parse import quote
 
-from onceproof.checkers import liveness, platform
+from onceproof.checkers import advice, liveness, platform
 from onceproof.checkers.examples import isna
 from onceproof.checkers.nearby import _ts_index
 from onceproof.report.html import VERDICT_COLORS, esc, page
@@ -120,6 +121,7 @@ def cell_from_run(run_dir: Path | None, *, sink: str, workload: str, package: st
                 and name not in NOT_ANOMALIES):
             anomalies[name] = int(n)
     report = RunFiles(run).report if run is not None else None
+    fixes = {a: advice.line(e) for a, e in (r.get("advice") or {}).items() if a in anomalies}
     return {
         "sink": sink, "workload": workload, "package": package, "seed": int(seed), "expect": expect,
         "verdict": verdict, "exit_code": int(exit_code), "elapsed_s": float(elapsed_s),
@@ -127,6 +129,7 @@ def cell_from_run(run_dir: Path | None, *, sink: str, workload: str, package: st
         "report": _rel(report, suite_dir) if report is not None and report.is_file() else None,
         "faults_exercised": _faults_exercised(r, ops),
         "anomalies": anomalies,
+        "advice": fixes,
         "first_anomaly_s": _first_anomaly_s(run, r, list(anomalies), ops) if run is not None and anomalies else None,
         "platform_findings": {a: int(n) for a, n in ((r.get("platform_findings") or {}).get("counts") or {}).items()},
         "caught": verdict == "invalid",
@@ -288,7 +291,8 @@ def detection_table(cells: list[dict]) -> list[dict]:
     fault package) in first-seen order::
 
         {"mutant": sink, "package": str, "caught": k, "runs": N, "seeds": [int], "verdicts": [str],
-         "anomalies": {name: total count over the caught runs}, "first_anomaly_s_median": float | None}
+         "anomalies": {name: total count over the caught runs}, "first_anomaly_s_median": float | None,
+         "advice": {name: the first caught run's "likely cause → fix" line}}
 
     ``seeds`` / ``verdicts`` are per cell, in cell order; the median (s) is over the caught runs that
     dated their first anomaly (``None`` when none did).
@@ -300,7 +304,8 @@ def detection_table(cells: list[dict]) -> list[dict]:
             continue
         k = (str(c.get("sink")), str(c.get("package")))
         row = rows.setdefault(k, {"mutant": k[0], "package": k[1], "caught": 0, "runs": 0, "seeds": [],
-                                  "verdicts": [], "anomalies": {}, "first_anomaly_s_median": None})
+                                  "verdicts": [], "anomalies": {}, "first_anomaly_s_median": None,
+                                  "advice": {}})
         row["runs"] += 1
         row["seeds"].append(c.get("seed"))
         row["verdicts"].append(c.get("verdict"))
@@ -308,6 +313,8 @@ def detection_table(cells: list[dict]) -> list[dict]:
             row["caught"] += 1
             for name, n in (c.get("anomalies") or {}).items():
                 row["anomalies"][name] = row["anomalies"].get(name, 0) + int(n)
+            for name, text in (c.get("advice") or {}).items():
+                row["advice"].setdefault(name, text)
             if c.get("first_anomaly_s") is not None:
                 firsts.setdefault(k, []).append(float(c["first_anomaly_s"]))
     for k, xs in firsts.items():
@@ -392,6 +399,7 @@ def _why(c: dict) -> str:
     bits = [f"expected {c.get('expect')}, got {c.get('verdict')}"]
     if c.get("anomalies"):
         bits.append(f"anomalies: {anomalies_text(c['anomalies'])}")
+    bits += [f"{a}: {t}" for a, t in (c.get("advice") or {}).items()]
     if c.get("unknown_reasons"):
         bits.append("; ".join(str(x) for x in c["unknown_reasons"]))
     if c.get("verdict") == "crashed" and c.get("error"):
@@ -445,10 +453,12 @@ def certificate_md(suite: dict) -> str:
         lines += ["", "## Mutant detection", "",
                   "Each mutant sink is broken on purpose; a seed catches it when its run comes out invalid.", ""]
         lines += _md_table(["mutant", "package", "caught", "anomalies (caught runs)", "median time to first anomaly",
-                            "verdicts"],
+                            "verdicts", "likely cause → fix"],
                            [[_md(d["mutant"]), _md(d["package"]), f"{d['caught']}/{d['runs']}",
                              _md(anomalies_text(d["anomalies"])), _md(_seconds(d["first_anomaly_s_median"])),
-                             _md(", ".join(f"{s}: {v}" for s, v in zip(d["seeds"], d["verdicts"])))] for d in det])
+                             _md(", ".join(f"{s}: {v}" for s, v in zip(d["seeds"], d["verdicts"]))),
+                             _md("; ".join(f"{a}: {t}" for a, t in (d.get("advice") or {}).items()) or DASH)]
+                            for d in det])
         if suite.get("not_needed"):
             lines += ["", f"{NOT_NEEDED_NOTE} {_md(not_needed_text(suite['not_needed']))}."]
     found = [c for c in cells if c.get("platform_findings")]
@@ -530,14 +540,15 @@ def certificate_html(suite: dict) -> str:
         body.append("<h2>Mutant detection</h2><p class=muted>Each mutant sink is broken on purpose; a seed "
                     "catches it when its run comes out invalid.</p>")
         head = "".join(f"<th>{h}</th>" for h in ("mutant", "package", "caught", "anomalies (caught runs)",
-                                                 "median time to first anomaly", "verdicts"))
+                                                 "median time to first anomaly", "verdicts", "likely cause → fix"))
         rows = "".join(
             f"<tr><td>{esc(d['mutant'])}</td><td>{esc(d['package'])}</td>"
             + ("<td class=pass>" if d["caught"] == d["runs"] else "<td class=fail>")
             + f"{d['caught']}/{d['runs']}</td><td>{esc(anomalies_text(d['anomalies']))}</td>"
             f"<td class=num>{esc(_seconds(d['first_anomaly_s_median']))}</td>"
-            f"<td>{', '.join(f'{esc(s)}: {_verdict(v)}' for s, v in zip(d['seeds'], d['verdicts']))}</td></tr>"
-            for d in det)
+            f"<td>{', '.join(f'{esc(s)}: {_verdict(v)}' for s, v in zip(d['seeds'], d['verdicts']))}</td>"
+            f"<td class=small>{'<br>'.join(esc(f'{a}: {t}') for a, t in (d.get('advice') or {}).items()) or DASH}</td>"
+            "</tr>" for d in det)
         body.append(f"<table class=data><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         if suite.get("not_needed"):
             body.append(f"<p class=muted>{esc(NOT_NEEDED_NOTE)} {esc(not_needed_text(suite['not_needed']))}.</p>")
@@ -582,6 +593,7 @@ def build_junit(suite: dict) -> ET.Element:
         el = ET.Element("testcase", classname=_clean(classname), name=_clean(f"seed-{c.get('seed')}"),
                         time=f"{float(c.get('elapsed_s') or 0):.3f}")
         detail = [f"verdict: {c.get('verdict')}", f"anomalies: {anomalies_text(c.get('anomalies'))}",
+                  *(f"{a}: {t}" for a, t in (c.get("advice") or {}).items()),
                   f"faults exercised: {faults_text(c.get('faults_exercised'))}",
                   *(f"unknown reason: {x}" for x in c.get("unknown_reasons") or []),
                   *([f"error: {c['error']}"] if c.get("error") else []),

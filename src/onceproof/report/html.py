@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from onceproof.checkers import advice
 from onceproof.checkers.exactly_once import order_unjudged
 from onceproof.checkers.examples import isna
 from onceproof.checkers.platform import platform_lines
@@ -132,6 +133,8 @@ def _anomalies_html(run: Run) -> str:
             more = f"<p class=muted>{len(exs[:MAX_EXAMPLES])} of {n} shown</p>"
         if not exs and a in counts and a not in anomalies:
             shown = "<span class=muted>(a count only)</span>"
+        if (r.get("advice") or {}).get(a):
+            shown = f"<p class=advice>{esc(advice.line(r['advice'][a]))}</p>{shown}"
         if a == "nonmonotonic" and order_unjudged(r):
             n, shown = None, f"<span class=muted>order per key: {esc(order_unjudged(r))}</span>"
         rows.append(f'<tr class="{"bad" if bad else "ok"}" id="anomaly-{esc(a)}"><th>{esc(a)}</th>'

@@ -38,7 +38,7 @@ import pandas as pd
 import psutil
 import pyarrow.parquet as pq
 
-from onceproof.checkers import nearby
+from onceproof.checkers import advice, nearby
 from onceproof.checkers.exactly_once import Recovery
 from onceproof.checking import checks as checking
 from onceproof.checking.checks import CheckError
@@ -265,7 +265,7 @@ def _compose(spark, run_dir: Path, rec: Recovery, lso, hw, damaged: str) -> tupl
                                         live=live, lso=lso, hw=hw,
                                         live_check=checking.stored_liveness(run_dir, nem),
                                         strict=bool(checking._config(run_dir).get("strict")))
-    result = attach_nearby(result, out, inp, nem)
+    result = advice.attach(attach_nearby(result, out, inp, nem))
     if problems:
         result.setdefault("warnings", []).extend(problems)
     if checking.workload_ran(run_dir):

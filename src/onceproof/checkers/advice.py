@@ -1,0 +1,146 @@
+"""A verdict that names the fix: for each anomaly a run found, one "likely cause → fix" line and its
+source, saying only what the run's evidence supports.
+
+Pure: it reads a result dict (``counts``, ``anomalies`` with their examples' provenance and
+``nemesis_nearby``) and adds ``result["advice"] = {anomaly: {"cause", "fix", "source"}}``. The console
+(``harness/summary.py``), the report (``report/html.py``) and the certificate (``report/certificate.py``)
+print it. An anomaly without a rule gets no line rather than a guess.
+
+The evidence each rule reads:
+
+* ``duplicate``: copies of one record that name the same micro-batch (``batch`` provenance) are a
+  replayed batch written again (Spark replays a batch whose ``commits/N`` is missing with the same
+  batchId: the Structured Streaming Programming Guide, "foreachBatch"); copies near a driver or
+  executor kill (``nemesis_nearby``) are likely that; otherwise only "written more than once".
+* ``lost``: losses whose nearest fault deleted input records (``delete-input-records``) or the
+  checkpoint (``lose-checkpoint``) are named after it; otherwise only the fact.
+* the others name one cause each, which their definition already implies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+ISOLATION = ("Spark's Structured Streaming + Kafka Integration Guide (kafka.isolation.level); KIP-98")
+FOREACH_BATCH = "Spark's Structured Streaming Programming Guide, foreachBatch (batchId for deduplication)"
+KILLS = ("kill-driver", "kill-driver-in-commit-window", "kill-executor", "zombie-task", "restart-mid-txn",
+         "upgrade")
+"""Faults after which Spark replays a micro-batch (their names' stems, before ``:``)."""
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One line: the likely ``cause``, the ``fix`` and the ``source`` (a doc page, JIRA or KIP) behind it."""
+
+    cause: str
+    fix: str
+    source: str
+
+    def line(self) -> str:
+        """``likely cause: … → fix: … (source)``."""
+        return f"likely cause: {self.cause} → fix: {self.fix} ({self.source})"
+
+
+def _examples(result: dict, name: str) -> list[dict]:
+    return list((result.get("anomalies") or {}).get(name) or [])
+
+
+def _nearby(examples: list[dict]) -> list[str]:
+    """The fault names (stems) nearest each example, in order, first one per example."""
+    out = []
+    for ex in examples:
+        for op in ex.get("nemesis_nearby") or []:
+            out.append(str(op.get("f", "")).split(":")[0])
+            break
+    return out
+
+
+def _duplicate(result: dict) -> Advice:
+    exs = _examples(result, "duplicate")
+    same_batch = any(len({c.get("batch") for c in ex.get("copies") or [] if c.get("batch") is not None})
+                     < len([c for c in ex.get("copies") or [] if c.get("batch") is not None]) for ex in exs)
+    near = [f for f in _nearby(exs) if f in KILLS]
+    fix = ("make the write idempotent on the micro-batch: skip a batchId already committed (a progress row or "
+           "marker committed with the data, Delta's txnAppId/txnVersion), or upsert on the record's identity")
+    if same_batch:
+        return Advice("a replayed micro-batch was written again (copies name the same batchId)", fix, FOREACH_BATCH)
+    if near:
+        return Advice(f"a replayed micro-batch after {near[0]} was likely written again", fix, FOREACH_BATCH)
+    return Advice("the same input record was written to the output more than once", fix, FOREACH_BATCH)
+
+
+def _lost(result: dict) -> Advice:
+    near = _nearby(_examples(result, "lost"))
+    if "delete-input-records" in near:
+        return Advice("input records were deleted (deleteRecords, as retention does) before the query read them, "
+                      "and the source skipped them", "set failOnDataLoss=true so that the query stops instead of "
+                      "skipping, and keep the input's retention above the pipeline's lag",
+                      "Spark's Structured Streaming + Kafka Integration Guide (failOnDataLoss); KIP-107")
+    if "lose-checkpoint" in near:
+        return Advice("the query's checkpoint was lost and the query restarted from startingOffsets=latest",
+                      "keep the checkpoint on durable storage; a query must never start without it",
+                      "Spark's Structured Streaming Programming Guide, Recovering from Failures with Checkpointing")
+    return Advice("input records never reached the output after recovery (a batch counted as written that was not)",
+                  "count a micro-batch as written only once its commit is known to have succeeded; see the first "
+                  "example's nearby fault", "SPARK-28908; Flink's Kafka sink docs (transaction.timeout.ms)")
+
+
+RULES: dict[str, Callable[[dict], Advice | None]] = {
+    "aborted-input-read": lambda r: Advice(
+        "records of input transactions that aborted are in the output: the Kafka source reads at read_uncommitted",
+        "set .option(\"kafka.isolation.level\", \"read_committed\") on the Kafka source", ISOLATION),
+    "duplicate": _duplicate,
+    "live-duplicate": _duplicate,
+    "lost": _lost,
+    "unexpected": lambda r: Advice(
+        "output records that are in no input record read at read_committed (altered, invented or from another "
+        "topic)", "keep each record's key and seq as read; read only the input topic", "docs/pipeline-contract.md"),
+    "nonmonotonic": lambda r: Advice(
+        "a key's records reached the output out of their input order",
+        "write each input partition's rows in offset order: no repartition or shuffle by anything but the key "
+        "before the write", "docs/architecture.md, Anomalies"),
+    "aborted-read": lambda r: Advice(
+        "records of a sink transaction that aborted are visible at read_committed",
+        "report it against the broker or the client with the run's sink.jsonl", "KIP-98"),
+    "live-aborted-read": lambda r: Advice(
+        "a read_committed reader saw records of a sink transaction that aborted",
+        "report it against the broker or the client with the run's sink.jsonl", "KIP-98"),
+    "lost-write": lambda r: Advice(
+        "Kafka lost an input record it had acknowledged",
+        "acks=all, min.insync.replicas ≥ 2 and unclean.leader.election.enable=false on the input topic",
+        "Kafka's documentation, Replication (Availability and Durability Guarantees)"),
+    "hanging-transaction": lambda r: Advice(
+        "a sink transaction stayed open past transaction.timeout.ms, pinning the output's LSO",
+        "abort what a dead run left open at start (init_transactions() on every transactional.id of the pool)",
+        "KIP-98; Flink's KafkaSink (abort lingering transactions on restore)"),
+    "leftover-transaction": lambda r: Advice(
+        "a dead run's open sink transaction pinned the output's LSO after the restart",
+        "abort what a dead run left open at start (init_transactions() on every transactional.id of the pool)",
+        "KIP-98; Flink's KafkaSink (abort lingering transactions on restore)"),
+}
+"""One rule per anomaly: the result → its :class:`Advice` (``None``: nothing to say)."""
+
+
+def advise(result: dict) -> dict[str, dict]:
+    """``{anomaly: {"cause", "fix", "source"}}`` for every anomaly of ``result`` with a count > 0 and a rule."""
+    out = {}
+    for name, n in (result.get("counts") or {}).items():
+        rule = RULES.get(name)
+        if rule is None or not isinstance(n, (int, float)) or isinstance(n, bool) or n <= 0:
+            continue
+        a = rule(result)
+        if a is not None:
+            out[name] = asdict(a)
+    return out
+
+
+def attach(result: dict) -> dict:
+    """``result`` with ``result["advice"]`` (:func:`advise`); returns it."""
+    result["advice"] = advise(result)
+    return result
+
+
+def line(entry: dict) -> str:
+    """One stored advice entry (``{"cause", "fix", "source"}``) as :meth:`Advice.line` prints it."""
+    return Advice(**entry).line()

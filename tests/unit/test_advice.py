@@ -1,0 +1,42 @@
+"""The "likely cause → fix" line of each anomaly (``checkers/advice.py``), on synthetic results: it names
+what the evidence supports and no more."""
+
+from __future__ import annotations
+
+from onceproof.checkers import advice
+
+
+def _result(counts: dict, anomalies: dict | None = None) -> dict:
+    return {"counts": counts, "anomalies": anomalies or {}}
+
+
+def test_aborted_input_records_point_at_the_sources_isolation_level():
+    a = advice.advise(_result({"aborted-input-read": 3, "lost": 0}))
+    assert set(a) == {"aborted-input-read"}
+    assert "kafka.isolation.level" in a["aborted-input-read"]["fix"] and "KIP-98" in a["aborted-input-read"]["source"]
+
+
+def test_a_duplicate_says_replayed_batch_only_when_the_evidence_shows_one():
+    same_batch = {"duplicate": [{"key": "k", "seq": 1, "copies": [{"batch": "7"}, {"batch": "7"}]}]}
+    near_kill = {"duplicate": [{"key": "k", "seq": 1, "copies": [{}, {}],
+                                "nemesis_nearby": [{"f": "kill-driver-in-commit-window", "dt_s": -1.0}]}]}
+    bare = {"duplicate": [{"key": "k", "seq": 1, "copies": [{}, {}]}]}
+    causes = [advice.advise(_result({"duplicate": 1}, ex))["duplicate"]["cause"] for ex in (same_batch, near_kill, bare)]
+    assert "same batchId" in causes[0]
+    assert "kill-driver-in-commit-window" in causes[1] and "likely" in causes[1]
+    assert "replay" not in causes[2], causes[2]
+    assert all("batchId" in advice.advise(_result({"duplicate": 1}, ex))["duplicate"]["fix"]
+               for ex in (same_batch, near_kill, bare))
+
+
+def test_a_loss_names_failondataloss_only_after_a_deletion():
+    deleted = {"lost": [{"key": "k", "seq": 1, "nemesis_nearby": [{"f": "delete-input-records", "dt_s": -2.0}]}]}
+    assert "failOnDataLoss" in advice.advise(_result({"lost": 4}, deleted))["lost"]["fix"]
+    assert "failOnDataLoss" not in advice.advise(_result({"lost": 4}, {"lost": [{"key": "k"}]}))["lost"]["fix"]
+
+
+def test_nothing_found_nothing_advised_and_a_line_reads_cause_fix_source():
+    assert advice.advise(_result({"duplicate": 0, "lost": 0, "unexpected": 0})) == {}
+    entry = advice.advise(_result({"unexpected": 1}))["unexpected"]
+    line = advice.line(entry)
+    assert line.startswith("likely cause: ") and " → fix: " in line and line.endswith(f"({entry['source']})")
