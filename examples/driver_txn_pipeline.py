@@ -13,6 +13,11 @@ makes that replay a no-op. The one ``transactional.id`` (``<app>-driver``) fence
 open transaction at ``init_transactions()`` (KIP-98). ``--naive`` leaves the marker check out: the
 replayed batch is written again, which onceproof reports as ``duplicate``.
 
+The traps real jobs fall into are options: ``--isolation-level read_uncommitted`` (the records of aborted
+input transactions reach the output), ``--fail-on-data-loss false`` (input deleted before it was read is
+skipped in silence) and ``--starting-offsets latest`` (a query that lost its checkpoint skips what
+arrived meanwhile).
+
 Run it under faults::
 
     onceproof run --pipeline-cmd '{python} examples/driver_txn_pipeline.py --bootstrap {bootstrap}
@@ -76,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jars", default="", help="Spark's Kafka connector jars, comma-separated")
     ap.add_argument("--master", default="local-cluster[2,1,1024]")
     ap.add_argument("--naive", action="store_true", help="no marker check: a replayed batch is written again")
+    ap.add_argument("--starting-offsets", default="earliest", choices=("earliest", "latest"),
+                    help="where a query without a checkpoint starts reading")
+    ap.add_argument("--fail-on-data-loss", default="true", choices=("true", "false"),
+                    help="stop the query when input it has not read was deleted (false: skip it)")
+    ap.add_argument("--isolation-level", default="read_committed", choices=("read_committed", "read_uncommitted"),
+                    help="the Kafka source's kafka.isolation.level")
     args = ap.parse_args(argv)
     markers = args.output_topic + MARKER_SUFFIX
     ensure_topic(args.bootstrap, markers)
@@ -102,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         producer.commit_transaction(60)
 
     source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
-              .option("subscribe", args.input_topic).option("startingOffsets", "earliest")
-              .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true")
+              .option("subscribe", args.input_topic).option("startingOffsets", args.starting_offsets)
+              .option("kafka.isolation.level", args.isolation_level).option("failOnDataLoss", args.fail_on_data_loss)
               .option("maxOffsetsPerTrigger", "5000").load())
     query = (source.selectExpr("key", "value").writeStream.foreachBatch(write)
              .option("checkpointLocation", args.checkpoint).trigger(processingTime="1 second").start())

@@ -21,7 +21,8 @@ def test_a_duplicate_says_replayed_batch_only_when_the_evidence_shows_one():
     near_kill = {"duplicate": [{"key": "k", "seq": 1, "copies": [{}, {}],
                                 "nemesis_nearby": [{"f": "kill-driver-in-commit-window", "dt_s": -1.0}]}]}
     bare = {"duplicate": [{"key": "k", "seq": 1, "copies": [{}, {}]}]}
-    causes = [advice.advise(_result({"duplicate": 1}, ex))["duplicate"]["cause"] for ex in (same_batch, near_kill, bare)]
+    causes = [advice.advise(_result({"duplicate": 1}, ex))["duplicate"]["cause"]
+              for ex in (same_batch, near_kill, bare)]
     assert "same batchId" in causes[0]
     assert "kill-driver-in-commit-window" in causes[1] and "likely" in causes[1]
     assert "replay" not in causes[2], causes[2]
@@ -32,6 +33,7 @@ def test_a_duplicate_says_replayed_batch_only_when_the_evidence_shows_one():
 def test_a_loss_names_failondataloss_only_after_a_deletion():
     deleted = {"lost": [{"key": "k", "seq": 1, "nemesis_nearby": [{"f": "delete-input-records", "dt_s": -2.0}]}]}
     assert "failOnDataLoss" in advice.advise(_result({"lost": 4}, deleted))["lost"]["fix"]
+    assert "failOnDataLoss" in advice.advise(_result({"lost-deleted": 2}))["lost-deleted"]["fix"]
     assert "failOnDataLoss" not in advice.advise(_result({"lost": 4}, {"lost": [{"key": "k"}]}))["lost"]["fix"]
 
 

@@ -381,6 +381,18 @@ class Runtimes(Protocol):
         Raises: ``BackendError`` naming the fix when the runtime cannot be built."""
 
 
+@runtime_checkable
+class CheckpointLoss(Protocol):
+    """Optional to a :class:`SparkApp`: the query's checkpoint directory lost, as an operator's mistake or a
+    storage loss would lose it (``lose-checkpoint``)."""
+
+    def lose_checkpoint(self) -> str:
+        """Move the driver's checkpoint directory (``PipelineArgs.checkpoint``) aside, to a new name beside it,
+        so that the next driver start finds none; returns that name. Call it while the driver is down.
+
+        Raises: ``OSError`` when the directory cannot be moved."""
+
+
 class FaultNetwork(Protocol):
     """The cluster's network, one path at a time (Jepsen ``net``): every path into a node can be cut or
     slowed. Path names are the backend's (``client-1``, ``internal-1``, ``ctrl-1-2`` on toxiproxy) and

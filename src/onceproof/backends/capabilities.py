@@ -16,6 +16,7 @@ from __future__ import annotations
 import typing
 
 from onceproof.backends.base import (
+    CheckpointLoss,
     ClockFaults,
     DiskFaults,
     DriverClock,
@@ -63,6 +64,8 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "corrupt-segment-tail:*": (LogDirs,),  # a stopped broker's segment garbled in its log directory
     "disk-full:*": (DiskFaults,),  # a broker's size-limited data filesystem filled (tmpfs on the local backend)
     "lose-unsynced-writes:*": (UnsyncedLoss,),  # a broker's unsynced writes dropped (a FUSE layer, local backend)
+    "delete-input-records": (),  # the Admin API (DeleteRecords, KIP-107)
+    "lose-checkpoint": (CheckpointLoss,),  # the driver's checkpoint directory moved aside while it is down
 }
 
 

@@ -70,13 +70,16 @@ def _duplicate(result: dict) -> Advice:
     return Advice("the same input record was written to the output more than once", fix, FOREACH_BATCH)
 
 
+DELETED = Advice("input records were deleted (DeleteRecords, as retention does) before the query read them, and "
+                 "the source skipped them", "set failOnDataLoss=true so that the query stops instead of skipping, "
+                 "and keep the input's retention above the pipeline's lag",
+                 "Spark's Structured Streaming + Kafka Integration Guide (failOnDataLoss); KIP-107")
+
+
 def _lost(result: dict) -> Advice:
     near = _nearby(_examples(result, "lost"))
     if "delete-input-records" in near:
-        return Advice("input records were deleted (deleteRecords, as retention does) before the query read them, "
-                      "and the source skipped them", "set failOnDataLoss=true so that the query stops instead of "
-                      "skipping, and keep the input's retention above the pipeline's lag",
-                      "Spark's Structured Streaming + Kafka Integration Guide (failOnDataLoss); KIP-107")
+        return DELETED
     if "lose-checkpoint" in near:
         return Advice("the query's checkpoint was lost and the query restarted from startingOffsets=latest",
                       "keep the checkpoint on durable storage; a query must never start without it",
@@ -93,6 +96,7 @@ RULES: dict[str, Callable[[dict], Advice | None]] = {
     "duplicate": _duplicate,
     "live-duplicate": _duplicate,
     "lost": _lost,
+    "lost-deleted": lambda r: DELETED,
     "unexpected": lambda r: Advice(
         "output records that are in no input record read at read_committed (altered, invented or from another "
         "topic)", "keep each record's key and seq as read; read only the input topic", "docs/pipeline-contract.md"),

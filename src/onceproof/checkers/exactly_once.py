@@ -28,6 +28,10 @@ Anomalies (docs/architecture.md, "Anomalies"; Jepsen's names where they fit):
   ``op.input``).
 * ``lost`` – an input record with no output copy (by ``op.input``, or by count for unpaired copies).
   Counted as input records.
+* ``lost-deleted`` – an input record that a fault deleted from the input log (``delete-input-records``,
+  KIP-107's DeleteRecords: the frame's :data:`DELETED_BY` column) before the query read it, with no
+  output copy: the pipeline skipped it (``failOnDataLoss=false``). Counted apart from ``lost`` so that
+  the two causes never mix; examples say what deleted it.
 * ``lost-write`` – a send acknowledged ``ok`` in the history is absent from the input log.
 * ``unexpected`` – an output (key, seq) not in the input log (counted per pair), an output value
   without key/seq, or a copy whose ``op.input`` names no input record or one holding a different (key,
@@ -67,7 +71,8 @@ Anomalies (docs/architecture.md, "Anomalies"; Jepsen's names where they fit):
 Verdict: ``invalid`` if any definite anomaly (duplicate, unexpected, aborted-input-read, nonmonotonic, lost-write,
 failed-write-visible, and input-duplicate when a workload history is present; the result's
 ``definite`` lists them) is found; otherwise ``unknown`` if recovery did not finish (``lost`` cannot be
-told from "not yet"); otherwise ``invalid`` if anything is lost, else ``valid``.
+told from "not yet"); otherwise ``invalid`` if anything is lost (``lost`` or ``lost-deleted``), else
+``valid``.
 """
 
 from __future__ import annotations
@@ -85,11 +90,15 @@ from onceproof.checkers import examples
 from onceproof.sinks.base import ORDER_RANK
 from onceproof.store.columns import release_freed_memory
 
-ANOMALIES = ("duplicate", "lost", "lost-write", "unexpected", "aborted-input-read", "nonmonotonic",
-             "input-duplicate", "failed-write-visible")
+ANOMALIES = ("duplicate", "lost", "lost-deleted", "lost-write", "unexpected", "aborted-input-read",
+             "nonmonotonic", "input-duplicate", "failed-write-visible")
 DEFINITE = ("duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write", "failed-write-visible")
 DEFINITE_WITH_HISTORY = ("input-duplicate",)  # definite only when a workload history is present
 MAX_EXAMPLES = 10
+DELETED_BY = "deleted_by"
+"""An input frame's optional column: for a record a fault deleted from the input log before the query
+read it (``delete-input-records``, reconstructed from the history's ok send), what deleted it; NA for
+the others. Such a record is owed like any other, and its loss is ``lost-deleted``, not ``lost``."""
 INPUT_REF = "op.input"  # pipeline/provenance.py INPUT
 
 
@@ -298,12 +307,21 @@ def _lost(w: _Work) -> None:
         w.lost_rows = _lost_rows(w.d_in, w.places_in, w.unpaid, w.unclaimed, w.n_free)
     w.unpaid = None
     inp = w.inp
-    w.counts["lost"] = int(len(w.lost_rows))
-    lex = _earliest(w.lost_rows, w.places_in)
-    lp, lo_ = inp["partition"].iloc[lex].tolist(), inp["offset"].iloc[lex].tolist()
-    w.anomalies["lost"] = [{"key": w.keys[w.k_in[r]], "seq": int(s), "input_partition": int(p),
-                            "input_offset": int(o)}
-                           for r, s, p, o in zip(lex, _int64(inp["seq"].iloc[lex]), lp, lo_)]
+    w.deleted_rows = np.zeros(0, np.int64)
+    if DELETED_BY in inp.columns:  # records a fault deleted from the input before the query read them
+        by = inp[DELETED_BY].to_numpy(dtype=object)[w.lost_rows]
+        gone = pd.notna(by)
+        w.deleted_rows, w.lost_rows = w.lost_rows[gone], w.lost_rows[~gone]
+    for name, rows in (("lost", w.lost_rows), ("lost-deleted", w.deleted_rows)):
+        w.counts[name] = int(len(rows))
+        lex = _earliest(rows, w.places_in)
+        lp, lo_ = inp["partition"].iloc[lex].tolist(), inp["offset"].iloc[lex].tolist()
+        w.anomalies[name] = [{"key": w.keys[w.k_in[r]], "seq": int(s), "input_partition": int(p),
+                              "input_offset": int(o)}
+                             for r, s, p, o in zip(lex, _int64(inp["seq"].iloc[lex]), lp, lo_)]
+        if name == "lost-deleted":
+            for ex, r in zip(w.anomalies[name], lex):
+                ex["deleted_by"] = inp[DELETED_BY].iloc[r]
 
 
 def _duplicates(w: _Work) -> None:
@@ -549,11 +567,11 @@ def _result(w: _Work, recovery: Recovery) -> dict:
         verdict = "invalid"
     elif not recovery.finished:
         verdict = "unknown"
-    elif counts["lost"]:
+    elif counts["lost"] or counts["lost-deleted"]:
         verdict = "invalid"
     else:
         verdict = "valid"
-    per_key = {"duplicate": k_out[w.dup_first], "lost": k_in[w.lost_rows],
+    per_key = {"duplicate": k_out[w.dup_first], "lost": k_in[w.lost_rows], "lost-deleted": k_in[w.deleted_rows],
                "unexpected": np.concatenate([k_out[w.unexp_rows], k_out[w.mis_rows]]),
                "aborted-input-read": k_out[w.air_rows],
                "nonmonotonic": k_out[w.back_rows], **w.per_key_h, "input-duplicate": k_in[w.idup_first]}
@@ -571,9 +589,9 @@ def _result(w: _Work, recovery: Recovery) -> dict:
             "bad_keys": bad_keys, "definite": list(definite), "order": w.order}
 
 
-COUNT_ORDER = ("lost", "duplicate", "duplicate-records", "unexpected", "aborted-input-read", "nonmonotonic",
-               "lost-write", "failed-write-visible", "input-duplicate", "input-duplicate-records")
-EXAMPLE_ORDER = ("lost", "duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write",
+COUNT_ORDER = ("lost", "lost-deleted", "duplicate", "duplicate-records", "unexpected", "aborted-input-read",
+               "nonmonotonic", "lost-write", "failed-write-visible", "input-duplicate", "input-duplicate-records")
+EXAMPLE_ORDER = ("lost", "lost-deleted", "duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write",
                  "failed-write-visible",
                  "input-duplicate")
 
@@ -1311,5 +1329,5 @@ def _bad_keys(per_key: dict[str, pd.Series]) -> dict[str, dict[str, int]]:
     return {str(k): {c: int(v) for c, v in row.items() if v} for k, row in t.iterrows()}
 
 
-ANOMALY_ORDER = ("duplicate", "lost", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write",
+ANOMALY_ORDER = ("duplicate", "lost", "lost-deleted", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write",
                  "input-duplicate", "failed-write-visible")

@@ -28,7 +28,7 @@ from onceproof.checkers import advice, compose, exactly_once, liveness, nearby, 
 from onceproof.checkers.exactly_once import Recovery
 from onceproof.checking.recovery import RecoveryStatus
 from onceproof.clients import topics
-from onceproof.nemesis import coverage
+from onceproof.nemesis import coverage, delete_records
 from onceproof.sinks import file_log, kafka_topic, user_outputs
 from onceproof.sinks.base import COMMITTED, OutputError, OutputLocation, OutputReader, OutputView
 from onceproof.store import readers
@@ -36,7 +36,7 @@ from onceproof.store.columns import release_freed_memory
 from onceproof.store.runfiles import INPUT, LIVE, LSO, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles, stored
 from onceproof.workloads import registry as workloads
 
-HISTORY_COLUMNS = ("type", "f", "key", "seq", "partition", "offset", "error")
+HISTORY_COLUMNS = ("type", "f", "key", "seq", "partition", "offset", "error", "txn")
 """The ``history.jsonl`` fields the checks read (the workloads' checkers, :func:`history_gaps`): the others
 (``index``, ``time``, ``wall``, ``process``) are not loaded for a check (the report reads its own)."""
 
@@ -287,8 +287,11 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
     LSO/HW samples and the bounds the liveness checker (``checkers/liveness.py``) judges them by.
     ``strict``: the input log's anomalies (platform findings, ``checkers/platform.py``) count in the verdict.
     ``driver_starts``: epoch s of each driver's query start, for the leftover-transaction check."""
+    inp, deleted = with_deleted_input(inp, hist, nemesis)
     base = workloads.get(workload).check(hist, inp, out, rec)
     base["workload"] = workload
+    if deleted:
+        base.setdefault("stats", {})["deleted_input_records"] = deleted
     release_freed_memory()  # the checker's per-record tables, before the next checks allocate theirs
     seen = None if live is None else transactions.distinct_positions(live)
     result = compose.combine(base, output=out, sink_log=sink_log, uncommitted=uncommitted, live=live, lso=lso,
@@ -297,6 +300,42 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                                                        _append_ms(inp)),
                              strict=strict, live_distinct=seen)
     return advice.attach(nearby.attach(result, out, inp, nemesis))
+
+
+def with_deleted_input(inp: pd.DataFrame, hist: pd.DataFrame, nemesis: pd.DataFrame | None
+                       ) -> tuple[pd.DataFrame, int]:
+    """The input as it was before ``delete-input-records`` turns cut its log start, and how many records
+    they deleted unread: the history's ``ok`` sends at the offsets a turn deleted before the query read
+    them (``nemesis.delete_records.deleted_ranges``) are added back, with
+    :data:`~onceproof.checkers.exactly_once.DELETED_BY` naming the turn (NA for the records read from
+    the topic), so the checker owes them and reports their loss as ``lost-deleted``. ``inp`` itself
+    when nothing was deleted."""
+    if nemesis is None or nemesis.empty or hist.empty or not {"partition", "offset"} <= set(hist.columns):
+        return inp, 0
+    ranges = delete_records.deleted_ranges(nemesis.to_dict("records"))
+    if not ranges:
+        return inp, 0
+    ok = hist[(hist["type"] == "ok") & (hist["f"] == "send")]
+    part = pd.to_numeric(ok["partition"], errors="coerce")
+    off = pd.to_numeric(ok["offset"], errors="coerce")
+    parts = []
+    for p, lo, hi in ranges:
+        m = (part == p) & (off >= lo) & (off < hi)
+        parts.append(pd.DataFrame({"key": ok["key"][m].astype(str).to_numpy(),
+                                   "seq": pd.to_numeric(ok["seq"][m]).astype("int64").to_numpy(),
+                                   "partition": part[m].astype("int64").to_numpy(),
+                                   "offset": off[m].astype("int64").to_numpy(),
+                                   exactly_once.DELETED_BY: f"delete-input-records: partition {p}, offsets "
+                                                            f"[{lo}, {hi})"}))
+    gone = pd.concat(parts, ignore_index=True).drop_duplicates(["partition", "offset"])
+    if gone.empty:
+        return inp, 0
+    have = set(zip(inp["partition"].astype("int64"), inp["offset"].astype("int64")))
+    gone = gone[[(p, o) not in have for p, o in zip(gone["partition"], gone["offset"])]]
+    base = inp.assign(**{exactly_once.DELETED_BY: None})
+    if "key" in base.columns:
+        base["key"] = base["key"].astype(str)
+    return pd.concat([base, gone], ignore_index=True), int(len(gone))
 
 
 def stored_liveness(run_dir: Path, nemesis: pd.DataFrame | None) -> dict:

@@ -166,6 +166,24 @@ def end_offsets(bootstrap: str, topic: str, committed: bool) -> dict[int, int]:
     return out
 
 
+def start_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition: the log start offset (the earliest offset a reader can fetch)."""
+    a = admin(bootstrap)
+    req = {TopicPartition(topic, p): OffsetSpec.earliest() for p in partitions(bootstrap, topic)}
+    return {tp.partition: fut.result(timeout=30).offset
+            for tp, fut in a.list_offsets(req, request_timeout=15).items()}
+
+
+def delete_records(bootstrap: str, cuts: list[TopicPartition], timeout_s: float = 30.0) -> dict[int, int]:
+    """Delete every record below each ``TopicPartition``'s offset (the Admin API's DeleteRecords, KIP-107);
+    returns ``{partition: the new log start offset}``.
+
+    Raises: ``confluent_kafka.KafkaException`` when the request fails (no leader, not authorised)."""
+    a = admin(bootstrap)
+    futs = a.delete_records(cuts, request_timeout=timeout_s, operation_timeout=timeout_s)
+    return {tp.partition: fut.result(timeout=timeout_s + 5).low_watermark for tp, fut in futs.items()}
+
+
 @dataclass
 class TopicRead:
     """A topic read to its end. ``frame`` columns: partition, offset, timestamp (the record's Kafka

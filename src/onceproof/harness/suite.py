@@ -169,8 +169,9 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
         for w in workloads:
             for k in range(test_count):
                 seed = seed_base + k
-                cells.append(Cell(sink, w, pkg, seed, sinks.get(sink).expect,
-                                  fit_time_limit(specs, time_limit, seed), performs=performs))
+                expect = "invalid" if pkg in packages.EXPECT_INVALID else sinks.get(sink).expect
+                cells.append(Cell(sink, w, pkg, seed, expect, fit_time_limit(specs, time_limit, seed),
+                                  performs=performs))
     for name, pkg in (configs if mutants and weak_configs else []):
         specs = _fitting(packages.specs(pkg), sinks.get(sinks.DEFAULT).capabilities, performs)
         if not specs:

@@ -9,6 +9,7 @@ from onceproof.nemesis.broker import KillBroker, PauseBroker
 from onceproof.nemesis.clock import ClockSkew
 from onceproof.nemesis.commit_delay import CommitDelay
 from onceproof.nemesis.commit_window import KillDriverInCommitWindow
+from onceproof.nemesis.delete_records import DeleteInputRecords
 from onceproof.nemesis.disk import CorruptSegmentTail, DiskFull
 from onceproof.nemesis.driver_clock import DriverClockSkew
 from onceproof.nemesis.fault import Fault
@@ -16,6 +17,7 @@ from onceproof.nemesis.grow import AddInputPartitions
 from onceproof.nemesis.kill_driver import KillDriver
 from onceproof.nemesis.kill_executor import KillExecutor
 from onceproof.nemesis.lazyfs_fault import LoseUnsyncedWrites
+from onceproof.nemesis.lose_checkpoint import LoseCheckpoint
 from onceproof.nemesis.lossy import LossyLink
 from onceproof.nemesis.network import Partition, SlowNetwork
 from onceproof.nemesis.operator import BounceBroker, ElectLeaders, RollingRestart
@@ -49,6 +51,8 @@ FAULTS = {
     DiskFull.name: DiskFull,
     LoseUnsyncedWrites.name: LoseUnsyncedWrites,
     DelayTxnRequests.name: DelayTxnRequests,
+    DeleteInputRecords.name: DeleteInputRecords,
+    LoseCheckpoint.name: LoseCheckpoint,
 }
 
 NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name, DelayTxnRequests.name}  # need the cluster behind toxiproxy
@@ -71,6 +75,12 @@ CLOCK = {ClockSkew.name, DriverClockSkew.name}
 # disk-full gives every broker a tmpfs of its own (needs_small_disks, root), and a garbled segment costs a broker
 # restart and a refetch per turn; lose-unsynced-writes puts every broker's log.dirs on a FUSE layer (needs_lazyfs).
 DISK = {CorruptSegmentTail.name, DiskFull.name, LoseUnsyncedWrites.name}
+
+
+# Traps (nemesis/delete_records.py, nemesis/lose_checkpoint.py): what no pipeline survives unharmed, an input
+# deleted before it was read or a checkpoint lost; they show how a job fails (lost or duplicate, a stopped
+# query), so they run when named or in the ``traps`` package, whose cells expect invalid, never in ``all``.
+TRAPS = {DeleteInputRecords.name, LoseCheckpoint.name}
 
 
 def needs_proxy(specs: list[str]) -> bool:
@@ -126,8 +136,8 @@ def target_choices(capabilities: frozenset[str] | None = None) -> dict[str, tupl
 def all_specs() -> list[str]:
     """What ``--nemesis all`` means: every general fault family and every target, each its own spec
     (``kill-broker:one``, ``kill-broker:leader``, ..., ``kill-executor``); not the :data:`TARGETED`
-    faults, nor the :data:`OPERATOR`, :data:`LOSSY`, :data:`CLOCK` or :data:`DISK` ones."""
-    return [s for n in FAULTS if n not in TARGETED | OPERATOR | LOSSY | CLOCK | DISK for s in expand(n)]
+    faults, nor the :data:`OPERATOR`, :data:`LOSSY`, :data:`CLOCK`, :data:`DISK` or :data:`TRAPS` ones."""
+    return [s for n in FAULTS if n not in TARGETED | OPERATOR | LOSSY | CLOCK | DISK | TRAPS for s in expand(n)]
 
 
 def expand(spec: str) -> list[str]:

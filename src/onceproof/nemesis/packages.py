@@ -27,6 +27,9 @@ at one class of failure, so a suite reads "eos × network" rather than a list of
   mutant; a package of its own because each turn holds for over a minute;
 * ``upgrade`` – a driver stopped mid-batch (killed, or ``query.stop()``) and restarted from its checkpoint
   into a changed configuration or the previous PySpark;
+* ``traps`` – what no pipeline survives unharmed, to show how a job fails and what fixes it: input records
+  deleted before the query read them (``delete-input-records``, KIP-107) and the query's checkpoint lost
+  (``lose-checkpoint``); its cells expect ``invalid`` for every sink (:data:`EXPECT_INVALID`);
 * ``all`` – every fault of every package.
 
 Pure data over ``nemesis/catalog.py``'s names.
@@ -50,7 +53,10 @@ PACKAGES: dict[str, tuple[str, ...]] = {
              "lose-unsynced-writes:one", "lose-unsynced-writes:leader"),
     "stale-requests": ("delay-txn-requests:endtxn", "delay-txn-requests:produce"),
     "upgrade": ("upgrade:min-partitions", "upgrade:max-offsets", "upgrade:graceful", "upgrade:pyspark"),
+    "traps": ("delete-input-records", "lose-checkpoint"),
 }
+EXPECT_INVALID = frozenset({"traps"})
+"""Packages whose faults no pipeline survives unharmed: their test-all cells expect ``invalid`` whatever the sink."""
 
 
 def names() -> list[str]:

@@ -31,8 +31,8 @@ from onceproof.pipeline.identity import DRIVER_CLOCK_ENV
 class LocalSpark(SupervisedSpark):
     """The supervised pipeline ``pipeline``, logging to ``log_dir``. Not started until :meth:`start`.
     Implements :class:`~onceproof.backends.base.SparkApp` and every optional protocol of it (``DriverPause``,
-    ``ExecutorFaults``, ``ExecutorPause``, ``TaskKill``, ``Runtimes``, ``DriverClock``: the driver under
-    libfaketime when :attr:`PipelineArgs.clock_file` is set)."""
+    ``ExecutorFaults``, ``ExecutorPause``, ``TaskKill``, ``Runtimes``, ``CheckpointLoss``, ``DriverClock``: the
+    driver under libfaketime when :attr:`PipelineArgs.clock_file` is set)."""
 
     def __init__(self, pipeline: PipelineArgs, log_dir: Path):
         self.pipeline = pipeline
@@ -112,6 +112,16 @@ class LocalSpark(SupervisedSpark):
         """SIGKILL process group ``pid`` and wait (≤ 5 s); True when ``pid`` is gone."""
         processes.kill_group(pid)
         return not processes.alive(pid)
+
+    def lose_checkpoint(self) -> str:
+        """Rename the checkpoint directory to ``<name>.lost-<n>`` beside it (n: the first free number)."""
+        ckpt = Path(self.pipeline.checkpoint)
+        n = 1
+        while ckpt.with_name(f"{ckpt.name}.lost-{n}").exists():
+            n += 1
+        aside = ckpt.with_name(f"{ckpt.name}.lost-{n}")
+        os.rename(ckpt, aside)
+        return str(aside)
 
     def freeze_driver(self, pid: int) -> bool:
         """SIGSTOP process group ``pid`` (the driver, its JVM, master, workers, executors)."""

@@ -46,6 +46,7 @@ from onceproof.checking.spark import engine as spark_engine
 from onceproof.checking.spark import transactions as spark_transactions
 from onceproof.checking.spark.engine import columns
 from onceproof.nemesis import coverage
+from onceproof.nemesis.delete_records import DeleteInputRecords
 from onceproof.sinks import user_outputs
 from onceproof.store import readers, spark_readers
 from onceproof.store.runfiles import INPUT, OUTPUT, RunFiles, stored
@@ -126,6 +127,9 @@ class SparkEngine:
             if sink is not None and sink.output_dir:
                 return (f"{run_dir} is a --sink {sink.name} run: --engine spark reads topic snapshots, not a "
                         f"{sink.name} sink's directory; {fix}")
+            if any(str(s).startswith(DELETE_RECORDS) for s in config.get("nemesis") or []):
+                return (f"{run_dir} ran {DELETE_RECORDS}: --engine spark does not yet rebuild the deleted input "
+                        f"records from the history; {fix}")
         if workload != KEYED:
             return f"--engine spark checks the keyed workload only, not {workload}; {fix}"
         if file_sink is not None or file_read != "committed":
@@ -144,6 +148,8 @@ class SparkEngine:
         with session(o.spark_master, o.spark_conf, kafka=True) as spark:
             return check_topics(spark, bootstrap, input_topic, output_topic, run_dir, st)
 
+
+DELETE_RECORDS = DeleteInputRecords.name
 
 ENGINE = SparkEngine()
 

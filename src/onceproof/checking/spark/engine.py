@@ -337,7 +337,8 @@ def _counts(w: _Work) -> None:
     def total(name: str) -> int:
         return sum(per_key.get(name, {}).values())
 
-    w.counts = {"lost": total("lost"), "duplicate": total("duplicate"),
+    # lost-deleted: a run whose input a fault deleted is refused before Spark starts (checking/spark/checks.py)
+    w.counts = {"lost": total("lost"), "lost-deleted": 0, "duplicate": total("duplicate"),
                 "duplicate-records": tot["excess"] + tot["twice"],
                 "unexpected": total("unexpected") + tot["bad"], "aborted-input-read": total("aborted-input-read"),
                 "nonmonotonic": total("nonmonotonic"),
@@ -397,6 +398,7 @@ def _anomalies(w: _Work) -> dict[str, list]:
         return _plain_record({c: extra[c] if c in extra else row.get(c) for c in cols})
 
     anomalies = {}
+    anomalies["lost-deleted"] = []
     anomalies["lost"] = [{"key": r["key_s"], "seq": int(r["seq"]), "input_partition": int(r["partition"]),
                           "input_offset": int(r["offset"])} for r in ex["lost"]]
     anomalies["duplicate"] = [{"key": k, "seq": int(s), "copies": [rec(o, ["partition", "offset", *prov], {})
@@ -447,8 +449,8 @@ def _history_anomalies(w: _Work) -> dict[str, list]:
     return {"lost-write": lw, "failed-write-visible": fv}
 
 
-_ORDER = ("lost", "duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write", "failed-write-visible",
-          "input-duplicate")
+_ORDER = ("lost", "lost-deleted", "duplicate", "unexpected", "aborted-input-read", "nonmonotonic", "lost-write",
+          "failed-write-visible", "input-duplicate")
 
 
 def _key_plain(df):

@@ -1,0 +1,60 @@
+"""The traps of real jobs (``traps`` package: ``nemesis/delete_records.py``, ``nemesis/lose_checkpoint.py``),
+on the real local cluster, each caught with the anomaly it causes and the fix named:
+
+* input records deleted before the query read them (KIP-107's DeleteRecords, as retention does): a user's
+  job with ``failOnDataLoss=false`` (``examples/driver_txn_pipeline.py``) skips them, caught as
+  ``lost-deleted``, apart from ``lost``, with the deleted range and ``failOnDataLoss`` as the fix;
+* the query's checkpoint lost while its driver is down: the bundled pipeline (``startingOffsets=earliest``)
+  reads its input again and its sink, whose ids live in the checkpoint, writes it again: ``duplicate``,
+  the evidence giving the checkpoint's batch ids before and after.
+
+About 5 minutes on 2 cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_run, our_processes, run_cli
+
+pytestmark = pytest.mark.cluster
+
+JOB = ("{python} examples/driver_txn_pipeline.py --bootstrap {bootstrap} --input-topic {input_topic} "
+       "--output-topic {output_topic} --checkpoint {checkpoint} --jars {jars}")
+
+
+def _run(results_root, fault: str, extra: list[str], time_limit: int = 30) -> tuple[dict, dict, str]:
+    p = run_cli(["run", *extra, "--nemesis", fault, "--time-limit", str(time_limit), "--seed", "1",
+                 "--results", str(results_root)], timeout=900)
+    out = p.stdout + p.stderr
+    assert p.returncode != 254, out[-3000:]
+    run_dir, result, ops = load_run(results_root)
+    assert not our_processes(str(run_dir)), "processes of the run left running"
+    turns = [o for o in ops if o.get("type") == "info" and o.get("f") == fault]
+    assert turns and turns[0]["outcome"] == "effective" and turns[0]["exercised"], (turns, out[-3000:])
+    assert p.returncode == 1 and result["verdict"] == "invalid", (result.get("verdict"), result.get("counts"),
+                                                                  out[-3000:])
+    return result, turns[0]["evidence"], out
+
+
+@pytest.mark.timeout(1000)
+def test_deleted_input_skipped_by_a_lenient_job_is_lost_deleted_with_its_fix(results_root):
+    result, ev, out = _run(results_root, "delete-input-records",
+                           ["--pipeline-cmd", JOB + " --fail-on-data-loss false", "--output", "kafka"])
+    lo, hi = ev["deleted_unread"]
+    assert hi > lo and ev["log_start_after"] == hi and ev["query"]["went_on"] == "skipped", ev
+    c = result["counts"]
+    assert c["lost-deleted"] > 0 and c["lost"] == 0 and c["lost-write"] == 0, c
+    assert result["stats"]["deleted_input_records"] >= c["lost-deleted"], result["stats"]
+    ex = result["anomalies"]["lost-deleted"][0]
+    assert ex["input_partition"] == ev["partition"] and lo <= ex["input_offset"] < hi, (ex, ev)
+    assert f"[{ev['log_start_before']}, {hi})" in ex["deleted_by"], ex
+    assert "failOnDataLoss" in result["advice"]["lost-deleted"]["fix"], result["advice"]
+    assert "lost-deleted: likely cause" in out
+
+
+@pytest.mark.timeout(1000)
+def test_a_lost_checkpoint_makes_the_bundled_pipeline_write_its_input_again(results_root):
+    result, ev, out = _run(results_root, "lose-checkpoint", ["--sink", "eos"])
+    assert ev["before"]["offsets"] > 0 and ev["after"]["offsets"] is not None and ev["moved_to"], ev
+    assert result["counts"]["duplicate"] > 0, result["counts"]
+    assert "batchId" in result["advice"]["duplicate"]["fix"], result["advice"]
