@@ -131,7 +131,7 @@ soak: setup
 	$(BIN)/python soak/soak.py --seeds 1-10 --sinks eos,at-least-once --time-limit 120
 
 # issue 10's certification: the detection table (every mutant against the fault package aimed at it,
-# eos as the control, 3 seeds) and the eos certificate (4 packages × 2 seeds); see docs/performance.md for the time
+# eos as the control, eos caught under the traps package, 3 seeds) and the eos certificate (4 packages × 2 seeds); see docs/performance.md for the time
 # a user's driver-side transactional job (examples/driver_txn_pipeline.py) under kill-driver,kill-executor,
 # kill-broker on seeds 1-3, and test-all --pipeline-cmd on it and on its naive variant (about 12 min)
 # KAFKA-17754 probe (issue 29 item 5): a held Produce or EndTxn request against a producer reused across

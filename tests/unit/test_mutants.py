@@ -53,9 +53,12 @@ def test_mutant_cells_pair_each_mutant_with_its_package_and_eos_is_the_control()
     assert not mutants.MUTANTS["eos-long-lived-producer"].caught
     # eos is the control of every package used, the weak cluster configs' included (single-replica × disk)
     assert {p for s, p in by if s == "eos"} == {m.package for m in mutants.MUTANTS.values() if m.caught} | {
-        "process", "disk"}
-    assert ("eos@single-replica", "disk") in by
-    assert all(c.expect == ("valid" if c.label == "eos" else "invalid") for c in cells)
+        "process", "disk", "traps"}
+    assert ("eos@single-replica", "disk") in by and ("eos-read-uncommitted", "commit") in by
+    # eos is the control (valid) of every package, and caught (invalid) under the traps
+    assert all(c.expect == ("valid" if c.label == "eos" and c.package not in packages.EXPECT_INVALID else "invalid")
+               for c in cells)
+    assert [c.expect for c in cells if c.package == "traps"] == ["invalid", "invalid"]
     weak = next(c for c in cells if c.cluster_config)
     argv = suite.run_command(weak, Path("/r"), [])
     assert argv[argv.index("--cluster-config") + 1] == "single-replica" and argv[argv.index("--sink") + 1] == "eos"

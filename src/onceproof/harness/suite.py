@@ -118,8 +118,10 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
 
     With ``mutants``: every mutant and ``at-least-once`` against the package that targets it
     (``Sink.targeted_by``; or against every package in ``package_names`` when given), and ``eos`` against
-    every package used, as the control. With ``pipeline_cmd``: the user's job instead of any sink, as the
-    keyed workload (its contract), against each package narrowed to the faults it can take
+    every package used, as the control; without ``package_names``, also ``eos`` against each package of
+    ``packages.EXPECT_INVALID`` (the traps), expecting ``invalid``. With ``pipeline_cmd``: the user's job
+    instead of any sink, as the keyed workload (its contract), against each package narrowed to the faults
+    it can take
     (:func:`left_out` lists the others); a package left with none is dropped. With ``mutants`` and
     ``weak_configs``: also the eos sink on each weak cluster config (``clients/durability.py``,
     ``targeted_by``) against the package that loses its data, expecting ``invalid`` (cell label
@@ -156,6 +158,9 @@ def plan_cells(*, sinks_: list[str], workloads: list[str], package_names: list[s
                    for p in package_names or [d.targeted_by]]
         used = list(dict.fromkeys([*(p for _, p in pairs), *(p for _, p in configs)]))
         pairs = [(sinks.DEFAULT, p) for p in used] + pairs
+        # and the traps (packages no pipeline survives unharmed): the eos sink caught under each
+        pairs += [(sinks.DEFAULT, p) for p in packages.PACKAGES if p in packages.EXPECT_INVALID
+                  and not package_names and (sinks.DEFAULT, p) not in pairs]
     else:
         for s in sinks_:
             sinks.get(s)  # ValueError naming the known sinks
