@@ -43,3 +43,12 @@ def test_only_a_transactional_producer_aborts():
 def test_input_aborts_outside_0_to_1_is_a_usage_error(bad):
     with pytest.raises(ConfigError, match="--input-aborts"):
         TestConfig(input_aborts=bad).validate()
+
+
+def test_the_read_uncommitted_mutant_changes_only_its_sources_isolation_level():
+    from onceproof.pipeline import mutants
+
+    assert mutants.source_isolation("eos-read-uncommitted") == "read_uncommitted"
+    assert all(mutants.source_isolation(s) == "read_committed" for s in ("eos", "eos-no-marker", "at-least-once"))
+    m = mutants.MUTANTS["eos-read-uncommitted"]
+    assert (m.package, m.anomaly, m.caught) == ("commit", "aborted-input-read", True)

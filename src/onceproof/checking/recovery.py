@@ -13,6 +13,7 @@ If the deadline passes first, the reasons are returned and the verdict can be at
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -155,3 +156,25 @@ def caught_up(bootstrap: str, input_topic: str, output_topic: str, *, group: str
             progress(st)
             last_report = now
         sleep(1.0)
+
+
+_FAILURE = re.compile(r"(StreamingQueryException|KAFKA_DATA_LOSS|Some data may have been lost|"
+                      r"offset was changed from)")
+
+
+def query_failure(log_dir: Path) -> str | None:
+    """The error that stopped the newest driver's streaming query, quoted from its log
+    (``<log_dir>/driver-<n>.log``, the supervisor's, ``.gz`` once compacted): the first line naming a
+    ``StreamingQueryException`` or a Kafka source's data loss, cut to 400 characters; ``None`` when the
+    newest driver's log shows none (it is running, or died some other way)."""
+    logs = sorted(Path(log_dir).glob("driver-*.log"), key=lambda f: int(re.sub(r"\D", "", f.stem) or 0))
+    if not logs:
+        return None
+    try:
+        text = logs[-1].read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if _FAILURE.search(line):
+            return line.strip()[:400]
+    return None

@@ -355,6 +355,10 @@ def _recover(r: _Run) -> recovery.RecoveryStatus:
     st = recovery.wait(r.cluster.bootstrap, r.names.input, r.names.output, r.ckpt, r.cfg.recovery_timeout,
                        progress=lambda s: r.console.print(f"  recovering ({s.seconds:.0f}s): {'; '.join(s.reasons)}"))
     done()
+    if not st.finished:  # a query that stopped for good says why in its driver's log: quote it
+        failure = recovery.query_failure(r.rd.path / "logs")
+        if failure:
+            st.reasons.append(f"the query stopped: {failure}")
     r.console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
                     f"in {r.timings['recovery_s']}s")
     return st
