@@ -5,15 +5,20 @@ on the real local cluster, each caught with the anomaly it causes and the fix na
   job with ``failOnDataLoss=false`` (``examples/driver_txn_pipeline.py``) skips them, caught as
   ``lost-deleted``, apart from ``lost``, with the deleted range and ``failOnDataLoss`` as the fix;
 * the query's checkpoint lost while its driver is down: the bundled pipeline (``startingOffsets=earliest``)
-  reads its input again and its sink, whose ids live in the checkpoint, writes it again: ``duplicate``,
-  the evidence giving the checkpoint's batch ids before and after.
+  starts a new query whose batch ids count from 0 again, and its sink's markers, which say which batch
+  ids were committed, make it skip the new batches that cover data never written: ``lost`` (a sink with
+  no idempotence would write the input again: ``duplicate``), the evidence giving the checkpoint's batch
+  ids before and after and the sink log its skips.
 
 About 5 minutes on 2 cores."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from onceproof.store.readers import read_sink
 from tests.conftest import load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.cluster
@@ -53,8 +58,12 @@ def test_deleted_input_skipped_by_a_lenient_job_is_lost_deleted_with_its_fix(res
 
 
 @pytest.mark.timeout(1000)
-def test_a_lost_checkpoint_makes_the_bundled_pipeline_write_its_input_again(results_root):
+def test_a_lost_checkpoint_makes_the_bundled_pipeline_skip_new_batches_under_old_markers(results_root):
     result, ev, out = _run(results_root, "lose-checkpoint", ["--sink", "eos"])
-    assert ev["before"]["offsets"] > 0 and ev["after"]["offsets"] is not None and ev["moved_to"], ev
-    assert result["counts"]["duplicate"] > 0, result["counts"]
-    assert "batchId" in result["advice"]["duplicate"]["fix"], result["advice"]
+    assert ev["before"]["offsets"] is not None and ev["after"]["offsets"] is not None and ev["moved_to"], ev
+    assert result["counts"]["lost"] > 0, result["counts"]
+    run_dir, _, _ = load_run(results_root)
+    assert Path(ev["moved_to"]).is_dir() and (run_dir / "checkpoint" / "offsets").is_dir()  # old aside, new one
+    skips = [e for e in read_sink(run_dir) if e.get("event") == "skip"]
+    assert skips, "the new query's batches were never skipped by the old markers"
+    assert "checkpoint was lost" in result["advice"]["lost"]["cause"], result["advice"]

@@ -60,6 +60,11 @@ def _duplicate(result: dict) -> Advice:
     exs = _examples(result, "duplicate")
     same_batch = any(len({c.get("batch") for c in ex.get("copies") or [] if c.get("batch") is not None})
                      < len([c for c in ex.get("copies") or [] if c.get("batch") is not None]) for ex in exs)
+    if "lose-checkpoint" in _nearby(exs):
+        return Advice("the query's checkpoint was lost and the new query read its input again from "
+                      "startingOffsets=earliest", "keep the checkpoint on durable storage; make the sink idempotent "
+                      "on the records (a key on their identity), which survives a new query",
+                      "Spark's Structured Streaming Programming Guide, Recovering from Failures with Checkpointing")
     near = [f for f in _nearby(exs) if f in KILLS]
     fix = ("make the write idempotent on the micro-batch: skip a batchId already committed (a progress row or "
            "marker committed with the data, Delta's txnAppId/txnVersion), or upsert on the record's identity")
@@ -81,8 +86,11 @@ def _lost(result: dict) -> Advice:
     if "delete-input-records" in near:
         return DELETED
     if "lose-checkpoint" in near:
-        return Advice("the query's checkpoint was lost and the query restarted from startingOffsets=latest",
-                      "keep the checkpoint on durable storage; a query must never start without it",
+        return Advice("the query's checkpoint was lost: the new query counts batch ids from 0 again, so a sink that "
+                      "skips batch ids it already committed skips new data (or the query started at "
+                      "startingOffsets=latest)",
+                      "keep the checkpoint on durable storage, and key the sink's idempotence to the query (its "
+                      "checkpoint) or to the records, never to batch ids alone",
                       "Spark's Structured Streaming Programming Guide, Recovering from Failures with Checkpointing")
     return Advice("input records never reached the output after recovery (a batch counted as written that was not)",
                   "count a micro-batch as written only once its commit is known to have succeeded; see the first "

@@ -4,9 +4,11 @@ mistake (a redeploy to a fresh path, a ``rm -rf`` of "temporary" files) or a sto
 One turn kills the driver's process group, moves its checkpoint aside (``CheckpointLoss``, ``backends/base.py``)
 and lets the supervisor start it again: the query starts anew from its source's ``startingOffsets``
 (Spark's Structured Streaming Programming Guide, "Recovering from Failures with Checkpointing": the
-checkpoint is where a query's progress lives). With ``earliest`` it reads the input again from the start
-and a sink whose idempotence lives in the checkpoint (or in ids derived from it) writes it again:
-``duplicate``. With ``latest`` it skips what arrived while it was down: ``lost``.
+checkpoint is where a query's progress lives), its batch ids counting from 0 again. With ``earliest`` it
+reads the input again from the start: a sink without idempotence writes it again (``duplicate``), and a
+sink that skips the batch ids it already committed (a marker or progress row keyed by batch id, as the
+bundled one's) skips new batches that hold data never written (``lost``). With ``latest`` it skips what
+arrived while it was down: ``lost``.
 
 Evidence: the checkpoint's newest ``offsets/N`` and ``commits/N`` batch ids before the loss, where it was
 moved, and the new checkpoint's first batch ids after the restart. Effective when the directory moved;
