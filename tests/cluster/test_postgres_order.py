@@ -39,6 +39,18 @@ def test_an_upserted_table_without_an_order_column_is_not_judged_for_order(tmp_p
         assert r["verdict"] == "valid" and r["order"] == exactly_once.NOT_JUDGED, (r["counts"], r["order"])
         physical = exactly_once.check(hist, inp, out.drop(columns=[ORDER_RANK]))  # the old reading
         assert physical["counts"]["nonmonotonic"] == 1, physical["counts"]
+        # a declared order column (--order-column): the rows are judged by it; a replay that moved seq 3's
+        # "written" past seq 9 is a step back in the order the user declared
+        with psycopg.connect(server.dsn, autocommit=True) as c:
+            c.execute("CREATE TABLE declared (key text, seq bigint, written bigint, PRIMARY KEY (key, seq))")
+            c.cursor().executemany("INSERT INTO declared VALUES (%s, %s, %s) ON CONFLICT (key, seq) DO UPDATE "
+                                   "SET written = EXCLUDED.written", [("k0", s, s) for s in range(10)] + [("k0", 3, 20)])
+        declared = read_output(OutputLocation(topic="declared", dsn=server.dsn, order_column="written"))
+        assert declared.summary["order"] == "written" and list(declared.committed["seq"])[-1] == 3
+        r = exactly_once.check(hist, inp, declared.committed)
+        assert r["counts"]["nonmonotonic"] == 1 and r["order"] == exactly_once.ORDER_BY_RANK, r["counts"]
+        with pytest.raises(Exception, match="no column nope .--order-column."):
+            read_output(OutputLocation(topic="declared", dsn=server.dsn, order_column="nope"))
         with_id = read_output(OutputLocation(topic="with_id", dsn=server.dsn))
         assert with_id.summary["order"] == "id" and ORDER_RANK not in with_id.committed.columns
         r = exactly_once.check(hist, inp, with_id.committed)

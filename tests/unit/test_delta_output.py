@@ -80,3 +80,27 @@ def test_a_backend_with_one_pyspark_refuses_a_sink_that_needs_another(monkeypatc
                         lambda backend, protocol: backend is not LocalBackend)
     with pytest.raises(ConfigError, match="runs on PySpark 4.2.0, and the local backend runs one PySpark only"):
         TestConfig(sink="delta-foreachbatch", nemesis=["kill-driver-in-commit-window"]).validate()
+
+
+def test_rows_are_ranked_by_their_commit_or_by_a_declared_order_column(tmp_path):
+    """Two commits: the rows of one commit share a rank (the version), so no order among them is judged;
+    a declared timestamp column ranks the rows by its values instead; a missing one is refused."""
+    from onceproof.checkers import exactly_once
+    from onceproof.sinks.base import ORDER_RANK
+
+    t0 = 1_700_000_000_000_000
+    for seqs in ([2, 0, 1], [3, 4]):
+        write_deltalake(str(tmp_path), pa.table({"key": ["k"] * len(seqs), "seq": seqs,
+                                                 "at": pa.array([t0 + s for s in seqs], pa.timestamp("us"))}),
+                        mode="append")
+    view = read_output(OutputLocation(directory=tmp_path))
+    assert list(view.committed[ORDER_RANK]) == [0, 0, 0, 1, 1] and view.summary["order"] == "commit"
+    import pandas as pd
+
+    inp = pd.DataFrame({"key": "k", "seq": range(5), "partition": 0, "offset": range(5)})
+    assert exactly_once.check(pd.DataFrame(), inp, view.committed)["counts"]["nonmonotonic"] == 0
+    declared = read_output(OutputLocation(directory=tmp_path, order_column="at"))
+    assert declared.summary["order"] == "at" and list(declared.committed[ORDER_RANK]) == [t0 + 2, t0, t0 + 1,
+                                                                                           t0 + 3, t0 + 4]
+    with pytest.raises(OutputError, match="no column nope"):
+        read_output(OutputLocation(directory=tmp_path, order_column="nope"))

@@ -112,3 +112,14 @@ def test_output_belongs_to_a_users_job_and_the_bundled_pipeline_is_told_to_use_s
     with pytest.raises(ConfigError) as e:
         TestConfig(output="delta-lake", nemesis=["kill-driver-in-commit-window"]).validate()
     assert "kafka, files, delta, postgres" in str(e.value)
+
+
+def test_an_order_column_is_for_a_table_output_and_must_be_a_column_name():
+    cfg = TestConfig(pipeline_cmd=JOB, output="postgres", order_column="committed_at",
+                     nemesis=["kill-driver-in-commit-window"]).validate()
+    assert cfg.order_column == "committed_at" and "--order-column committed_at" in cfg.replay_command()
+    with pytest.raises(ConfigError) as e:
+        TestConfig(order_column="committed_at", nemesis=["kill-driver"]).validate()
+    assert e.value.option == "--order-column" and "--output postgres or delta" in str(e.value)
+    with pytest.raises(ConfigError, match="not a column name"):
+        TestConfig(pipeline_cmd=JOB, output="postgres", order_column="a; drop", nemesis=["kill-driver"]).validate()

@@ -435,13 +435,15 @@ def saved_recovery(run_dir: Path) -> tuple[Recovery, dict | None, dict | None]:
 def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Path | None,
                st: RecoveryStatus, live: pd.DataFrame | None = None, workload: str = "keyed",
                file_sink: Path | None = None, file_read: str = COMMITTED, reader: OutputReader | None = None,
-               lso_samples: pd.DataFrame | None = None, strict: bool | None = None, dsn: str = "") -> dict:
+               lso_samples: pd.DataFrame | None = None, strict: bool | None = None, dsn: str = "",
+               order_column: str = "") -> dict:
     """Read, save (when ``run_dir`` is given) and check. Returns the combined result plus ``recovery``.
 
     The output is read by ``reader`` (the run's sink entry's, ``sinks/base.py``) at ``output_topic`` or,
     for a sink that writes a directory, ``file_sink``, the view ``file_read`` names; without ``reader``:
     Spark's file sink when ``file_sink`` is given (``check --file-sink``), else the output topic at
     read_committed. ``dsn``: the database of a sink that writes a table (named like ``output_topic``).
+    ``order_column``: the table's declared order column (``--order-column``).
 
     When ``run_dir`` holds a run of our workload, a missing, empty or cut-short ``history.jsonl`` makes a
     valid verdict ``unknown``. When the input's end offsets moved after ``st`` was taken (a producer
@@ -456,7 +458,7 @@ def check_live(bootstrap: str, input_topic: str, output_topic: str, run_dir: Pat
     reader = reader or (file_log.read_output if file_sink is not None else kafka_topic.read_output)
     inp, reasons = read_input(bootstrap, input_topic)
     view = read_output(reader, OutputLocation(bootstrap, output_topic, directory=file_sink, workload=workload,
-                                              read=file_read, dsn=dsn))
+                                              read=file_read, dsn=dsn, order_column=order_column))
     out, unc, reasons = view.committed, view.uncommitted, reasons + view.unsettled
     view.committed = view.uncommitted = None  # the frames are freed as the check drops them
     files = RunFiles(run_dir) if run_dir else None
@@ -538,7 +540,8 @@ def _saved_output(run_dir: Path, config: dict, file_read: str | None, replay: st
         if not directory.is_dir():
             raise CheckError(f"{directory} is gone: the {sink.name} sink's output cannot be read again{_rerun(replay)}")
         view = read_output(sink.read, OutputLocation(directory=directory, workload=str(config.get("workload")
-                                                                                        or "keyed"), read=read))
+                                                                                        or "keyed"), read=read,
+                                                     order_column=str(config.get("order_column") or "")))
         return view.committed, view.uncommitted, view
     if file_read and file_read != COMMITTED:
         raise CheckError(f"{run_dir} is not a --sink file run: --file-read applies to file sinks only")

@@ -73,6 +73,10 @@ def _fmt_nemesis(faults: list[str]) -> str:
     return ",".join(faults) or "none"
 
 
+ORDERED_TABLES = ("postgres", "delta")
+"""The user outputs whose reader takes ``--order-column`` (``sinks/postgres_table.py``, ``sinks/delta_table.py``)."""
+
+
 def _check_sink(v: str) -> str | None:
     return None if v in sinks.SINKS else f"unknown sink {v!r}; choose one of {', '.join(sinks.SINKS)}"
 
@@ -241,6 +245,11 @@ class TestConfig:
                                              "REPEATABLE READ). docs/pipeline-contract.md",
                        check=lambda v: None if v in user_outputs.OUTPUTS else
                        f"unknown output {v!r}; choose one of {', '.join(user_outputs.names())}", example="postgres")
+    order_column: str = _opt("", "--output postgres or delta: the table's column that gives the rows' commit or "
+                                 "insertion order (an integer or a timestamp), by which the order per key is "
+                                 "judged; default: id when the table has one, else the order is not judged",
+                             check=lambda v: None if not v or v.replace("_", "").isalnum() else
+                             f"{v!r} is not a column name: letters, digits and _ only", example="committed_at")
     nemesis: list[str] = _opt(help="comma-separated faults (name or name:target), 'all' or 'none'. "
                                    "See `onceproof faults`.", factory=list, parse=catalog.parse, fmt=_fmt_nemesis,
                               check=_check_nemesis, example=["kill-broker:leader", "kill-executor"], always=True)
@@ -497,6 +506,9 @@ class TestConfig:
         if self.sink not in sinks.SINKS or self.output not in user_outputs.OUTPUTS:
             return  # their checks report it
         sink = self.sink_entry
+        if self.order_column and sink.name not in ORDERED_TABLES:
+            raise ConfigError("--order-column", f"{sink.label} has no columns to order by: --order-column is for "
+                                                f"--output {' or '.join(ORDERED_TABLES)}")
         if sink.output_dir and not backend.file_sinks:
             raise ConfigError("--sink", f"the {backend.name} backend cannot run {sink.label}; use --backend "
                               + ", ".join(n for n in registry.names() if registry.backend_class(n).file_sinks))

@@ -367,7 +367,7 @@ def _recover(r: _Run) -> recovery.RecoveryStatus:
 def _output(r: _Run) -> OutputLocation:
     """Where the run's output is: the output topic, the sink's directory or its database."""
     return OutputLocation(r.cluster.bootstrap, r.names.output, directory=r.file_sink, workload=r.cfg.workload,
-                          read=r.cfg.file_read, dsn=r.db.dsn if r.db else "")
+                          read=r.cfg.file_read, dsn=r.db.dsn if r.db else "", order_column=r.cfg.order_column)
 
 
 def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
@@ -378,7 +378,8 @@ def _check(r: _Run, st: recovery.RecoveryStatus) -> dict:
         result = checking.check_live(r.cluster.bootstrap, r.names.input, r.names.output, r.rd.path, st, live=live_frame,
                                      lso_samples=lso_frame, strict=r.cfg.strict,
                                      workload=r.cfg.workload, file_sink=r.file_sink, file_read=r.cfg.file_read,
-                                     reader=r.sink.read, dsn=r.db.dsn if r.db else "")
+                                     reader=r.sink.read, dsn=r.db.dsn if r.db else "",
+                                     order_column=r.cfg.order_column)
     done()
     return result
 

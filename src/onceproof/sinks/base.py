@@ -123,6 +123,9 @@ class OutputLocation:
     timeout_s: float = 300.0
     chunk: int | None = None
     dsn: str = ""
+    order_column: str = ""
+    """A table's column that gives its rows' commit or insertion order (``--order-column``); "" = the
+    reader's default (``id`` when present)."""
 
 
 @dataclass

@@ -100,6 +100,19 @@ def _in_commit_order(dt: DeltaTable, path: Path, version: int, columns: list[str
     return pa.concat_tables(parts, promote_options="permissive"), "commit", rank
 
 
+def _as_rank(col: pa.ChunkedArray) -> np.ndarray:
+    """A declared order column as int64 ranks: integers as they are, timestamps and dates as epoch
+    microseconds, nulls as -1 (no rank)."""
+    t = col.type
+    if pa.types.is_timestamp(t):
+        col = col.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64())
+    elif pa.types.is_date(t):
+        col = col.cast(pa.timestamp("us")).cast(pa.int64())
+    else:
+        col = col.cast(pa.int64())
+    return col.fill_null(-1).to_numpy().astype(np.int64)
+
+
 def _data_files(path: Path) -> set[str]:
     """Every parquet file under ``path`` outside ``_delta_log``, relative to it."""
     found = set()
@@ -112,14 +125,14 @@ def _data_files(path: Path) -> set[str]:
 def read_output(location: OutputLocation) -> OutputView:
     """The Delta table in ``location.directory`` at its latest committed version into an
     :class:`~onceproof.sinks.base.OutputView`: ``committed`` = ``uncommitted`` = its rows, in commit order
-    (``order``: ``commit``, or ``scan`` for a partitioned table, whose order the nonmonotonic check then
-    cannot trust) (a data file no commit adds is not the table's: see ``orphan_files``); ``summary``: the
-    ``version`` read, its committed
-    ``files``, the ``orphan_files`` in the directory, the ``txn`` actions seen (the latest
+    (``order``: ``commit``, ranked by the version that added each row; ``scan`` for a partitioned table,
+    not judged for order; or the declared ``location.order_column``, whose values rank the rows) (a data
+    file no commit adds is not the table's: see ``orphan_files``); ``summary``: the ``version`` read, its
+    committed ``files``, the ``orphan_files`` in the directory, the ``txn`` actions seen (the latest
     :data:`TXN_SHOWN`, ``txn_count``) and the latest version per app id (``txn_latest``).
 
-    Raises: :class:`~onceproof.sinks.base.OutputError` when there is no table, it lacks ``key``/``seq``,
-    or delta-rs cannot read it (a damaged commit file), naming which."""
+    Raises: :class:`~onceproof.sinks.base.OutputError` when there is no table, it lacks ``key``/``seq``
+    or the declared order column, or delta-rs cannot read it (a damaged commit file), naming which."""
     path = Path(location.directory or "")
     try:
         dt = DeltaTable(str(path))
@@ -129,7 +142,15 @@ def read_output(location: OutputLocation) -> OutputView:
         if missing:
             raise OutputError(f"Delta table {path} has no column {' or '.join(missing)}: each row must keep its "
                               f"record's key and seq (docs/pipeline-contract.md, --output delta)")
-        table, order, rank = _in_commit_order(dt, path, version, [c for c in table_rows.COLUMNS if c in have])
+        declared = location.order_column
+        if declared and declared not in have:
+            raise OutputError(f"Delta table {path} has no column {declared} (--order-column): name one of "
+                              f"{', '.join(sorted(have))}")
+        cols = [c for c in table_rows.COLUMNS if c in have and c != declared]
+        table, order, rank = _in_commit_order(dt, path, version, cols + ([declared] if declared else []))
+        if declared:  # the declared order: its values rank the rows (ties unordered), not the commits
+            rank = _as_rank(table[declared])
+            table, order = table.drop_columns([c for c in (declared, "id") if c in table.column_names]), declared
         committed = {os.path.relpath(u.removeprefix("file://"), path) for u in dt.file_uris()}
     except TableNotFoundError as e:
         raise OutputError(f"no Delta table at {path}: the job committed nothing to its {LOG} "
