@@ -44,7 +44,8 @@ def test_an_upserted_table_without_an_order_column_is_not_judged_for_order(tmp_p
         with psycopg.connect(server.dsn, autocommit=True) as c:
             c.execute("CREATE TABLE declared (key text, seq bigint, written bigint, PRIMARY KEY (key, seq))")
             c.cursor().executemany("INSERT INTO declared VALUES (%s, %s, %s) ON CONFLICT (key, seq) DO UPDATE "
-                                   "SET written = EXCLUDED.written", [("k0", s, s) for s in range(10)] + [("k0", 3, 20)])
+                                   "SET written = EXCLUDED.written",
+                                   [("k0", s, s) for s in range(10)] + [("k0", 3, 20)])
         declared = read_output(OutputLocation(topic="declared", dsn=server.dsn, order_column="written"))
         assert declared.summary["order"] == "written" and list(declared.committed["seq"])[-1] == 3
         r = exactly_once.check(hist, inp, declared.committed)

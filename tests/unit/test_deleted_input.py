@@ -59,3 +59,13 @@ def test_the_newest_drivers_query_failure_is_quoted(tmp_path):
     assert query_failure(tmp_path) is None
     (tmp_path / "driver-10.log").unlink()
     assert "Some data may have been lost" in query_failure(tmp_path)
+
+
+def test_a_kafka_data_loss_line_is_quoted_before_the_wrapper(tmp_path):
+    from onceproof.checking.recovery import query_failure
+
+    (tmp_path / "driver-1.log").write_text(
+        "pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query terminated\n"
+        "org.apache.spark.SparkIllegalStateException: [KAFKA_DATA_LOSS.START_OFFSET_RESET] Some data may have "
+        "been lost because they are not available in Kafka any more\n")
+    assert "KAFKA_DATA_LOSS" in query_failure(tmp_path)

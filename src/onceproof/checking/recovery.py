@@ -158,15 +158,19 @@ def caught_up(bootstrap: str, input_topic: str, output_topic: str, *, group: str
         sleep(1.0)
 
 
-_FAILURE = re.compile(r"(StreamingQueryException|KAFKA_DATA_LOSS|Some data may have been lost|"
-                      r"offset was changed from)")
+_FAILURES = (re.compile(r"KAFKA_DATA_LOSS|Some data may have been lost|offset was changed from"),
+             re.compile(r"^\S*(IncompleteBatch|SinkError|Exception|Error): "),
+             re.compile(r"StreamingQueryException"))
+"""What names a query's failure in a driver log, most telling first: Spark's Kafka data-loss errors, then a
+raised exception's own line (``module.Class: message``), then Spark's wrapper."""
 
 
 def query_failure(log_dir: Path) -> str | None:
     """The error that stopped the newest driver's streaming query, quoted from its log
-    (``<log_dir>/driver-<n>.log``, the supervisor's, ``.gz`` once compacted): the first line naming a
-    ``StreamingQueryException`` or a Kafka source's data loss, cut to 400 characters; ``None`` when the
-    newest driver's log shows none (it is running, or died some other way)."""
+    (``<log_dir>/driver-<n>.log``, the supervisor's): the first line naming a Kafka source's data loss,
+    else the first raised exception's own line (``module.Class: message``), else Spark's
+    ``StreamingQueryException``, cut to 400 characters; ``None`` when the newest driver's log shows none
+    (it is running, or died some other way)."""
     logs = sorted(Path(log_dir).glob("driver-*.log"), key=lambda f: int(re.sub(r"\D", "", f.stem) or 0))
     if not logs:
         return None
@@ -174,7 +178,9 @@ def query_failure(log_dir: Path) -> str | None:
         text = logs[-1].read_text(errors="replace")
     except OSError:
         return None
-    for line in text.splitlines():
-        if _FAILURE.search(line):
-            return line.strip()[:400]
+    lines = text.splitlines()
+    for pattern in _FAILURES:
+        for line in lines:
+            if pattern.search(line):
+                return line.strip()[:400]
     return None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceproof.kafka_config import client_config
 
@@ -54,14 +54,22 @@ class RangeCounter:
     def count(self, topic: str, ranges: dict[int, tuple[int, int]]) -> dict[int, int] | None:
         """``{partition: records in [lo, hi)}`` for ``ranges`` = ``{partition: (lo, hi)}`` (offsets, hi
         exclusive), as a reader at :attr:`isolation` sees them; ``None`` when some range could not be
-        read to its end within :attr:`timeout_s` seconds (a broker down). Raises nothing else from Kafka."""
+        read to its end within :attr:`timeout_s` seconds (a broker down), or its head is no longer in the
+        log (deleted since the source read it: the log start is past ``lo``). Raises nothing else from Kafka."""
         todo = {p: (lo, hi) for p, (lo, hi) in ranges.items() if hi > lo}
         counts = {p: 0 for p in ranges}
         if not todo:
             return counts
         c = self.consumer()
-        c.assign([TopicPartition(topic, p, lo) for p, (lo, _) in todo.items()])
         deadline = time.monotonic() + self.timeout_s
+        for p, (lo, _) in todo.items():  # a range whose head was deleted since (DeleteRecords, retention)
+            try:
+                low, _high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=max(1.0, self.timeout_s / 4))
+            except KafkaException:
+                return None
+            if low > lo:
+                return None  # what the source read there cannot be counted again
+        c.assign([TopicPartition(topic, p, lo) for p, (lo, _) in todo.items()])
         try:
             while todo and time.monotonic() < deadline:
                 for m in c.consume(1000, timeout=0.5):
