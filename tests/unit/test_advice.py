@@ -42,3 +42,13 @@ def test_nothing_found_nothing_advised_and_a_line_reads_cause_fix_source():
     entry = advice.advise(_result({"unexpected": 1}))["unexpected"]
     line = advice.line(entry)
     assert line.startswith("likely cause: ") and " → fix: " in line and line.endswith(f"({entry['source']})")
+
+
+def test_a_query_that_stopped_on_deleted_input_is_not_told_to_set_what_it_has():
+    stopped = {"verdict": "unknown", "counts": {"lost": 5, "lost-deleted": 2, "no-recovery": 1},
+               "unknown_reasons": ["pipeline behind input", "the query stopped: KAFKA_DATA_LOSS ..."],
+               "anomalies": {"lost": [{"nemesis_nearby": [{"f": "delete-input-records"}]}]}}
+    a = advice.advise(stopped)
+    assert "stopped on the loss" in a["lost-deleted"]["cause"] and "failOnDataLoss=true" not in a["lost-deleted"]["fix"]
+    assert "stopped on the loss" in a["lost"]["cause"] and "the query stopped" in a["no-recovery"]["cause"]
+    assert "lost" not in advice.advise({"verdict": "unknown", "counts": {"lost": 5}, "anomalies": {}})

@@ -223,3 +223,17 @@ def test_a_pipeline_that_announces_no_starts_is_not_judged_for_leftovers():
     r = liveness.check(None, _samples(20, 120), _kill_ops(T0 + 25), Bounds(), driver_starts=None)
     assert r["counts"]["leftover-transaction"] == 0
     assert any(w.startswith("leftover-transaction") for w in r["stats"]["not_judged"])
+
+
+def test_an_output_that_stayed_silent_after_the_heal_while_watched_past_the_bound_is_no_recovery():
+    """A query that stopped for good (a source failing on deleted input): the reader saw nothing after the
+    heal at T0+20, and the LSO sampler watched the output until T0+200: past the 120 s bound, no-recovery;
+    watched only until T0+60, not judged."""
+    in_s = T0 + np.arange(0, 40, 1.0)
+    live = _live(in_s[in_s < T0 + 10], 1.0)  # seen until T0+11, then nothing
+    nem = _nemesis(("delete-input-records", T0 + 15, T0 + 20))
+    r = liveness.check(live, _samples(999, 999), nem, Bounds(recovery_s=120), input_ms=in_s * 1000)
+    assert r["counts"]["no-recovery"] == 1, r["stats"]
+    short = _samples(999, 999)
+    short = short[short["t_ms"] <= (T0 + 60) * 1000]
+    assert liveness.check(live, short, nem, Bounds(recovery_s=120), input_ms=in_s * 1000)["counts"]["no-recovery"] == 0

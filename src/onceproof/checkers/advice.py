@@ -81,8 +81,25 @@ DELETED = Advice("input records were deleted (DeleteRecords, as retention does) 
                  "Spark's Structured Streaming + Kafka Integration Guide (failOnDataLoss); KIP-107")
 
 
-def _lost(result: dict) -> Advice:
+STOPPED_ON_LOSS = Advice("input records were deleted (DeleteRecords, as retention does) before the query read "
+                         "them, and the query stopped on the loss (failOnDataLoss=true: the error is quoted in "
+                         "the unknown reasons)", "keep the input's retention above the pipeline's lag; to go on, "
+                         "decide on the loss: restart once with failOnDataLoss=false, or replay the input",
+                         "Spark's Structured Streaming + Kafka Integration Guide (failOnDataLoss); KIP-107")
+
+
+def _stopped(result: dict) -> str | None:
+    """The quoted error of a query that stopped for good (``checking/recovery.query_failure``), if any."""
+    for r in result.get("unknown_reasons") or []:
+        if str(r).startswith("the query stopped: "):
+            return str(r).removeprefix("the query stopped: ")
+    return None
+
+
+def _lost(result: dict) -> Advice | None:
     near = _nearby(_examples(result, "lost"))
+    if result.get("verdict") == "unknown":  # recovery did not finish: a missing record may be "not yet"
+        return STOPPED_ON_LOSS if _stopped(result) and "delete-input-records" in near else None
     if "delete-input-records" in near:
         return DELETED
     if "lose-checkpoint" in near:
@@ -104,7 +121,12 @@ RULES: dict[str, Callable[[dict], Advice | None]] = {
     "duplicate": _duplicate,
     "live-duplicate": _duplicate,
     "lost": _lost,
-    "lost-deleted": lambda r: DELETED,
+    "lost-deleted": lambda r: STOPPED_ON_LOSS if _stopped(r) else DELETED,
+    "no-recovery": lambda r: Advice(
+        "the output did not catch up after the last fault" + (": the query stopped" if _stopped(r) else ""),
+        "read the driver's error" + (" quoted in the unknown reasons" if _stopped(r) else " (logs/driver-<n>.log)")
+        + "; a query that stops on an error the supervisor's restarts cannot clear needs its cause fixed",
+        "docs/architecture.md, Anomalies (no-recovery)"),
     "unexpected": lambda r: Advice(
         "output records that are in no input record read at read_committed (altered, invented or from another "
         "topic)", "keep each record's key and seq as read; read only the input topic", "docs/pipeline-contract.md"),

@@ -107,7 +107,8 @@ def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataF
         stats["not_judged"].append("no during-faults reader (a sink that is not a Kafka topic)")
     else:
         stats["judged"] = True
-        _recovery(seen, windows, _heals(nemesis), input_ms, bounds, counts, anomalies, stats)
+        watched_until = float(lso["t_ms"].max()) / 1000 if lso is not None and not lso.empty else None
+        _recovery(seen, windows, _heals(nemesis), input_ms, bounds, counts, anomalies, stats, watched_until)
         _visibility(seen, windows, bounds, counts, anomalies)
     pins = _pins_by_partition(lso)
     _hangs(pins, lso, windows, bounds, counts, anomalies, stats)
@@ -191,7 +192,10 @@ def _caught_up_s(seen: pd.DataFrame, heal_s: float, input_ms: np.ndarray | None)
 
 
 def _recovery(seen: pd.DataFrame, windows: pd.DataFrame, heals: list[float], input_ms: np.ndarray | None,
-              bounds: Bounds, counts: dict, anomalies: dict, stats: dict) -> None:
+              bounds: Bounds, counts: dict, anomalies: dict, stats: dict, watched_until: float | None = None) -> None:
+    """no-recovery after the last heal. The reader's last sighting bounds how long the output was watched;
+    when it saw nothing after the heal, ``watched_until`` (epoch s: the LSO sampler's last sample, taken
+    until the check) does: an output that stayed silent that long after the heal did not recover."""
     stats["recoveries"] = [{"f": w.f, "target": w.target, "healed_s": float(w.end_s),
                             "recovery_s": _caught_up_s(seen, float(w.end_s), input_ms)[0]}
                            for w in windows.itertuples()]
@@ -204,6 +208,8 @@ def _recovery(seen: pd.DataFrame, windows: pd.DataFrame, heals: list[float], inp
     rec, unseen = _caught_up_s(seen, last, input_ms)
     stats["last_heal_recovery_s"] = rec
     reader_until_s = float(np.nanmax(seen["seen_ms"])) / 1000 if len(seen) else last
+    if rec is None and watched_until is not None:
+        reader_until_s = max(reader_until_s, watched_until)
     if rec is not None and rec <= bounds.recovery_s:
         return
     if rec is None and reader_until_s - last < bounds.recovery_s:
