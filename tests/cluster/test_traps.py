@@ -73,12 +73,14 @@ def test_a_lost_checkpoint_makes_the_bundled_pipeline_skip_new_batches_under_old
 @pytest.mark.timeout(1000)
 def test_deleted_input_stops_a_query_that_fails_on_data_loss_and_the_verdict_quotes_it(results_root):
     """The bundled pipeline reads with failOnDataLoss=true: after the deletion its query fails at every
-    restart; the output stays silent past the recovery bound (no-recovery, invalid) and the unknown
-    reasons quote Spark's error; nothing crashes."""
+    restart; the output stays silent past the recovery bound (no-recovery, invalid) and the verdict quotes
+    Spark's error (``query_stopped``, the recovery reasons, the console); nothing crashes."""
     result, ev, out = _run(results_root, "delete-input-records",
                            ["--sink", "eos", "--recovery-bound", "60", "--recovery-timeout", "90"])
     assert result["counts"]["no-recovery"] == 1, (result["counts"], result["stats"].get("liveness"))
-    stopped = [r for r in result["unknown_reasons"] if r.startswith("the query stopped: ")]
-    assert stopped and any(w in stopped[0] for w in ("KAFKA_DATA_LOSS", "data may have been lost",
-                                                     "offset was changed")), result["unknown_reasons"]
+    stopped = result.get("query_stopped") or ""
+    assert any(w in stopped for w in ("KAFKA_DATA_LOSS", "data may have been lost", "offset was changed")), \
+        (stopped, result["recovery"])
+    assert any(r.startswith("the query stopped: ") for r in result["recovery"]["reasons"]), result["recovery"]
+    assert "the query stopped: " in out
     assert "the query stopped" in result["advice"]["no-recovery"]["cause"], result["advice"]

@@ -46,7 +46,7 @@ def test_nothing_found_nothing_advised_and_a_line_reads_cause_fix_source():
 
 def test_a_query_that_stopped_on_deleted_input_is_not_told_to_set_what_it_has():
     stopped = {"verdict": "unknown", "counts": {"lost": 5, "lost-deleted": 2, "no-recovery": 1},
-               "unknown_reasons": ["pipeline behind input", "the query stopped: KAFKA_DATA_LOSS ..."],
+               "query_stopped": "KAFKA_DATA_LOSS ... (driver-2.log)",
                "anomalies": {"lost": [{"nemesis_nearby": [{"f": "delete-input-records"}]}]}}
     a = advice.advise(stopped)
     assert "stopped on the loss" in a["lost-deleted"]["cause"] and "failOnDataLoss=true" not in a["lost-deleted"]["fix"]

@@ -49,16 +49,18 @@ def test_without_a_deletion_the_input_is_untouched():
 def test_the_newest_drivers_query_failure_is_quoted(tmp_path):
     from onceproof.checking.recovery import query_failure
 
+    assert query_failure(tmp_path) is None
     (tmp_path / "driver-1.log").write_text("starting\n")
     assert query_failure(tmp_path) is None
     (tmp_path / "driver-2.log").write_text(
         "26/11/28 WARN x\npyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query "
         "terminated with exception: Cannot fetch offset 120. Some data may have been lost because they are not "
         "available in Kafka any more\n")
-    (tmp_path / "driver-10.log").write_text("")  # the newest by number, not by name: nothing in it yet
-    assert query_failure(tmp_path) is None
-    (tmp_path / "driver-10.log").unlink()
-    assert "Some data may have been lost" in query_failure(tmp_path)
+    (tmp_path / "driver-10.log").write_text("")  # the newest by number, not by name: still starting
+    assert "Some data may have been lost" in query_failure(tmp_path) and query_failure(tmp_path).endswith(
+        "(driver-2.log)")
+    (tmp_path / "driver-10.log").write_text("x.y.SinkError: fenced\n")
+    assert query_failure(tmp_path) == "x.y.SinkError: fenced (driver-10.log)"
 
 
 def test_a_kafka_data_loss_line_is_quoted_before_the_wrapper(tmp_path):

@@ -82,18 +82,16 @@ DELETED = Advice("input records were deleted (DeleteRecords, as retention does) 
 
 
 STOPPED_ON_LOSS = Advice("input records were deleted (DeleteRecords, as retention does) before the query read "
-                         "them, and the query stopped on the loss (failOnDataLoss=true: the error is quoted in "
-                         "the unknown reasons)", "keep the input's retention above the pipeline's lag; to go on, "
+                         "them, and the query stopped on the loss (failOnDataLoss=true: its error is quoted "
+                         "as query_stopped)", "keep the input's retention above the pipeline's lag; to go on, "
                          "decide on the loss: restart once with failOnDataLoss=false, or replay the input",
                          "Spark's Structured Streaming + Kafka Integration Guide (failOnDataLoss); KIP-107")
 
 
 def _stopped(result: dict) -> str | None:
-    """The quoted error of a query that stopped for good (``checking/recovery.query_failure``), if any."""
-    for r in result.get("unknown_reasons") or []:
-        if str(r).startswith("the query stopped: "):
-            return str(r).removeprefix("the query stopped: ")
-    return None
+    """The quoted error of a query that stopped for good (``result["query_stopped"]``, from
+    ``checking/recovery.query_failure``), if any."""
+    return result.get("query_stopped") or None
 
 
 def _lost(result: dict) -> Advice | None:
@@ -124,7 +122,7 @@ RULES: dict[str, Callable[[dict], Advice | None]] = {
     "lost-deleted": lambda r: STOPPED_ON_LOSS if _stopped(r) else DELETED,
     "no-recovery": lambda r: Advice(
         "the output did not catch up after the last fault" + (": the query stopped" if _stopped(r) else ""),
-        "read the driver's error" + (" quoted in the unknown reasons" if _stopped(r) else " (logs/driver-<n>.log)")
+        "read the driver's error" + (f" ({_stopped(r)})" if _stopped(r) else " (logs/driver-<n>.log)")
         + "; a query that stops on an error the supervisor's restarts cannot clear needs its cause fixed",
         "docs/architecture.md, Anomalies (no-recovery)"),
     "unexpected": lambda r: Advice(

@@ -36,6 +36,9 @@ from onceproof.store.columns import release_freed_memory
 from onceproof.store.runfiles import INPUT, LIVE, LSO, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles, stored
 from onceproof.workloads import registry as workloads
 
+QUERY_STOPPED = "the query stopped: "
+"""How a recovery reason quoting the error that stopped the query begins (``harness/runner.py``'s recover
+phase, ``checking/recovery.query_failure``); the check keeps the quote as ``result["query_stopped"]``."""
 HISTORY_COLUMNS = ("type", "f", "key", "seq", "partition", "offset", "error", "txn")
 """The ``history.jsonl`` fields the checks read (the workloads' checkers, :func:`history_gaps`): the others
 (``index``, ``time``, ``wall``, ``process``) are not loaded for a check (the report reads its own)."""
@@ -299,6 +302,9 @@ def run_checks(hist: pd.DataFrame, inp: pd.DataFrame, out: pd.DataFrame, rec: Re
                              live_check=liveness.check(seen, lso_samples, nemesis, bounds, driver_starts,
                                                        _append_ms(inp)),
                              strict=strict, live_distinct=seen)
+    stopped = [r.removeprefix(QUERY_STOPPED) for r in rec.reasons if r.startswith(QUERY_STOPPED)]
+    if stopped:  # kept whatever the verdict (unknown_reasons are dropped from an invalid one)
+        result["query_stopped"] = stopped[0]
     return advice.attach(nearby.attach(result, out, inp, nemesis))
 
 

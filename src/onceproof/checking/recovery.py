@@ -166,21 +166,19 @@ raised exception's own line (``module.Class: message``), then Spark's wrapper.""
 
 
 def query_failure(log_dir: Path) -> str | None:
-    """The error that stopped the newest driver's streaming query, quoted from its log
-    (``<log_dir>/driver-<n>.log``, the supervisor's): the first line naming a Kafka source's data loss,
-    else the first raised exception's own line (``module.Class: message``), else Spark's
-    ``StreamingQueryException``, cut to 400 characters; ``None`` when the newest driver's log shows none
-    (it is running, or died some other way)."""
+    """The error that stopped the newest failed driver's streaming query, quoted from its log
+    (``<log_dir>/driver-<n>.log``, the supervisor's; the newest log that shows one, as a restarted driver
+    may still be starting): the first line naming a Kafka source's data loss, else the first raised
+    exception's own line (``module.Class: message``), else Spark's ``StreamingQueryException``, cut to 400
+    characters, with the log's name; ``None`` when no driver's log shows one."""
     logs = sorted(Path(log_dir).glob("driver-*.log"), key=lambda f: int(re.sub(r"\D", "", f.stem) or 0))
-    if not logs:
-        return None
-    try:
-        text = logs[-1].read_text(errors="replace")
-    except OSError:
-        return None
-    lines = text.splitlines()
-    for pattern in _FAILURES:
-        for line in lines:
-            if pattern.search(line):
-                return line.strip()[:400]
+    for log in reversed(logs):  # the newest driver that failed (the newest may still be starting)
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for pattern in _FAILURES:
+            for line in lines:
+                if pattern.search(line):
+                    return f"{line.strip()[:400]} ({log.name})"
     return None

@@ -358,7 +358,7 @@ def _recover(r: _Run) -> recovery.RecoveryStatus:
     if not st.finished:  # a query that stopped for good says why in its driver's log: quote it
         failure = recovery.query_failure(r.rd.path / "logs")
         if failure:
-            st.reasons.append(f"the query stopped: {failure}")
+            st.reasons.append(f"{checking.QUERY_STOPPED}{failure}")
     r.console.print(f"recovery {'finished' if st.finished else '[yellow]did not finish[/]'} "
                     f"in {r.timings['recovery_s']}s")
     return st

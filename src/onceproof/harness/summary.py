@@ -72,6 +72,8 @@ def summarize(result: dict, console: Console) -> None:
         console.print(f"[yellow]{line}[/]", soft_wrap=True)
     for r in result.get("unknown_reasons", []):
         console.print(f"[yellow]unknown because: {r}[/]")
+    if result.get("query_stopped") and result.get("verdict") != "unknown":
+        console.print(f"[yellow]the query stopped: {result['query_stopped']}[/]", soft_wrap=True, highlight=False)
     if result.get("error"):
         console.print(f"[magenta]error: {result['error']}[/]")
     st = result.get("stats", {})
