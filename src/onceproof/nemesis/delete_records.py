@@ -49,7 +49,9 @@ def deleted_ranges(ops: list[dict]) -> list[tuple[int, int, int]]:
 
 
 class DeleteInputRecords:
-    """Delete the unread head of one input partition (module docstring)."""
+    """Delete the records of one input partition below its last stable offset, past what the query has read
+    (the Admin API's DeleteRecords, KIP-107), as retention does to a job whose lag outgrew it. Evidence and
+    outcomes: the module docstring."""
 
     name = "delete-input-records"
 

@@ -29,7 +29,9 @@ FOLLOW_S = 90.0
 
 
 class LoseCheckpoint:
-    """Kill the driver, move its checkpoint aside, watch the query start anew (module docstring)."""
+    """Kill the driver, move the query's checkpoint aside and let the supervisor start it anew from its
+    startingOffsets, as an operator's mistake or a storage loss would. Evidence and outcomes: the module
+    docstring."""
 
     name = "lose-checkpoint"
 
