@@ -52,3 +52,5 @@ def test_a_query_that_stopped_on_deleted_input_is_not_told_to_set_what_it_has():
     assert "stopped on the loss" in a["lost-deleted"]["cause"] and "failOnDataLoss=true" not in a["lost-deleted"]["fix"]
     assert "stopped on the loss" in a["lost"]["cause"] and "the query stopped" in a["no-recovery"]["cause"]
     assert "lost" not in advice.advise({"verdict": "unknown", "counts": {"lost": 5}, "anomalies": {}})
+    invalid = dict(stopped, verdict="invalid")  # no-recovery made it invalid: still the stopped query's advice
+    assert "stopped on the loss" in advice.advise(invalid)["lost"]["cause"]

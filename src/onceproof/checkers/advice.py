@@ -96,8 +96,10 @@ def _stopped(result: dict) -> str | None:
 
 def _lost(result: dict) -> Advice | None:
     near = _nearby(_examples(result, "lost"))
+    if _stopped(result):  # the query stopped: its error, not the loss, is what the evidence shows
+        return STOPPED_ON_LOSS if "delete-input-records" in near else None
     if result.get("verdict") == "unknown":  # recovery did not finish: a missing record may be "not yet"
-        return STOPPED_ON_LOSS if _stopped(result) and "delete-input-records" in near else None
+        return None
     if "delete-input-records" in near:
         return DELETED
     if "lose-checkpoint" in near:
