@@ -371,6 +371,10 @@ class StandInSpark(ExecutorStandInSpark):
         self.calls.append(("freeze_driver", pid))
         return True
 
+    def lose_checkpoint(self) -> str:
+        self.calls.append(("lose_checkpoint",))
+        return "checkpoint.lost-1"
+
     def thaw_driver(self, pid: int) -> None:
         self.calls.append(("thaw_driver", pid))
 

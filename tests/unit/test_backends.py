@@ -80,7 +80,7 @@ def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target
                                                        "kill-broker:minority", "pause-broker:*", "commit-delay:*",
                                                        "restart-mid-txn", "bounce-broker:*", "rolling-restart",
                                                        "elect-leaders", "reassign-partitions:*",
-                                                       "add-input-partitions"}
+                                                       "add-input-partitions", "delete-input-records"}
     TestConfig(backend="no-network", nemesis=["kill-broker:one", "kill-broker:minority", "pause-broker",
                                               "kill-executor"], time_limit=300).validate()
     with pytest.raises(ConfigError) as e:
@@ -95,7 +95,7 @@ LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window
                    "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop",
                    "add-input-partitions",
                    "clock-skew:*", "driver-clock-skew:*", "corrupt-segment-tail:*", "disk-full:*",
-                   "lose-unsynced-writes:*", "delay-txn-requests:*"})
+                   "lose-unsynced-writes:*", "delay-txn-requests:*", "delete-input-records", "lose-checkpoint"})
 
 
 def test_the_local_backend_performs_every_fault_and_target():
@@ -135,7 +135,8 @@ def test_capabilities_follow_the_protocols_a_backend_implements():
     core = {s for s, needs in capabilities.NEEDS.items() if not needs}
     assert core == {"kill-driver", "kill-broker:*", "pause-broker:*", "commit-delay:*", "restart-mid-txn",
                     "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
-                    "add-input-partitions"}
+                    "add-input-partitions", "delete-input-records"}
+    assert issubclass(LocalSpark, base.CheckpointLoss) and not issubclass(DockerSpark, base.CheckpointLoss)
     assert NoNetworkStandIn().capabilities == core | {"kill-executor"}
     for spec in capabilities.NEEDS:  # every spec names a fault (and a target) that exists
         name, _, target = spec.partition(":")
@@ -378,7 +379,7 @@ def test_no_nemesis_reaches_past_the_protocols(path):
 # ctx.spark in a nemesis: the core or an optional protocol (the one its fault's capabilities.NEEDS names)
 SERVICES = {"cluster": (base.Cluster,), "network": (base.FaultNetwork,),
             "spark": (base.SparkApp, base.DriverPause, base.ExecutorFaults, base.ExecutorPause, base.TaskKill,
-                      base.Runtimes, base.DriverClock)}
+                      base.Runtimes, base.DriverClock, base.CheckpointLoss)}
 
 
 def test_the_fault_list_names_the_backends_that_can_perform_each_fault():

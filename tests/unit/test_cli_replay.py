@@ -67,7 +67,8 @@ COMPANIONS = {  # options that only go with another's non-default value
     # an interpreter that exists and has PySpark (the option's example names a user's venv)
     "pipeline_python": {"pipeline_cmd": "{python} job.py --bootstrap {bootstrap}", "pipeline_python": sys.executable},
 }
-NEEDS_PIPELINE_CMD = ("output", "pipeline_python")
+COMPANIONS["order_column"] = {"output": "postgres", **COMPANIONS["output"]}  # a table output's column
+NEEDS_PIPELINE_CMD = ("output", "pipeline_python", "order_column")
 COMPANIONS |= {"nodes": {"backend": "ssh"}, "cluster_file": {"backend": "external"}}
 NEEDS_BACKEND = ("nodes", "cluster_file")  # each goes with its own backend only
 

@@ -227,7 +227,7 @@ def test_executors_are_the_current_apps_executor_jvms_in_docker_top():
 CAPABILITIES = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*",
                           "pause-broker:*", "commit-delay:*", "partition:*", "slow-network:*", "restart-mid-txn",
                           "bounce-broker:*", "rolling-restart", "elect-leaders", "reassign-partitions:*",
-                          "add-input-partitions",
+                          "add-input-partitions", "delete-input-records",
                           # toxics only: its network drops no packets (no PacketLoss)
                           "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data",
                           "delay-txn-requests:*",
