@@ -237,3 +237,15 @@ def test_an_output_that_stayed_silent_after_the_heal_while_watched_past_the_boun
     short = _samples(999, 999)
     short = short[short["t_ms"] <= (T0 + 60) * 1000]
     assert liveness.check(live, short, nem, Bounds(recovery_s=120), input_ms=in_s * 1000)["counts"]["no-recovery"] == 0
+
+
+def test_an_input_duplicate_with_one_create_time_is_named_a_client_resend():
+    from onceproof.checkers.platform import duplicate_origin
+
+    ex = [{"key": "k49", "seq": 675, "inputs": [{"partition": 5, "offset": 6573}, {"partition": 5, "offset": 6574}],
+           "nemesis_nearby": [{"f": "reassign-partitions:input", "dt_s": 0.0}]}]
+    same = {(5, 6573): 1795851848195, (5, 6574): 1795851848195}
+    text = duplicate_origin(ex, same, "at-most-once")
+    assert "resent a produce request despite message.send.max.retries=0" in text and "reassign-partitions" in text
+    assert duplicate_origin(ex, {**same, (5, 6574): 1795851848999}, "at-most-once") is None  # two sends' times
+    assert duplicate_origin(ex, {(5, 6573): 1}, "idempotent") is None  # a copy's time unknown

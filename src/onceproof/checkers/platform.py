@@ -37,6 +37,28 @@ def split(counts: dict, strict: bool) -> tuple[dict, tuple[str, ...]]:
             () if strict else PLATFORM)
 
 
+def duplicate_origin(examples: list[dict], times: dict[tuple[int, int], int], producer: str) -> str | None:
+    """Where the input's duplicated records came from, as far as the run shows it: ``examples`` are the
+    ``input-duplicate`` examples (each with its ``inputs`` places and ``nemesis_nearby``), ``times`` the
+    Kafka timestamps (CreateTime, epoch ms) at those places. When every example's copies carry one
+    timestamp, each pair's copies are one ``produce()`` call appended twice (the workload sends each
+    (key, seq) once): the client resent its request; the sentence names the producer and the nearest
+    fault. ``None`` when the timestamps differ or are unknown (nothing shown)."""
+    same = []
+    for ex in examples:
+        ts = {times.get((int(i["partition"]), int(i["offset"]))) for i in ex.get("inputs") or []}
+        if not ts or None in ts:
+            return None
+        same.append(len(ts) == 1)
+    if not same or not all(same):
+        return None
+    near = [op.get("f") for ex in examples for op in (ex.get("nemesis_nearby") or [])[:1]]
+    at = f", each at a {max(set(near), key=near.count)} turn" if near else ""
+    setting = " despite message.send.max.retries=0" if producer == "at-most-once" else ""
+    return (f"the client resent a produce request{setting}: the two copies of each of the {len(examples)} pairs "
+            f"shown carry the CreateTime of one produce() call, and the workload sends each (key, seq) once{at}")
+
+
 def only_platform(counts: dict, platform: tuple[str, ...]) -> bool:
     """Every non-zero anomaly count in ``counts`` is one of ``platform`` (or its ``-records`` detail)."""
     return not any(n for a, n in counts.items()
@@ -55,4 +77,5 @@ def platform_lines(result: dict) -> list[str]:
     lines = [f"platform findings ({counted}): " + ", ".join(f"{a} {n}" for a, n in pf["counts"].items())
              + (f" — {vs}, {pf['producer']} producer" if vs and pf.get("producer") else "")]
     lines += [f"  suspected, {a}: {why}" for a, why in (pf.get("suspected") or {}).items()]
+    lines += [f"  seen, {a}: {what}" for a, what in (pf.get("origin") or {}).items()]
     return lines

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import confluent_kafka
+import pyarrow as pa
+import pyarrow.parquet as pq
 from rich.console import Console
 
 from onceproof import kafka_config
@@ -40,6 +42,7 @@ from onceproof.backends.base import (
     SparkApp,
 )
 from onceproof.backends.common import reaper
+from onceproof.checkers import platform as platform_findings
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
 from onceproof.clients import durability, topics
@@ -60,7 +63,7 @@ from onceproof.sinks.base import DRIVER_HOOKS, OutputLocation
 from onceproof.store import checkpoint, retention
 from onceproof.store.compact import compact
 from onceproof.store.history import HistoryWriter
-from onceproof.store.runfiles import RESULTS, TEST
+from onceproof.store.runfiles import RESULTS, TEST, RunFiles
 from onceproof.store.runs import RunDir
 from onceproof.topic_names import TopicGuard, TopicNames
 from onceproof.workloads import producers
@@ -485,6 +488,9 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
         vs = r.meta.get("versions") or {}
         result["platform_findings"].update(
             producer=cfg.producer, versions={k: vs[k] for k in ("kafka", "confluent-kafka", "librdkafka") if k in vs})
+        origin = _duplicate_origin(result, rd.path, cfg.producer)
+        if origin:
+            result["platform_findings"]["origin"] = {"input-duplicate": origin}
     if td.errors:
         console.print(f"[red]teardown errors: {td.errors}[/]")
     rd.write_json(RESULTS, result)
@@ -514,6 +520,24 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
     summarize(result, console)
     console.print(result_report)
     return EXIT.get(result["verdict"], 255)
+
+
+def _duplicate_origin(result: dict, run_dir: Path, producer: str) -> str | None:
+    """``checkers.platform.duplicate_origin`` of the run's ``input-duplicate`` examples, their copies'
+    timestamps read from ``input.parquet`` (only their partitions); ``None`` without such examples or when
+    the snapshot cannot be read."""
+    examples = (result.get("anomalies") or {}).get("input-duplicate") or []
+    places = {(int(i["partition"]), int(i["offset"])) for ex in examples for i in ex.get("inputs") or []}
+    if not places:
+        return None
+    try:
+        t = pq.read_table(RunFiles(run_dir).input, columns=["partition", "offset", "timestamp"],
+                          filters=[("partition", "in", sorted({p for p, _ in places}))]).to_pandas()
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    t = t[[(int(p), int(o)) in places for p, o in zip(t["partition"], t["offset"])]]
+    times = {(int(p), int(o)): int(ts) for p, o, ts in zip(t["partition"], t["offset"], t["timestamp"])}
+    return platform_findings.duplicate_origin(examples, times, producer)
 
 
 def _input_summary(cfg: TestConfig, workload) -> dict:
