@@ -34,7 +34,7 @@ ORD = "_ord"
 
 _FILE_BITS = 40  # rows per part file < 2**40
 
-HISTORY_FIELDS = ("type", "f", "key", "seq", "partition", "offset", "error")
+HISTORY_FIELDS = ("type", "f", "key", "seq", "partition", "offset", "error", "txn")
 """The history fields the checkers read; each is parsed as a string (a number keeps its JSON text, so
 ``str()`` of pandas' value and Spark's agree), absent fields are null."""
 
