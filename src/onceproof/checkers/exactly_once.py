@@ -505,8 +505,7 @@ NOT_JUDGED = "not judged (no order column)"
 def order_unjudged(result: dict) -> str | None:
     """Why a result's per-key order was not judged (:data:`NOT_JUDGED`: an output with no order a user can
     read), or ``None`` when it was (or the result predates the ``order`` key)."""
-    order = str(result.get("order") or "")
-    return order if order.startswith("not judged") else None
+    return NOT_JUDGED if result.get("order") == NOT_JUDGED else None
 
 
 def _output_order(w: _Work) -> _Places | None:

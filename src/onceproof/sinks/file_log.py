@@ -82,6 +82,7 @@ import numpy as np
 import pandas as pd
 
 from onceproof.clients.topics import decode_values  # the checker's JSON decoding (fast path, same NA rules)
+from onceproof.sinks import table_rows
 from onceproof.sinks.base import COMMITTED, ORDER_RANK, OutputError, OutputLocation, OutputView
 
 log = logging.getLogger("onceproof.sinks")
@@ -474,8 +475,7 @@ def read_records(files: Sequence[str | os.PathLike], problems: list[str] | None 
         ref = ip.astype("string") + ":" + io.astype("string")  # NA where either is NA
         out[INPUT_REF] = ref.astype(object).where(ref.notna(), None)
     if ranks is not None:
-        r = np.concatenate(rank_l) if rank_l else np.empty(0, np.int64)
-        out[ORDER_RANK] = pd.arrays.IntegerArray(np.maximum(r, 0), r < 0)
+        out[ORDER_RANK] = table_rows.rank_column(np.concatenate(rank_l) if rank_l else np.empty(0, np.int64))
     return out
 
 

@@ -26,6 +26,13 @@ TYPES = {"id": pa.int64(), "key": pa.string(), "seq": pa.int64(), "in_partition"
 """The Arrow type each of :data:`COLUMNS` is read as."""
 
 
+def rank_column(rank: np.ndarray) -> pd.arrays.IntegerArray:
+    """int64 order ranks (negative = none) as the nullable :data:`~onceproof.sinks.base.ORDER_RANK`
+    column of an output frame: NA where a rank is negative."""
+    r = np.asarray(rank, dtype=np.int64)
+    return pd.arrays.IntegerArray(np.maximum(r, 0), r < 0)
+
+
 def frame(table: pa.Table, rank: np.ndarray | None = None) -> pd.DataFrame:
     """A read of a table (``key``, ``seq``, and any other of :data:`COLUMNS`) as the checker's output
     frame, as a Kafka record's decoded JSON value would give it: ``partition`` 0 and ``offset`` = ``id``
@@ -50,8 +57,7 @@ def frame(table: pa.Table, rank: np.ndarray | None = None) -> pd.DataFrame:
                         "key": table["key"].to_pandas().astype("string"),
                         "seq": table["seq"].to_pandas().astype("Int64")})
     if "id" not in cols:
-        r = np.zeros(n, np.int64) if rank is None else np.asarray(rank, dtype=np.int64)
-        out[ORDER_RANK] = pd.arrays.IntegerArray(np.maximum(r, 0), np.ones(n, dtype=bool) if rank is None else r < 0)
+        out[ORDER_RANK] = rank_column(np.full(n, -1, np.int64) if rank is None else rank)
     for c in VALUE_COLUMNS[2:]:
         if c in cols:
             v = table[c].to_pandas()
