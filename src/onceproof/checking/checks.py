@@ -336,7 +336,12 @@ def with_deleted_input(inp: pd.DataFrame, hist: pd.DataFrame, nemesis: pd.DataFr
     gone = pd.concat(parts, ignore_index=True).drop_duplicates(["partition", "offset"])
     if gone.empty:
         return inp, 0
-    have = set(zip(inp["partition"].astype("int64"), inp["offset"].astype("int64")))
+    # records still in the read input (none, unless a read raced the deletion): looked up within the ranges
+    ip, io = inp["partition"].to_numpy(dtype=np.int64), inp["offset"].to_numpy(dtype=np.int64)
+    inside = np.zeros(len(inp), bool)
+    for p, lo, hi in ranges:
+        inside |= (ip == p) & (io >= lo) & (io < hi)
+    have = set(zip(ip[inside].tolist(), io[inside].tolist()))
     gone = gone[[(p, o) not in have for p, o in zip(gone["partition"], gone["offset"])]]
     base = inp.assign(**{exactly_once.DELETED_BY: None})
     if "key" in base.columns:
