@@ -244,6 +244,17 @@ def executor_preload(env) -> dict[str, str]:
     return {"spark.executorEnv.LD_PRELOAD": " ".join(p for p in preload.split() if "libfaketime" not in p)}
 
 
+def class_sharing(env) -> dict[str, list[str]]:
+    """The class-data sharing options the backend gave this driver for its JVM and its executors'
+    (``ONCEPROOF_SPARK_CDS``, ``backends/local/spark_cds.py``): ``{"driver": [...], "executor": [...]}``,
+    ``{}`` when unset or unreadable. Pure."""
+    try:
+        got = json.loads(env.get("ONCEPROOF_SPARK_CDS") or "{}")
+    except ValueError:
+        return {}
+    return {k: [str(o) for o in v] for k, v in got.items() if isinstance(v, list)} if isinstance(got, dict) else {}
+
+
 def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] | None = None):
     """The driver's SparkSession on ``args.master`` (``partitions`` shuffle partitions, changeable until
     the query starts with ``spark.conf.set``), with ``conf`` (the workload's and the sink's settings) on
@@ -266,8 +277,11 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
          .config("spark.deploy.maxExecutorRetries", "1000")
          .config("spark.python.worker.reuse", "true"))
     jopts = os.environ.get("ONCEPROOF_SPARK_JAVA_OPTS", SPARK_JAVA_OPTS)
-    if jopts:
-        b = b.config("spark.driver.extraJavaOptions", jopts).config("spark.executor.extraJavaOptions", jopts)
+    share = class_sharing(os.environ)
+    for side in ("driver", "executor"):
+        opts = " ".join([jopts, *share.get(side, [])]).strip()
+        if opts:
+            b = b.config(f"spark.{side}.extraJavaOptions", opts)
     if args.jars:
         b = b.config("spark.jars", args.jars)
     for k, v in (conf or {}).items():  # the workload's (e.g. its state store provider)
@@ -326,6 +340,7 @@ def read_source(spark, args: argparse.Namespace, max_offsets: int, min_partition
 
 
 def main(argv: list[str] | None = None) -> int:
+    t_main = time.monotonic()
     args = parse_args(argv)
     # the cluster's security from the environment the backend gave the driver (PLAINTEXT when none)
     kafka_config.configure(kafka_config.from_environment())
@@ -337,10 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     # starts the brokers meanwhile; shuffle partitions are set once the input's partition count is known
     spark = build_spark(args, args.pool_size or 1, {**workload.spark_conf, **sink.spark_conf})
     spark.sparkContext.setLogLevel("WARN")
+    t_start = time.monotonic()
+    session_s = round(t_start - t_main, 3)
     warm_s = warm_up(spark, spark.sparkContext.defaultParallelism)
     pool = wait_for_input(args, args.input_wait_s)
     spark.conf.set("spark.sql.shuffle.partitions", str(pool))
-    warm_s += warm_up_source(spark, args, workload.transform)
+    source_s = warm_up_source(spark, args, workload.transform)
+    warm_s += source_s
     control = hooks.ControlDir(args.control_dir)
     overrides = hooks.driver_overrides(args.control_dir)  # a restart with changed options (nemesis/upgrade.py)
     max_offsets = int(overrides.get("max_offsets") or args.max_offsets)
@@ -353,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
                         "app_id": spark.sparkContext.applicationId, "sink_id": sink_id,
                         "incarnation": incarnation, "pool_size": pool, "overrides": overrides,
                         "max_offsets": max_offsets, "min_partitions": min_partitions,
-                        "pyspark": spark.version, "warm_up_s": warm_s})
+                        "pyspark": spark.version, "warm_up_s": warm_s, "warm_up_source_s": source_s,
+                        "session_s": session_s, "session_to_query_s": round(time.monotonic() - t_start, 3)})
     print(f"query {query.id} started, sink={args.sink}, sink_id={sink_id}, incarnation={incarnation}, "
           f"pool={pool}", flush=True)
     return await_query(query, control, incarnation)

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from onceproof.backends.base import FOREIGN, GONE, BackendError, ClusterError, NodeState
-from onceproof.backends.common import cgroups, faketime, jars, lazyfs, processes, tmpfs
+from onceproof.backends.common import cds, cgroups, faketime, jars, lazyfs, processes, tmpfs
 from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec, NodeSpec
@@ -94,6 +94,10 @@ class KafkaCluster(LayerLoss):
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     version: str = ""
+    cds_dumps: dict[str, Path] = field(default_factory=dict)
+    """Training only (:func:`train_archives`): JVM kind (``kafka-tool`` for ``StorageTool format``,
+    ``kafka`` for a broker) → where its JVMs dump a class-data sharing archive at exit, instead of mapping
+    one (``backends/common/cds.py``)."""
 
     @property
     def nodes(self) -> list[int]:
@@ -118,13 +122,19 @@ class KafkaCluster(LayerLoss):
         except jars.ResolveError as e:
             raise ClusterError(str(e)) from None
 
-    def _jvm(self, cp: jars.Classpath, log4j: Path, heap_mb: int) -> list[str]:
-        return [self._java(), f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={log4j}", "-cp", cp.as_java()]
+    def _jvm(self, cp: jars.Classpath, log4j: Path, heap_mb: int, kind: str) -> list[str]:
+        """A JVM of ``kind`` (``kafka`` or ``kafka-tool``) on ``cp``: with its class-data sharing archive
+        when there is one (``backends/common/cds.py``), or dumping one when this cluster trains."""
+        java, path = self._java(), cp.as_java()
+        share = ([f"-XX:ArchiveClassesAtExit={self.cds_dumps[kind]}"] if kind in self.cds_dumps
+                 else cds.options(kind, java, path))
+        return [java, f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", *share,
+                f"-Dlog4j2.configurationFile={log4j}", "-cp", path]
 
     def format(self) -> None:
-        """Write configs and format each node's storage (``kafka.tools.StorageTool format``).
+        """Write configs and format each node's storage (``kafka.tools.StorageTool format``), the nodes'
+        format JVMs side by side.
 
         Raises: ``ClusterError`` when formatting fails (its output is included).
         """
@@ -132,43 +142,56 @@ class KafkaCluster(LayerLoss):
         self.version = cp.version
         root = self.spec.data_dir
         self.stop_layers()  # a retried up(): never rmtree through a mount
-        for n in self.spec.node_specs:
-            ndir = root / f"node{n.node_id}"
-            for d in ("data", "disk"):  # an earlier attempt's (up() retries on a taken port)
-                tmpfs.unmount(ndir / d)
-            shutil.rmtree(ndir, ignore_errors=True)
-            (ndir / "data").mkdir(parents=True)
-            if self.small_disks:
-                self._disk_dir(n.node_id).mkdir(parents=True, exist_ok=True)
-                self._mount_disk(self._disk_dir(n.node_id))
-            if self.lazyfs:
-                self._start_layer(n.node_id)
-            cfg = ndir / "server.properties"
-            cfg.write_text(server_properties(self.spec, n, ndir / "data"))
-            log = self.spec.logs / f"broker-{n.node_id}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            (ndir / "log4j2.properties").write_text(LOG4J2.format(log=log))
-            fmt_log4j = ndir / "log4j2-format.properties"
-            fmt_log4j.write_text(LOG4J2.format(log=self.spec.logs / f"format-{n.node_id}.log"))
-            cmd = self._jvm(cp, fmt_log4j, 256) + ["kafka.tools.StorageTool", "format",
-                                                     # "=" form: a base64 id may start with "-"
-                                                     f"--cluster-id={self.cluster_id}", "-c", str(cfg)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            if proc.returncode != 0:
-                raise ClusterError(f"formatting node {n.node_id} failed:\n{proc.stdout}\n{proc.stderr}")
-            if n.node_id in self.layers:  # a formatted disk is a synced one (as after `sync`)
-                self.layers[n.node_id].checkpoint()
-            self.brokers[n.node_id] = BrokerProcess(n, cfg, log)
-            if self.clocks:
-                faketime.write_offset(self.clock_file(n.node_id), 0)
-                faketime.note(self.clock_file(n.node_id))
+        formats: list[tuple[NodeSpec, Path, Path, subprocess.Popen]] = []
+        try:
+            for n in self.spec.node_specs:
+                ndir = root / f"node{n.node_id}"
+                for d in ("data", "disk"):  # an earlier attempt's (up() retries on a taken port)
+                    tmpfs.unmount(ndir / d)
+                shutil.rmtree(ndir, ignore_errors=True)
+                (ndir / "data").mkdir(parents=True)
+                if self.small_disks:
+                    self._disk_dir(n.node_id).mkdir(parents=True, exist_ok=True)
+                    self._mount_disk(self._disk_dir(n.node_id))
+                if self.lazyfs:
+                    self._start_layer(n.node_id)
+                cfg = ndir / "server.properties"
+                cfg.write_text(server_properties(self.spec, n, ndir / "data"))
+                log = self.spec.logs / f"broker-{n.node_id}.log"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                (ndir / "log4j2.properties").write_text(LOG4J2.format(log=log))
+                fmt_log4j = ndir / "log4j2-format.properties"
+                fmt_log4j.write_text(LOG4J2.format(log=self.spec.logs / f"format-{n.node_id}.log"))
+                cmd = self._jvm(cp, fmt_log4j, 256, "kafka-tool") + [
+                    "kafka.tools.StorageTool", "format",
+                    f"--cluster-id={self.cluster_id}", "-c", str(cfg)]  # "=" form: a base64 id may start with "-"
+                formats.append((n, cfg, log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                              text=True)))
+            for n, cfg, log, proc in formats:
+                try:
+                    out, err = proc.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    raise ClusterError(f"formatting node {n.node_id} took over 120 s") from None
+                if proc.returncode != 0:
+                    raise ClusterError(f"formatting node {n.node_id} failed:\n{out}\n{err}")
+                if n.node_id in self.layers:  # a formatted disk is a synced one (as after `sync`)
+                    self.layers[n.node_id].checkpoint()
+                self.brokers[n.node_id] = BrokerProcess(n, cfg, log)
+                if self.clocks:
+                    faketime.write_offset(self.clock_file(n.node_id), 0)
+                    faketime.note(self.clock_file(n.node_id))
+        finally:
+            for *_, proc in formats:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
 
     def start_node(self, node_id: int) -> int:
         """Start (or restart) node ``node_id``; returns its pid. The node keeps its data (and its clock
         offset, :meth:`set_clock_offset`)."""
         b = self.brokers[node_id]
         cp = jars.kafka_classpath()
-        cmd = self._jvm(cp, b.config.parent / "log4j2.properties", self.spec.heap_mb) + [
+        cmd = self._jvm(cp, b.config.parent / "log4j2.properties", self.spec.heap_mb, "kafka") + [
             "kafka.Kafka", str(b.config)]
         proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), env=self.node_env(node_id),
                                tie_to_parent=self.tie_to_parent)
@@ -571,3 +594,27 @@ class KafkaCluster(LayerLoss):
             c.brokers[int(i)] = BrokerProcess(ns, ndir / "server.properties",
                                               spec.logs / f"broker-{i}.log", b["pid"])
         return c
+
+
+def train_archives() -> list[str]:
+    """Make the class-data sharing archives of the broker JVMs (``backends/common/cds.py``) that are
+    missing: a one-node cluster in a temporary directory is formatted and started with each JVM dumping
+    its loaded classes at exit, stopped with SIGTERM (a normal exit, ≤ 10 s) and the archives checked and
+    kept (about 10 s). Returns a line per archive (what was kept or why not), ``[]`` when there is nothing
+    to make. Raises ``ClusterError`` when the broker does not start."""
+    if not cds.enabled():
+        return []
+    java, path = jars.java_binary(), jars.kafka_classpath().as_java()
+    kinds = [k for k in ("kafka-tool", "kafka") if cds.missing(k, java, path)]
+    if not kinds:
+        return []
+    with tempfile.TemporaryDirectory(prefix="onceproof-cds-") as d:
+        spec = ClusterSpec(Path(d), nodes=1, base_port=free_base_port(1))
+        c = KafkaCluster(spec, cds_dumps={k: cds.dump_target(k, java, path) for k in kinds})
+        try:
+            c.up()
+            c.down(graceful=True)
+        finally:
+            c.down()
+            lines = [cds.promote(t, k, java, path, path) for k, t in c.cds_dumps.items()]
+    return lines

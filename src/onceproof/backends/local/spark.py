@@ -23,7 +23,7 @@ from onceproof.backends.base import BackendError, Executor, PipelineArgs
 from onceproof.backends.common import faketime, interpreter, jars, processes
 from onceproof.backends.common.spark import SupervisedSpark, host_executor
 from onceproof.backends.common.supervisor import DriverSupervisor, collect_executor_logs, driver_argv
-from onceproof.backends.local import runtimes
+from onceproof.backends.local import runtimes, spark_cds
 from onceproof.pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
 from onceproof.pipeline.identity import DRIVER_CLOCK_ENV
 
@@ -51,6 +51,8 @@ class LocalSpark(SupervisedSpark):
             # libfaketime failed its first time.sleep (EINVAL from its clock_nanosleep on the monotonic clock)
             user["env"][DRIVER_CLOCK_ENV] = json.dumps(faketime.env(pipeline.clock_file, base=base))
         own = self._own_interpreter()
+        # the bundled pipeline's JVMs map their class-data sharing archives (onceproof.job.build_spark)
+        user["env"].update(spark_cds.driver_env(own.pyspark_dir, own.pyspark_version))
         self.sup = DriverSupervisor(driver_argv(pipeline, own.python, own.jars_dir, own.pyspark_version,
                                                 own.deps_versions), log_dir,
                                     executor_dir=self.executor_dir, python=own.python, **user)

@@ -1,0 +1,133 @@
+"""The Spark driver's and executors' class-data sharing archives (``backends/common/cds.py``): which
+archive a driver of a given PySpark maps, and the training run that makes them.
+
+The harness side (:func:`driver_env`, :func:`train_archives`) keys the archives by the PySpark's ``jars``
+directory and version, which decide the class path ``spark-submit`` gives the driver and the workers give
+the executors. The training run (:func:`main`, ``python -m onceproof.backends.local.spark_cds``) runs in
+that PySpark's interpreter: a ``local-cluster[1,1,1024]`` session (one executor, so one dump) built by
+the bundled pipeline's own ``onceproof.job.build_spark``, its warm-up micro-batch and a shuffle, then a
+normal stop, at which both JVMs dump what they loaded. It reports the class path each JVM ran with, which
+:func:`onceproof.backends.common.cds.promote` checks the archives against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from onceproof.backends.common import cds, jars
+
+ENV = "ONCEPROOF_SPARK_CDS"
+"""The driver's environment variable naming its archives' JVM options: JSON ``{"driver": [...],
+"executor": [...]}``, read by ``onceproof.job.build_spark`` into ``spark.driver.extraJavaOptions`` and
+``spark.executor.extraJavaOptions``."""
+
+KINDS = ("spark-driver", "spark-executor")
+TRAIN_TIMEOUT_S = 300.0
+"""The longest the training run may take, s (about 30 s on 2 cores)."""
+
+
+def key(pyspark_dir: Path, pyspark_version: str) -> str:
+    """What decides a PySpark's JVM class path: its ``jars`` directory (resolved) and version. Pure."""
+    return f"{os.path.realpath(pyspark_dir / 'jars')}\0{pyspark_version}"
+
+
+def driver_env(pyspark_dir: Path, pyspark_version: str) -> dict[str, str]:
+    """``{ENV: ...}`` with the archives' options for a driver of that PySpark, ``{}`` when there is no
+    archive (or ``ONCEPROOF_CDS=0``) or no ``java``."""
+    try:
+        java = jars.java_binary()
+    except jars.ResolveError:
+        return {}
+    k = key(pyspark_dir, pyspark_version)
+    opts = {kind.removeprefix("spark-"): cds.options(kind, java, k) for kind in KINDS}
+    return {ENV: json.dumps(opts)} if any(opts.values()) else {}
+
+
+def train_archives(python: str | None = None) -> list[str]:
+    """Make the missing Spark archives for ``python``'s PySpark (default: this interpreter, whose PySpark
+    the bundled pipeline runs on) by running :func:`main` there. Returns a line per archive, ``[]`` when
+    there is nothing to make. Raises ``RuntimeError`` (with the run's output) when the training run fails."""
+    import pyspark  # lazy: heavy, and only this interpreter's version is asked
+
+    if not cds.enabled() or (python and python != sys.executable):
+        return []
+    java = jars.java_binary()
+    pdir = Path(pyspark.__file__).parent
+    k = key(pdir, pyspark.__version__)
+    if not any(cds.missing(kind, java, k) for kind in KINDS):
+        return []
+    dumps = {kind: cds.dump_target(kind, java, k) for kind in KINDS}
+    with tempfile.TemporaryDirectory(prefix="onceproof-cds-") as d:
+        out = Path(d) / "classpaths.json"
+        argv = [sys.executable, "-m", "onceproof.backends.local.spark_cds", "--driver-dump", str(dumps["spark-driver"]),
+                "--executor-dump", str(dumps["spark-executor"]), "--out", str(out)]
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env.pop("SPARK_HOME", None)
+        env.pop(ENV, None)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S, cwd=d, env=env)
+        except subprocess.TimeoutExpired:
+            for t in dumps.values():
+                t.unlink(missing_ok=True)
+            raise RuntimeError(f"the Spark class-data sharing training run took over {TRAIN_TIMEOUT_S:.0f} s") from None
+        if proc.returncode != 0 or not out.is_file():
+            for t in dumps.values():
+                t.unlink(missing_ok=True)
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            raise RuntimeError(f"the Spark class-data sharing training run failed (exit {proc.returncode}):\n{tail}")
+        paths = json.loads(out.read_text())
+    return [cds.promote(dumps[kind], kind, java, k, paths.get(kind.removeprefix("spark-"), ""))
+            for kind in KINDS]
+
+
+def _executor_classpath(driver_pid: int) -> str:
+    """The ``-cp`` of the executor JVM below the driver (``local-cluster``'s workers live in the driver's
+    JVM and launch the executors as its children); ``""`` when none is found."""
+    import psutil
+
+    for p in psutil.Process(driver_pid).children(recursive=True):
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if any("CoarseGrainedExecutorBackend" in a for a in cmd) and "-cp" in cmd:
+            return cmd[cmd.index("-cp") + 1]
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The training run (in the PySpark whose archives are made); writes ``--out``: ``{"driver": class
+    path, "executor": class path}``."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--driver-dump", required=True)
+    ap.add_argument("--executor-dump", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    from onceproof import job
+
+    os.environ[ENV] = json.dumps({"driver": [f"-XX:ArchiveClassesAtExit={a.driver_dump}"],
+                                  "executor": [f"-XX:ArchiveClassesAtExit={a.executor_dump}"]})
+    args = argparse.Namespace(sink="cds-training", master="local-cluster[1,1,1024]", jars="")
+    spark = job.build_spark(args, 2)
+    spark.sparkContext.setLogLevel("WARN")
+    job.warm_up(spark, spark.sparkContext.defaultParallelism)
+    spark.range(100_000).selectExpr("id % 7 AS k").groupBy("k").count().collect()
+    jvm = spark.sparkContext._jvm
+    paths = {"driver": jvm.java.lang.System.getProperty("java.class.path"),
+             "executor": _executor_classpath(int(jvm.java.lang.ProcessHandle.current().pid()))}
+    gateway = spark.sparkContext._gateway.proc  # the driver JVM's process (pyspark.java_gateway)
+    spark.stop()  # the executor exits (and dumps) here
+    gateway.stdin.close()  # the driver JVM exits on its stdin's end (PythonGatewayServer) and dumps
+    gateway.wait(timeout=120)
+    Path(a.out).write_text(json.dumps(paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

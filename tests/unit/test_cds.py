@@ -1,0 +1,100 @@
+"""Class-data sharing archives (backends/common/cds.py): which options a JVM gets, and which dumped archive
+is kept. ``promote`` is checked against the real ``java`` (a 0.1-s ``-version`` run per case)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+
+import pytest
+
+from onceproof import job
+from onceproof.backends.common import cds
+
+JAVA = shutil.which("java")
+needs_java = pytest.mark.skipif(JAVA is None, reason="no java on PATH")
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONCEPROOF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(cds.ENV, raising=False)
+    return tmp_path / "cache"
+
+
+def test_an_archive_is_mapped_only_once_it_exists_and_not_when_turned_off(monkeypatch):
+    a = cds.archive("kafka", "/usr/bin/java", "a.jar:b.jar")
+    assert cds.options("kafka", "/usr/bin/java", "a.jar:b.jar") == []
+    assert cds.missing("kafka", "/usr/bin/java", "a.jar:b.jar")
+    a.parent.mkdir(parents=True)
+    a.write_bytes(b"x")
+    assert cds.options("kafka", "/usr/bin/java", "a.jar:b.jar") == [f"-XX:SharedArchiveFile={a}"]
+    assert not cds.missing("kafka", "/usr/bin/java", "a.jar:b.jar")
+    monkeypatch.setenv(cds.ENV, "0")
+    assert cds.options("kafka", "/usr/bin/java", "a.jar:b.jar") == []
+    assert not cds.missing("kafka", "/usr/bin/java", "a.jar:b.jar")  # nothing is made either
+
+
+def test_each_kind_and_class_path_has_its_own_archive():
+    names = {cds.archive(k, "/usr/bin/java", cp) for k in ("kafka", "kafka-tool") for cp in ("a.jar", "b.jar")}
+    assert len(names) == 4
+    assert cds.archive("kafka", "/usr/bin/java", "a.jar") == cds.archive("kafka", "/usr/bin/java", "a.jar")
+    t1, t2 = cds.dump_target("kafka", "/usr/bin/java", "a.jar"), cds.dump_target("kafka", "/usr/bin/java", "a.jar")
+    assert t1 != t2 and t1.parent.is_dir() and t1.suffix == ".part"
+
+
+def _jar(path):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+    return str(path)
+
+
+def _dump(tmp_path, target) -> str:
+    """A real dynamic archive of a ``java -version`` run on a class path of one (empty) jar; the class path."""
+    cp = _jar(tmp_path / "a.jar")
+    subprocess.run([JAVA, f"-XX:ArchiveClassesAtExit={target}", "-cp", cp, "-version"], capture_output=True,
+                   check=True, timeout=60)
+    return cp
+
+
+@needs_java
+def test_a_good_archive_is_kept_with_what_it_was_made_for(tmp_path):
+    t = cds.dump_target("kafka", JAVA, "k")
+    cp = _dump(tmp_path, t)
+    line = cds.promote(t, "kafka", JAVA, "k", cp)
+    final = cds.archive("kafka", JAVA, "k")
+    assert final.is_file() and not t.exists(), line
+    assert json.loads(final.with_suffix(".json").read_text())["classpath"] == cp
+    assert cds.options("kafka", JAVA, "k") == [f"-XX:SharedArchiveFile={final}"]
+
+
+@needs_java
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_or_foreign_archive_is_not_kept(tmp_path, damage):
+    t = cds.dump_target("kafka", JAVA, "k")
+    cp = _dump(tmp_path, t)
+    if damage == "truncated":  # mapping it crashes the JVM (SIGBUS)
+        t.chmod(0o644)
+        t.write_bytes(t.read_bytes()[: t.stat().st_size // 2])
+    elif damage == "garbage":
+        t.chmod(0o644)
+        t.write_bytes(b"not an archive")
+    else:
+        t.chmod(0o644)
+        t.write_bytes(b"")
+    line = cds.promote(t, "kafka", JAVA, "k", cp)
+    assert "not" in line
+    assert not cds.archive("kafka", JAVA, "k").exists() and not t.exists()
+    assert cds.options("kafka", JAVA, "k") == []
+
+
+def test_the_driver_reads_its_archives_options_from_its_environment():
+    env = {"ONCEPROOF_SPARK_CDS": json.dumps({"driver": ["-XX:SharedArchiveFile=/d.jsa"],
+                                               "executor": ["-XX:SharedArchiveFile=/e.jsa"]})}
+    assert job.class_sharing(env) == {"driver": ["-XX:SharedArchiveFile=/d.jsa"],
+                                      "executor": ["-XX:SharedArchiveFile=/e.jsa"]}
+    assert job.class_sharing({}) == {}
+    assert job.class_sharing({"ONCEPROOF_SPARK_CDS": "{not json"}) == {}
+    assert job.class_sharing({"ONCEPROOF_SPARK_CDS": "[1]"}) == {}
