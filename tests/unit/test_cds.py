@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +89,7 @@ def test_a_damaged_or_foreign_archive_is_not_kept(tmp_path, damage):
     assert "not" in line
     assert not cds.archive("kafka", JAVA, "k").exists() and not t.exists()
     assert cds.options("kafka", JAVA, "k") == []
+    assert not list(t.parent.glob("*hs_err*")) and not list(Path.cwd().glob("hs_err_pid*"))  # no crash report left
 
 
 def test_the_driver_reads_its_archives_options_from_its_environment():

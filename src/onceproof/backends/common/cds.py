@@ -92,11 +92,15 @@ def promote(tmp: Path, kind: str, java: str, key: str, classpath: str) -> str:
     try:
         if not tmp.is_file() or tmp.stat().st_size == 0:
             return f"{kind}: no archive was written (the training JVM did not exit normally)"
+        crash = tmp.with_suffix(".hs_err.log")  # a damaged archive crashes the check: its report goes here
         try:
-            proc = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={tmp}", "-cp", classpath, "-version"],
-                                  capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S)
+            proc = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={tmp}", f"-XX:ErrorFile={crash}",
+                                   "-cp", classpath, "-version"],
+                                  capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, cwd=tmp.parent)
         except (OSError, subprocess.SubprocessError) as e:
             return f"{kind}: archive not kept, its check failed to run: {e}"
+        finally:
+            crash.unlink(missing_ok=True)
         if proc.returncode != 0:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
             return f"{kind}: archive not kept, the JVM refused it (exit {proc.returncode}: {last[0]})"
