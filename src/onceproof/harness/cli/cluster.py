@@ -40,7 +40,8 @@ def _attach(b: Backend, dir: Path) -> Cluster | None:
 
 def deps(backend: str = typer.Option(registry.DEFAULT, help=_BACKEND_HELP)) -> None:
     """Fetch what a backend's runs need ahead of time (local: the Kafka broker and Spark connector jars,
-    from Maven Central)."""
+    from Maven Central, and the class-data sharing archives that start the brokers' and Spark's JVMs
+    faster)."""
     on_crash("deps", None)
     for line in _backend(backend).prepare():
         console.print(line)
