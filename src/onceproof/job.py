@@ -193,18 +193,22 @@ def _warm_batch(batch_df, batch_id: int) -> list[int]:
 
 def warm_up_source(spark, args: argparse.Namespace, transform) -> float:
     """Plan and run, as a batch query, what every micro-batch runs first: Spark's Kafka source on the
-    input topic at read_committed (whatever it holds now, usually nothing), the workload's ``transform``
-    and a count. The first micro-batch after a driver start otherwise pays for loading and planning
-    these in the driver (about 5 s of its 10-15 s, executor logs). Returns its wall time, s.
+    input topic at read_committed, the workload's ``transform`` and a count. The first micro-batch after a
+    driver start otherwise pays for loading and planning these in the driver (about 5 s of its 10-15 s,
+    executor logs). Returns its wall time, s.
 
-    Its polls wait at most :data:`WARM_POLL_MS`: an input written in transactions ends each partition with
-    a commit marker, and once the workload has stopped a read_committed poll there returns no record until
-    its timeout (``spark.network.timeout``, 60 s here: a restarted driver's warm-up once took 56 s). A warm-up
-    that fails so is only a warm-up: it is skipped."""
+    It reads each partition's head only (:func:`warm_up_offsets`, at most :data:`WARM_RECORDS` records):
+    a restarted driver's input holds the whole run so far, which the count read for 9.5 s in a default
+    run's restart (``driver.apps.jsonl``'s ``warm_up_source_s``). Its polls wait at most
+    :data:`WARM_POLL_MS`: an input written in transactions ends each partition with a commit marker, and
+    once the workload has stopped a read_committed poll there returns no record until its timeout
+    (``spark.network.timeout``, 60 s here: a restarted driver's warm-up once took 56 s). A warm-up that
+    fails so is only a warm-up: it is skipped."""
     t0 = time.monotonic()
+    start, end = warm_up_offsets(args.bootstrap, args.input_topic)
     src = (spark.read.format("kafka").options(**kafka_config.spark_options(args.bootstrap))
-           .option("subscribe", args.input_topic).option("startingOffsets", "earliest")
-           .option("endingOffsets", "latest").option("kafka.isolation.level", "read_committed")
+           .option("subscribe", args.input_topic).option("startingOffsets", start)
+           .option("endingOffsets", end).option("kafka.isolation.level", "read_committed")
            .option("kafkaConsumer.pollTimeoutMs", str(WARM_POLL_MS)).load())
     try:
         transform(src).count()
@@ -215,6 +219,31 @@ def warm_up_source(spark, args: argparse.Namespace, transform) -> float:
 
 WARM_POLL_MS = 2000
 """How long one poll of :func:`warm_up_source` may wait, ms."""
+WARM_RECORDS = 50
+"""The most offsets per input partition :func:`warm_up_source` reads."""
+
+
+def warm_up_offsets(bootstrap: str, topic: str, records: int = WARM_RECORDS,
+                    timeout_s: float = 5.0) -> tuple[str, str]:
+    """``(startingOffsets, endingOffsets)`` for Spark's Kafka source that cover each partition's first
+    ``records`` offsets from its log start (fewer where the partition holds fewer): JSON
+    ``{"<topic>": {"<partition>": offset}}``, from the watermarks. ``("earliest", "latest")`` when the
+    watermarks cannot be read within ``timeout_s`` seconds (each). Raises nothing from Kafka."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    try:
+        n = input_partitions(bootstrap, topic, timeout_s=timeout_s)
+        c = Consumer(kafka_config.client_config(bootstrap, {"group.id": "onceproof-warm-up", "log_level": 3}))
+        try:
+            marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in range(n)}
+        finally:
+            c.close()
+    except (KafkaException, RuntimeError):
+        return "earliest", "latest"
+    if any(m is None for m in marks.values()):
+        return "earliest", "latest"
+    return (json.dumps({topic: {str(p): lo for p, (lo, _) in marks.items()}}),
+            json.dumps({topic: {str(p): min(lo + records, hi) for p, (lo, hi) in marks.items()}}))
 
 
 def _warm_task(it):
