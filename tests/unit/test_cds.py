@@ -4,6 +4,7 @@ is kept. ``promote`` is checked against the real ``java`` (a 0.1-s ``-version`` 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import zipfile
@@ -100,3 +101,28 @@ def test_the_driver_reads_its_archives_options_from_its_environment():
     assert job.class_sharing({}) == {}
     assert job.class_sharing({"ONCEPROOF_SPARK_CDS": "{not json"}) == {}
     assert job.class_sharing({"ONCEPROOF_SPARK_CDS": "[1]"}) == {}
+
+
+def _archive(kind, key, classpath, mtime):
+    a = cds.archive(kind, "/usr/bin/java", key)
+    a.parent.mkdir(parents=True, exist_ok=True)
+    a.write_bytes(b"x")
+    a.with_suffix(".json").write_text(json.dumps({"kind": kind, "classpath": classpath}))
+    os.utime(a, (mtime, mtime))
+    return a
+
+
+def test_stale_archives_go_and_only_the_newest_few_stay(tmp_path):
+    live = tmp_path / "venv-jars"
+    live.mkdir()
+    fresh = [_archive("spark-driver", f"k{i}", f"{live}{os.pathsep}x.jar", 1000 + i) for i in range(5)]
+    gone_venv = _archive("spark-driver", "old", f"{tmp_path / 'removed-clone'}{os.pathsep}x.jar", 5000)
+    other_kind = _archive("spark-executor", "k0", f"{tmp_path / 'removed-clone'}", 1)
+    tool = _archive("kafka-tool", "k", str(tmp_path / "removed-clone"), 1)
+    broker = _archive("kafka", "k", str(live), 1)
+    removed = cds.prune("spark-driver", keep=3)
+    assert set(removed) == {gone_venv, fresh[0], fresh[1]}
+    assert all(a.exists() for a in fresh[2:]) and not gone_venv.with_suffix(".json").exists()
+    assert other_kind.exists() and tool.exists()  # other kinds are theirs to prune
+    assert cds.prune("kafka") == [] and broker.exists() and tool.exists()
+    assert cds.prune("kafka-tool") == [tool]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -107,6 +108,44 @@ def promote(tmp: Path, kind: str, java: str, key: str, classpath: str) -> str:
         os.replace(tmp, final)
         final.with_suffix(".json").write_text(json.dumps({"kind": kind, "java": os.path.realpath(java), "key": key,
                                                           "classpath": classpath, "bytes": final.stat().st_size}))
-        return f"{kind}: class-data sharing archive {final} ({final.stat().st_size / 1e6:.0f} MB)"
+        gone = prune(kind)
+        return (f"{kind}: class-data sharing archive {final} ({final.stat().st_size / 1e6:.0f} MB)"
+                + (f"; {len(gone)} stale one(s) removed" if gone else ""))
     finally:
         tmp.unlink(missing_ok=True)
+
+
+KEEP = 3
+"""Archives kept per kind (the newest): each checkout's virtualenv has a class path of its own."""
+
+
+def prune(kind: str, keep: int = KEEP) -> list[Path]:
+    """Remove ``kind``'s archives whose class path is gone (its first entry no longer exists: a removed
+    checkout or virtualenv, as every fresh clone's CI run leaves) and all but the ``keep`` newest of the
+    rest, each with its ``.json``. Returns the archives removed. Never raises for a file it cannot read or
+    remove."""
+    d = cache_dir() / "cds"
+    found = []
+    for a in d.glob(f"{kind}-*.jsa"):
+        if not re.fullmatch(rf"{re.escape(kind)}-[0-9a-f]{{16}}", a.stem):  # another kind's: kafka-tool-… for kafka
+            continue
+        try:
+            meta = json.loads(a.with_suffix(".json").read_text())
+            first = str(meta.get("classpath", "")).split(os.pathsep)[0]
+            found.append((a.stat().st_mtime, a, bool(first) and not os.path.exists(first)))
+        except (OSError, ValueError):
+            found.append((0.0, a, True))  # no readable record: nobody can tell what it is for
+    found.sort(reverse=True)
+    kept = 0
+    removed = []
+    for _, a, stale in found:
+        if not stale and kept < keep:
+            kept += 1
+            continue
+        for f in (a, a.with_suffix(".json")):
+            try:
+                f.unlink(missing_ok=True)
+            except OSError:
+                continue
+        removed.append(a)
+    return removed
