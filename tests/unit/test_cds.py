@@ -115,14 +115,18 @@ def _archive(kind, key, classpath, mtime):
 def test_stale_archives_go_and_only_the_newest_few_stay(tmp_path):
     live = tmp_path / "venv-jars"
     live.mkdir()
-    fresh = [_archive("spark-driver", f"k{i}", f"{live}{os.pathsep}x.jar", 1000 + i) for i in range(5)]
-    gone_venv = _archive("spark-driver", "old", f"{tmp_path / 'removed-clone'}{os.pathsep}x.jar", 5000)
+    (live / "a.jar").write_bytes(b"")
+    fresh = [_archive("spark-driver", f"k{i}", f"{live / 'a.jar'}", 1000 + i) for i in range(5)]
+    gone_venv = _archive("spark-driver", "old", f"{tmp_path / 'removed-clone' / 'a.jar'}", 5000)
     other_kind = _archive("spark-executor", "k0", f"{tmp_path / 'removed-clone'}", 1)
     tool = _archive("kafka-tool", "k", str(tmp_path / "removed-clone"), 1)
     broker = _archive("kafka", "k", str(live), 1)
+    # Spark's class path starts with pyspark/conf, which a pip-installed PySpark does not have: its jar decides
+    spark = _archive("spark-executor", "live", f"{tmp_path / 'no-conf-dir'}{os.pathsep}{live / 'a.jar'}", 2)
     removed = cds.prune("spark-driver", keep=3)
     assert set(removed) == {gone_venv, fresh[0], fresh[1]}
     assert all(a.exists() for a in fresh[2:]) and not gone_venv.with_suffix(".json").exists()
     assert other_kind.exists() and tool.exists()  # other kinds are theirs to prune
     assert cds.prune("kafka") == [] and broker.exists() and tool.exists()
     assert cds.prune("kafka-tool") == [tool]
+    assert cds.prune("spark-executor") == [other_kind] and spark.exists()

@@ -120,8 +120,8 @@ KEEP = 3
 
 
 def prune(kind: str, keep: int = KEEP) -> list[Path]:
-    """Remove ``kind``'s archives whose class path is gone (its first entry no longer exists: a removed
-    checkout or virtualenv, as every fresh clone's CI run leaves) and all but the ``keep`` newest of the
+    """Remove ``kind``'s archives whose class path is gone (its first jar, :func:`_anchor`, no longer exists:
+    a removed checkout or virtualenv, as every fresh clone's CI run leaves) and all but the ``keep`` newest of the
     rest, each with its ``.json``. Returns the archives removed. Never raises for a file it cannot read or
     remove."""
     d = cache_dir() / "cds"
@@ -131,8 +131,8 @@ def prune(kind: str, keep: int = KEEP) -> list[Path]:
             continue
         try:
             meta = json.loads(a.with_suffix(".json").read_text())
-            first = str(meta.get("classpath", "")).split(os.pathsep)[0]
-            found.append((a.stat().st_mtime, a, bool(first) and not os.path.exists(first)))
+            anchor = _anchor(str(meta.get("classpath", "")))
+            found.append((a.stat().st_mtime, a, bool(anchor) and not os.path.exists(anchor)))
         except (OSError, ValueError):
             found.append((0.0, a, True))  # no readable record: nobody can tell what it is for
     found.sort(reverse=True)
@@ -149,3 +149,10 @@ def prune(kind: str, keep: int = KEEP) -> list[Path]:
                 continue
         removed.append(a)
     return removed
+
+
+def _anchor(classpath: str) -> str:
+    """The class path entry that tells whether it still exists: its first jar (Spark's starts with
+    ``pyspark/conf``, a directory a pip-installed PySpark does not have), else its first entry. Pure."""
+    entries = [e for e in classpath.split(os.pathsep) if e]
+    return next((e for e in entries if e.endswith(".jar")), entries[0] if entries else "")
