@@ -33,6 +33,7 @@ from onceproof.pipeline.identity import (  # noqa: F401
     DRIVER_CLOCK_ENV,
     INCARNATION_ENV,
     SINK_ID_FILE,
+    SPARK_CDS_ENV,
     default_sink_id,
     driver_incarnation,
     input_partitions,
@@ -232,15 +233,16 @@ def warm_up_offsets(bootstrap: str, topic: str, records: int = WARM_RECORDS,
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     try:
-        n = input_partitions(bootstrap, topic, timeout_s=timeout_s)
         c = Consumer(kafka_config.client_config(bootstrap, {"group.id": "onceproof-warm-up", "log_level": 3}))
         try:
-            marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in range(n)}
+            t = c.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            parts = sorted(t.partitions) if t is not None and t.error is None else []
+            marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in parts}
         finally:
             c.close()
-    except (KafkaException, RuntimeError):
+    except KafkaException:
         return "earliest", "latest"
-    if any(m is None for m in marks.values()):
+    if not marks or any(m is None for m in marks.values()):
         return "earliest", "latest"
     return (json.dumps({topic: {str(p): lo for p, (lo, _) in marks.items()}}),
             json.dumps({topic: {str(p): min(lo + records, hi) for p, (lo, hi) in marks.items()}}))
@@ -275,10 +277,10 @@ def executor_preload(env) -> dict[str, str]:
 
 def class_sharing(env) -> dict[str, list[str]]:
     """The class-data sharing options the backend gave this driver for its JVM and its executors'
-    (``ONCEPROOF_SPARK_CDS``, ``backends/local/spark_cds.py``): ``{"driver": [...], "executor": [...]}``,
+    (:data:`SPARK_CDS_ENV`, ``backends/local/spark_cds.py``): ``{"driver": [...], "executor": [...]}``,
     ``{}`` when unset or unreadable. Pure."""
     try:
-        got = json.loads(env.get("ONCEPROOF_SPARK_CDS") or "{}")
+        got = json.loads(env.get(SPARK_CDS_ENV) or "{}")
     except ValueError:
         return {}
     return {k: [str(o) for o in v] for k, v in got.items() if isinstance(v, list)} if isinstance(got, dict) else {}

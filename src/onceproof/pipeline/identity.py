@@ -20,6 +20,9 @@ DRIVER_CLOCK_ENV = "ONCEPROOF_DRIVER_CLOCK_ENV"
 """JSON of the variables that put the driver's JVM under libfaketime (``driver-clock-skew``): the job adds them
 to its environment just before it starts the JVM (``onceproof.job.clock_env``), so the Python process itself
 keeps the real clock (under libfaketime its first ``time.sleep`` failed with EINVAL)."""
+SPARK_CDS_ENV = "ONCEPROOF_SPARK_CDS"
+"""JSON ``{"driver": [...], "executor": [...]}`` of the JVM options that map the driver's and its executors'
+class-data sharing archives (``backends/local/spark_cds.py``), read by ``onceproof.job.build_spark``."""
 
 
 def default_sink_id(checkpoint: Path, prefix: str) -> str:

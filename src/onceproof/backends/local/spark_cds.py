@@ -21,11 +21,10 @@ import tempfile
 from pathlib import Path
 
 from onceproof.backends.common import cds, jars
+from onceproof.pipeline.identity import SPARK_CDS_ENV
 
-ENV = "ONCEPROOF_SPARK_CDS"
-"""The driver's environment variable naming its archives' JVM options: JSON ``{"driver": [...],
-"executor": [...]}``, read by ``onceproof.job.build_spark`` into ``spark.driver.extraJavaOptions`` and
-``spark.executor.extraJavaOptions``."""
+ENV = SPARK_CDS_ENV
+"""The driver's environment variable naming its archives' JVM options (``pipeline/identity.py``)."""
 
 KINDS = ("spark-driver", "spark-executor")
 TRAIN_TIMEOUT_S = 300.0
@@ -49,17 +48,16 @@ def driver_env(pyspark_dir: Path, pyspark_version: str) -> dict[str, str]:
     return {ENV: json.dumps(opts)} if any(opts.values()) else {}
 
 
-def train_archives(python: str | None = None) -> list[str]:
-    """Make the missing Spark archives for ``python``'s PySpark (default: this interpreter, whose PySpark
-    the bundled pipeline runs on) by running :func:`main` there. Returns a line per archive, ``[]`` when
-    there is nothing to make. Raises ``RuntimeError`` (with the run's output) when the training run fails."""
+def train_archives() -> list[str]:
+    """Make the missing Spark archives for this interpreter's PySpark (the one the bundled pipeline runs
+    on) by running :func:`main` in it. Returns a line per archive, ``[]`` when there is nothing to make.
+    Raises ``RuntimeError`` (with the run's output) when the training run fails or times out."""
     import pyspark  # lazy: heavy, and only this interpreter's version is asked
 
-    if not cds.enabled() or (python and python != sys.executable):
+    if not cds.enabled():
         return []
     java = jars.java_binary()
-    pdir = Path(pyspark.__file__).parent
-    k = key(pdir, pyspark.__version__)
+    k = key(Path(pyspark.__file__).parent, pyspark.__version__)
     if not any(cds.missing(kind, java, k) for kind in KINDS):
         return []
     dumps = {kind: cds.dump_target(kind, java, k) for kind in KINDS}
@@ -71,16 +69,19 @@ def train_archives(python: str | None = None) -> list[str]:
         env.pop("SPARK_HOME", None)
         env.pop(ENV, None)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S, cwd=d, env=env)
-        except subprocess.TimeoutExpired:
+            try:
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S, cwd=d, env=env)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"the Spark class-data sharing training run took over {TRAIN_TIMEOUT_S:.0f} s") \
+                    from None
+            if proc.returncode != 0 or not out.is_file():
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+                raise RuntimeError(f"the Spark class-data sharing training run failed "
+                                   f"(exit {proc.returncode}):\n{tail}")
+        except RuntimeError:
             for t in dumps.values():
                 t.unlink(missing_ok=True)
-            raise RuntimeError(f"the Spark class-data sharing training run took over {TRAIN_TIMEOUT_S:.0f} s") from None
-        if proc.returncode != 0 or not out.is_file():
-            for t in dumps.values():
-                t.unlink(missing_ok=True)
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-            raise RuntimeError(f"the Spark class-data sharing training run failed (exit {proc.returncode}):\n{tail}")
+            raise
         paths = json.loads(out.read_text())
     return [cds.promote(dumps[kind], kind, java, k, paths.get(kind.removeprefix("spark-"), ""))
             for kind in KINDS]
