@@ -2,18 +2,22 @@
 Admin API's ``DeleteRecords`` (KIP-107): what retention does to a job whose lag outgrew it, or an operator
 who "cleans up" a topic.
 
-One turn picks an input partition (seeded), reads how far the pipeline's query has planned it (the
-checkpoint's newest offset-log entry, ``offsets/N``: Spark's own plan) and its last stable offset, and
-deletes every record below the LSO: the range ``[planned, lso)`` is gone before the query read it. A
+One turn picks an input partition (seeded), reads how far the pipeline's query has read it (the end
+offsets of the newest batch in the commit log, ``commits/N``) and planned it (the newest offset-log entry,
+``offsets/N``: Spark's own plan) and its last stable offset, and deletes every record below the LSO: the
+range ``[read, lso)`` is gone before the query committed a read of it. A batch planned but not committed
+may still be reading, so its range counts as unread: the records it had not read yet are lost with the
+rest. A
 query with ``failOnDataLoss=false`` skips it silently (Spark's Structured Streaming + Kafka Integration
 Guide: "whether to fail the query when it's possible that data is lost"), which the checker reports as
 ``lost-deleted``; one with ``failOnDataLoss=true`` stops with Spark's error, which the liveness check and
 the driver's log show.
 
-Evidence: the partition, the log start before and after, the planned offset, the deleted unread range
+Evidence: the partition, the log start before and after, the read and planned offsets (and their batches),
+the deleted unread range
 and how many offsets it spans, and how the query went on: ``skipped`` (a later ``offsets/N`` entry plans
 the partition past the cut) or ``query-failed`` (the driver's log names the loss). Effective when the
-log start moved; exercised when the deleted range held offsets the query had not planned yet. Nothing to
+log start moved; exercised when the deleted range held offsets the query had not read yet. Nothing to
 heal: deleted records cannot come back.
 """
 
@@ -74,6 +78,13 @@ class DeleteInputRecords:
             return Outcome(SKIPPED, topic, {"reason": f"offsets/{last} names no partition of {topic}"})
         p = parts[rng.randrange(len(parts))]
         ev: dict = {"partition": p, "planned_batch": last, "planned": planned[p]}
+        done = checkpoint.latest_commit(ctx.checkpoint)
+        try:
+            read = checkpoint.source_offsets(ctx.checkpoint, done).get(topic, {}).get(p) if done is not None \
+                else None
+        except (OSError, ValueError):
+            read = None
+        ev["committed_batch"], ev["read"] = done, read
         try:
             lso = topics.end_offsets(bootstrap, topic, committed=True)[p]
             ev["log_start_before"] = topics.start_offsets(bootstrap, topic)[p]
@@ -83,8 +94,9 @@ class DeleteInputRecords:
             ev["error"] = str(e)[:300]
             return Outcome(NOT_EFFECTIVE, f"{topic}-{p}", ev)
         ev["log_start_after"] = cut
-        ev["deleted_unread"] = [planned[p], cut] if cut > planned[p] else None
-        ev["deleted_unread_offsets"] = max(0, cut - planned[p])
+        start = ev["log_start_before"] if read is None else max(read, ev["log_start_before"])
+        ev["deleted_unread"] = [start, cut] if cut > start else None
+        ev["deleted_unread_offsets"] = max(0, cut - start)
         ev["query"] = self._follow(ctx, topic, p, cut, last)
         moved = cut > ev["log_start_before"]
         return Outcome(EFFECTIVE if moved else NOT_EFFECTIVE, f"{topic}-{p}", ev,
