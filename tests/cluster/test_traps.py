@@ -47,6 +47,7 @@ def test_deleted_input_skipped_by_a_lenient_job_is_lost_deleted_with_its_fix(res
                            ["--pipeline-cmd", JOB + " --fail-on-data-loss false", "--output", "kafka"])
     lo, hi = ev["deleted_unread"]
     assert hi > lo and ev["log_start_after"] == hi and ev["query"]["went_on"] == "skipped", ev
+    assert ev["lag"]["frozen"] and ev["deleted_unfetched"][1] == hi, ev  # written while the query was frozen
     c = result["counts"]
     assert c["lost-deleted"] > 0 and c["lost"] == 0 and c["lost-write"] == 0, c
     assert result["stats"]["deleted_input_records"] >= c["lost-deleted"], result["stats"]
