@@ -6,7 +6,8 @@ The per-family files (``test_operator_faults.py``, ``test_clock_faults.py``, ``t
 * eos stays valid under ``bounce-broker:leader`` (operator), ``clock-skew:broker-jump-forward`` and
   ``driver-clock-skew:jump-forward`` (clock),
   ``lossy-link:drop`` (lossy), ``corrupt-segment-tail:leader``, ``lose-unsynced-writes:one`` and
-  ``disk-full:one`` (disk), each turn effective and exercised with the evidence its family's file checks;
+  ``disk-full:one`` (disk), each turn effective and exercised with the evidence its family's file checks,
+  with the default input's aborted transactions skipped and its completeness guard counting the gaps;
 * ``--cluster-config single-replica`` (RF 1) under ``lose-unsynced-writes:one`` is invalid with ``lost``.
 
 Nothing is left running or mounted, and no iptables chain of the runs remains.
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from onceproof.backends.common import faketime, iptables, lazyfs, tmpfs
+from onceproof.store.readers import read_sink
 from tests.conftest import load_run, our_processes, run_cli
 
 MISSING = {name: why for name, why in (("libfaketime", faketime.unavailable()), ("FUSE", lazyfs.unavailable()),
@@ -87,8 +89,25 @@ def test_eos_is_valid_under_one_fault_of_each_family_with_its_evidence(results_r
     assert all(cov[s]["planned"] == cov[s]["effective"] == cov[s]["exercised"] >= 1 for s in SPECS), cov
     assert result["stats"]["input_records"] == result["stats"]["output_records"] > 1000, result["stats"]
     assert result["health_after_heal"]["healthy"], result["health_after_heal"]
+    _input_aborts_skipped_and_counted(run_dir, result)
     _nothing_left(run_dir)
     assert _chain_left(d["chain"]) == [], "the run's iptables chain or its jump is still there"
+
+
+def _input_aborts_skipped_and_counted(run_dir: Path, result: dict) -> None:
+    """The default input (issue 41): transactional, 0.1 of its transactions aborted on purpose (their sends
+    ``fail`` ops), one held open 3 s; eos reads at read_committed, so none of their records is in its output,
+    and its completeness guard counts each batch's ranges through a second read_committed reader, finding
+    fewer rows than offsets (markers, aborted records) without refusing a batch."""
+    inp = result["input"]
+    assert inp["producer"] == "transactional" and inp["input_aborts"] == 0.1, inp
+    assert inp["aborted_on_purpose"] > 0 and inp["hold_ms"] == 3000, inp
+    assert result["stats"]["sends_fail"] > 0 and result["counts"]["aborted-input-read"] == 0, result["stats"]
+    events = read_sink(run_dir)
+    counted = [e for e in events if e.get("event") == "input-counted"]
+    assert counted, "the guard never counted a batch through its second reader"
+    assert any(e["rows"] < e["offsets"] for e in counted), counted[:5]  # markers and aborted records skipped
+    assert not [e for e in events if e.get("event") == "incomplete-batch"], "a batch refused"
 
 
 @pytest.mark.timeout(1200)
