@@ -77,7 +77,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     # settings for a few hundred rows: C1-only JIT and the serial GC (the JVM warms up in 5 s, not 20 s,
-    # as onceproof/job.py's SPARK_JAVA_OPTS), no whole-stage codegen (each query would compile its own
+    # as onceproof/pipeline/jvm.py's SPARK_JAVA_OPTS), no whole-stage codegen (each query would compile its own
     # classes) and no adaptive re-planning; two shuffle partitions
     s = (SparkSession.builder.master("local[2]").appName("onceproof-tests")
          .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")

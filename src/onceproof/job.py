@@ -38,6 +38,7 @@ from onceproof.pipeline.identity import (  # noqa: F401
     driver_incarnation,
     input_partitions,
 )
+from onceproof.pipeline.jvm import SPARK_JAVA_OPTS, spark_java_options  # noqa: F401 - SPARK_JAVA_OPTS re-exported
 from onceproof.sinks import registry as sinks
 from onceproof.sinks.base import JobContext
 from onceproof.workloads import registry
@@ -95,18 +96,6 @@ def pool_size(args: argparse.Namespace, timeout_s: float = 30.0) -> int:
     (fencing an unused id costs one ``init_transactions()``; missing one leaves its open transaction
     pinning the output's LSO). Raises as ``input_partitions`` does."""
     return max(input_partitions(args.bootstrap, args.input_topic, timeout_s=timeout_s), args.pool_size or 0)
-
-
-SPARK_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-"""JVM options of the driver (and, in ``local-cluster``, its master and workers) and of the executors:
-C1-only JIT and the serial GC, as the brokers already use (``backends/local/kafka.py``). Every driver
-start, and every first micro-batch after one, is JVM warm-up, which C2's compiler threads and G1 make
-CPU-bound on a small machine. Measured on 2 cores (``onceproof run --sink eos --nemesis kill-driver
---time-limit 60 --seed 3``, two runs each, default JIT first): run wall time 155 / 141 s → 114 / 107 s,
-Spark start 25 / 21 s → 16 / 15 s, first commit after the driver kill 48.5 / 49.3 s → 35.6 / 37.6 s,
-recovery 44 / 35 s → 14 / 10 s. Peak throughput of hot code can be lower with C1 only: the environment
-variable ``ONCEPROOF_SPARK_JAVA_OPTS`` replaces these options, and set to an empty string it restores
-the JVM's defaults (for a throughput benchmark)."""
 
 
 STOP_TIMEOUT_S = 60
@@ -307,7 +296,7 @@ def build_spark(args: argparse.Namespace, partitions: int, conf: dict[str, str] 
          .config("spark.executor.heartbeatInterval", "5s")
          .config("spark.deploy.maxExecutorRetries", "1000")
          .config("spark.python.worker.reuse", "true"))
-    jopts = os.environ.get("ONCEPROOF_SPARK_JAVA_OPTS", SPARK_JAVA_OPTS)
+    jopts = spark_java_options(os.environ)  # pipeline/jvm.py: C1-only JIT, serial GC
     share = class_sharing(os.environ)
     for side in ("driver", "executor"):
         opts = " ".join([jopts, *share.get(side, [])]).strip()

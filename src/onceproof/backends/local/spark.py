@@ -24,6 +24,7 @@ from onceproof.backends.common import faketime, interpreter, jars, processes
 from onceproof.backends.common.spark import SupervisedSpark, host_executor
 from onceproof.backends.common.supervisor import DriverSupervisor, collect_executor_logs, driver_argv
 from onceproof.backends.local import runtimes, spark_cds
+from onceproof.pipeline import jvm
 from onceproof.pipeline.eos_sink import CONTROL_DIR_ENV, SINK_LOG_ENV
 from onceproof.pipeline.identity import DRIVER_CLOCK_ENV
 
@@ -43,6 +44,8 @@ class LocalSpark(SupervisedSpark):
         user = {"cwd": pipeline.cwd or Path.cwd(), "watch_apps": True,
                 "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
             if pipeline.command else {"env": {}}
+        if pipeline.command:  # the bundled pipeline sets its own (onceproof.job.build_spark)
+            user["env"].update(jvm.user_job_env(os.environ))
         if pipeline.clock_file is not None and faketime.unavailable() is None:
             faketime.write_offset(pipeline.clock_file, 0)
             faketime.note(pipeline.clock_file)  # the reaper puts it back to +0 after a SIGKILLed harness
