@@ -35,7 +35,14 @@ def test_sends_are_ok_where_they_landed_and_never_visible_twice(cluster, tmp_pat
         cluster.kill(1)  # a leader and maybe the transaction coordinator go: commits time out, retry, move
         time.sleep(6)
         cluster.start(1)
-        time.sleep(8)  # ~40 transactions after the restart: some of them aborted on purpose
+        # go on until the producer wrote on after the restart: 8 s, and for the transactional one at
+        # least 30 transactions with one aborted on purpose (a coordinator that moved with the kill can
+        # stall its commits for most of that time: 4 transactions in 18 s once)
+        deadline = time.monotonic() + 90
+        time.sleep(8)
+        while producer == "transactional" and time.monotonic() < deadline and \
+                (wl.txns < 30 or not wl.aborted_on_purpose):
+            time.sleep(1)
     finally:
         wl.stop()
         hist.close()
