@@ -38,7 +38,7 @@ from onceproof.pipeline.identity import (  # noqa: F401
     driver_incarnation,
     input_partitions,
 )
-from onceproof.pipeline.jvm import SPARK_JAVA_OPTS, spark_java_options  # noqa: F401 - SPARK_JAVA_OPTS re-exported
+from onceproof.pipeline.jvm import spark_java_options
 from onceproof.sinks import registry as sinks
 from onceproof.sinks.base import JobContext
 from onceproof.workloads import registry
