@@ -5,12 +5,13 @@ sweeps every node at the end.
 
 * the eos sink stays valid under a broker kill, a broker isolated in both directions by the run's own iptables
   chains, random packet loss on a broker's ports (``iptables -m statistic``), a broker paused, an executor
-  killed on its worker node while it holds a sink task, the driver killed in its commit window, and a ``tc``
-  bandwidth limit on a broker's ports; every fault effective and exercised;
+  killed on its worker node while it holds a sink task, and a ``tc`` bandwidth limit on a broker's ports;
+  every fault effective and exercised;
 * the at-least-once sink is caught duplicating after an executor kill and a driver kill in the commit window
-  under a ``tc`` bandwidth limit, and under every fault of the eos run (both in ``make test-extended``: the
-  checker that catches it is the backend's own no more than the local runs', whose detection tests are in
-  ``make test``, and the 50-minute budget keeps the eos run);
+  (the driver's node restarting it) under a ``tc`` bandwidth limit, and under every fault of the eos run plus
+  that kill (both in ``make test-extended``: the checker that catches it is the backend's own no more than the
+  local runs', whose detection tests are in ``make test``, and the 50-minute budget keeps the eos run, which
+  leaves the commit-window kill out: a driver restart on the nodes cost that run 90 s of waiting);
 * the eos sink stays valid under the clock faults (a broker's and the driver's clocks through the nodes'
   libfaketime), a stopped broker's segment garbled on its node, a broker's tmpfs filled on its node, its
   unsynced writes dropped by the lazyfs layer there and a clean bounce, each effective and exercised with its
@@ -18,7 +19,8 @@ sweeps every node at the end.
 * after each run no node holds a JVM, an ``OP-`` iptables rule or onceproof's qdisc, and the brokers' and
   Spark's logs are in the run's ``logs/<node>/``.
 
-About 4.5 and 2 minutes on 2 cores (measured 264 s and 167 s in a fresh clone), the five nodes about 5 s.
+The eos run took 276 s here (2026-11-28; 414 s with the commit-window kill), the extended at-least-once
+runs 167 s and 272 s; the five nodes start in about 5 s.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from tests.docker.ssh_nodes import ssh_nodes
 
 pytestmark = pytest.mark.docker
 
-ALL = "kill-broker,pause-broker,partition,lossy-link:drop,kill-executor,kill-driver-in-commit-window"
-EOS = ALL + ",slow-network:bandwidth"
+EOS = "kill-broker,pause-broker,partition,lossy-link:drop,kill-executor,slow-network:bandwidth"
+ALL = EOS + ",kill-driver-in-commit-window"
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,7 @@ def test_eos_is_valid_on_ssh_nodes_under_broker_network_and_spark_faults_and_not
     def kept(p):
         return p.exists() or p.with_name(p.name + ".gz").exists()
     assert all(kept(logs / f"n{i}" / f"broker-{i}.log") for i in (1, 2, 3)), sorted(logs.rglob("*"))
-    assert kept(logs / "n4" / "spark-master.log") and kept(logs / "driver-2.log"), sorted(logs.rglob("*"))
+    assert kept(logs / "n4" / "spark-master.log") and kept(logs / "driver-1.log"), sorted(logs.rglob("*"))
 
 
 CLOCK_DISK = "clock-skew,driver-clock-skew,corrupt-segment-tail,disk-full,lose-unsynced-writes,bounce-broker"
@@ -150,4 +152,4 @@ def test_at_least_once_is_caught_on_ssh_nodes_after_executor_and_driver_kills_un
 @pytest.mark.timeout(1200)
 def test_at_least_once_is_caught_on_ssh_nodes_under_every_fault_of_the_eos_run(five, results_root):
     """272 s measured by hand (2026-11-27): ``make test``'s 50 minutes keep the shorter run above."""
-    _caught(five, results_root, ALL + ",slow-network:bandwidth", 45)
+    _caught(five, results_root, ALL, 45)
