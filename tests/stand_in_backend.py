@@ -397,6 +397,7 @@ class _StandInCore:
     name = "stand-in-core"
     user_pipelines = False
     file_sinks = False
+    picks_kafka_version = False
     capabilities = DERIVED
 
     def __init__(self):

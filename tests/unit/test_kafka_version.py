@@ -1,19 +1,28 @@
-"""``ONCEPROOF_KAFKA_VERSION`` (backends/common/jars.py): another broker version than the pin, checked before Maven
-is asked for it. No Maven run here."""
+"""The broker's Kafka release (backends/common/jars.py): ``--kafka-version`` over ``ONCEPROOF_KAFKA_VERSION`` over the
+pin, checked for form and the supported range before Maven is asked for it; the options that choose it
+(``run``, ``cluster up``, the pytest plugin's cluster keys) and where it is recorded (``test.json``'s versions,
+a suite's certificate). No Maven run here: a release that Maven does not serve is a stand-in ``ResolveError``."""
 
 from __future__ import annotations
 
 import pytest
 
 from onceproof.backends.common import jars
+from onceproof.harness import suite
+from onceproof.harness.config import ConfigError, TestConfig
+from onceproof.harness.runner import versions
+from onceproof.pytest_plugin import plugin
+from tests.stand_in_backend import StandInBackend
 
 
 def test_the_pin_unless_the_variable_names_another_version(monkeypatch):
     monkeypatch.delenv(jars.KAFKA_VERSION_ENV, raising=False)
     pinned = jars.kafka_version()
+    assert pinned == jars.pinned_kafka_version()
     assert pinned.count(".") == 2 and pinned.split(".")[0].isdigit()
     monkeypatch.setenv(jars.KAFKA_VERSION_ENV, " 3.5.2 ")
     assert jars.kafka_version() == "3.5.2"
+    assert jars.kafka_version("3.9.1") == "3.9.1"  # the option wins over the variable
     monkeypatch.setenv(jars.KAFKA_VERSION_ENV, "")
     assert jars.kafka_version() == pinned
 
@@ -23,3 +32,55 @@ def test_a_value_that_is_not_a_version_names_the_fix(monkeypatch, bad):
     monkeypatch.setenv(jars.KAFKA_VERSION_ENV, bad)
     with pytest.raises(jars.ResolveError, match="unset it to use the pinned one"):
         jars.kafka_version()
+    with pytest.raises(jars.ResolveError, match="--kafka-version"):
+        jars.kafka_version(bad)
+
+
+@pytest.mark.parametrize("version,why", [("3.5.0", None), ("3.9.1", None), ("4.4.0", None), ("4.99.3", None),
+                                         ("3.4.1", "outside the supported range, 3.5.0 to 4.x"),
+                                         ("2.8.2", "outside"), ("5.0.0", "outside"),
+                                         ("3.9", "not an Apache Kafka release"), ("v4.1.1", "not an Apache")])
+def test_the_supported_range(version, why):
+    got = jars.kafka_version_problem(version)
+    assert (got is None) if why is None else (why in got), got
+
+
+def test_the_tools_stay_on_the_pin_whatever_the_brokers_run(monkeypatch):
+    """``reassign-partitions`` needs kafka-tools ≥ 3.7 (its ReassignPartitionsCommand), whichever broker runs."""
+    monkeypatch.setenv(jars.KAFKA_VERSION_ENV, "3.5.2")
+    monkeypatch.delenv("KAFKA_HOME", raising=False)
+    asked = []
+    monkeypatch.setattr(jars, "_resolve", lambda name, version, pom, props: asked.append((name, version)))
+    jars.kafka_tools_classpath()
+    jars.kafka_classpath()
+    assert asked == [("kafka-tools", jars.pinned_kafka_version()), ("kafka", "3.5.2")]
+
+
+def test_run_refuses_an_unsupported_release_or_backend_before_anything_starts(monkeypatch):
+    with pytest.raises(ConfigError, match=r"--kafka-version.*3\.5\.0 to 4\.x"):
+        TestConfig(kafka_version="3.4.0").validate()
+    monkeypatch.setattr(StandInBackend, "name", "stand-in")
+    monkeypatch.setattr(TestConfig, "backend_instance", lambda self: StandInBackend())
+    with pytest.raises(ConfigError, match="drop --kafka-version, or use --backend local"):
+        TestConfig(kafka_version="3.9.1").validate()
+
+
+def test_a_release_maven_does_not_serve_is_a_usage_error(monkeypatch):
+    def refuse(version=""):
+        raise jars.ResolveError(f"Maven could not resolve kafka {version} (exit 1).\nCommand: mvn ...")
+    monkeypatch.setattr(jars, "kafka_classpath", refuse)
+    with pytest.raises(ConfigError, match=r"Kafka 3\.5\.99 could not be resolved .*exit 1.*from 3\.5\.0 to 4\.x"):
+        TestConfig(kafka_version="3.5.99").validate()
+
+
+def test_the_chosen_release_is_the_one_recorded():
+    backend = StandInBackend()
+    assert versions(backend, "3.9.1")["kafka"] == "3.9.1"
+    assert versions(backend)["kafka"] == backend.versions().get("kafka", versions(backend)["kafka"])
+    assert suite.option_value(["--rate", "10", "--kafka-version", "3.9.1"], "--kafka-version") == "3.9.1"
+    assert suite.option_value(["--kafka-version=4.4.0"], "--kafka-version") == "4.4.0"
+    assert suite.option_value(["--rate", "10"], "--kafka-version") == ""
+
+
+def test_the_plugins_cluster_is_shaped_by_the_release():
+    assert "kafka_version" in plugin.CLUSTER_KEYS

@@ -122,6 +122,10 @@ class ClusterShape:
     own_groups: bool = False
     """Put every node's process in a cgroup of its own, so that the fault network can cut one node's outbound
     connections (a run that may draw ``partition:isolate``; the local backend's, ``backends/common/cgroups.py``)."""
+    kafka_version: str = ""
+    """The Apache Kafka release the nodes run (``--kafka-version``, ``X.Y.Z``); ``""``: ``$ONCEPROOF_KAFKA_VERSION``
+    or the pin (``backends/common/jars.kafka_version``). Only a backend whose ``picks_kafka_version`` is true
+    is given one."""
 
 
 @dataclass(frozen=True)
@@ -629,6 +633,9 @@ class Backend(Protocol):
     """Runs a user's ``--pipeline-cmd`` (:attr:`PipelineArgs.command`), not only the bundled pipeline."""
     file_sinks: bool
     """Runs ``--sink file`` (:attr:`PipelineArgs.file_sink`: executors write where the harness reads)."""
+    picks_kafka_version: bool
+    """Starts its brokers on the Kafka release a run names (:attr:`ClusterShape.kafka_version`,
+    ``--kafka-version``), any of ``jars.SUPPORTED_KAFKA``."""
     capabilities: frozenset[str]
     """``fault:target`` specs (``kill-broker:leader``), ``fault:*`` for every target of a fault, or a
     bare name for a fault without targets (``kill-driver``): what the protocols this backend and its

@@ -24,7 +24,7 @@ from typing import Any
 
 from onceproof.backends import capabilities, registry
 from onceproof.backends.base import BackendError, Runtimes, can_perform
-from onceproof.backends.common import interpreter
+from onceproof.backends.common import interpreter, jars
 from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 from onceproof.checkout import repository
 from onceproof.clients import durability
@@ -303,6 +303,12 @@ class TestConfig:
                                check=lambda v: None if v in durability.CONFIGS else
                                f"unknown cluster config {v!r}; choose one of {', '.join(durability.names())}",
                                example="weak-durability", choices=durability.names)
+    kafka_version: str = _opt("", "the Apache Kafka release the brokers run, X.Y.Z from "
+                                  + jars.SUPPORTED_KAFKA + " (KRaft; its jars from Maven Central, once); "
+                                  "default: $" + jars.KAFKA_VERSION_ENV + ", else the pinned "
+                                  "release (docs/versions.md)",
+                              check=lambda v: jars.kafka_version_problem(v) if v else None,
+                              example=jars.pinned_kafka_version())  # resolved by `make setup`: no Maven call
     master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,
                        example="local[2]")
     backend: str = _opt(registry.DEFAULT, "where the cluster, the pipeline and the fault network run: "
@@ -533,6 +539,26 @@ class TestConfig:
             raise ConfigError("--file-read", f"only with --sink {with_it}" if with_it else
                               f"--sink {self.sink} reads {', '.join(sink.reads)} only")
 
+    def _check_kafka_version(self, backend) -> None:
+        """``--kafka-version`` needs a backend that starts its brokers on a chosen release
+        (``picks_kafka_version``) and a release Maven Central serves: its jars are resolved here, once per
+        version (about 12 s; ``~/.cache/onceproof/jars/kafka-<version>``), so a release that does not exist
+        is refused before anything starts.
+
+        Raises: ``ConfigError`` for ``--kafka-version`` naming the fix."""
+        if not getattr(backend, "picks_kafka_version", False):
+            raise ConfigError("--kafka-version", f"the {backend.name} backend does not start its brokers on a "
+                                                 "release a run chooses; drop --kafka-version, or use --backend "
+                              + ", ".join(n for n in registry.names()
+                                          if getattr(registry.backend_class(n), "picks_kafka_version", False)))
+        try:
+            jars.kafka_classpath(self.kafka_version)
+        except jars.ResolveError as e:
+            first = str(e).splitlines()[0]
+            raise ConfigError("--kafka-version", f"Kafka {self.kafka_version} could not be resolved ({first}); "
+                                                 f"choose a release Maven Central serves, from "
+                                                 f"{jars.SUPPORTED_KAFKA}") from None
+
     def _check_pipeline_python(self) -> None:
         """``--pipeline-python`` runs a ``--pipeline-cmd`` job, on a PySpark onceproof can resolve the Kafka
         connector for (:func:`onceproof.backends.common.interpreter.refusal`); asking the interpreter takes
@@ -574,6 +600,8 @@ class TestConfig:
         """
         backend = self.backend_instance()
         self._check_sink_fits(backend)
+        if self.kafka_version:
+            self._check_kafka_version(backend)
         if self.pipeline_cmd:
             if not backend.user_pipelines:
                 raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "

@@ -79,12 +79,14 @@ TOPICS = TopicNames("")
 ``output-progress`` (``topic_names``)."""
 
 
-def versions(backend: Backend) -> dict[str, str]:
-    """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java) and the harness's
-    own Kafka client and Python."""
+def versions(backend: Backend, kafka_version: str = "") -> dict[str, str]:
+    """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java), the brokers'
+    ``kafka_version`` when the run chose one (``--kafka-version``), and the harness's own Kafka client and
+    Python."""
 
     v = confluent_kafka.version()  # a string in 2.16 ("2.16.1"), a (string, int) tuple before
-    return {**backend.versions(), "confluent-kafka": v if isinstance(v, str) else v[0],
+    chosen = {"kafka": kafka_version} if kafka_version else {}
+    return {**backend.versions(), **chosen, "confluent-kafka": v if isinstance(v, str) else v[0],
             "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version()}
 
 
@@ -459,7 +461,7 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
             "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
     try:
-        meta["versions"] = versions(backend)
+        meta["versions"] = versions(backend, cfg.kafka_version)
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
     meta["schedule"] = plan
@@ -581,7 +583,8 @@ def run(cfg: TestConfig, console: Console | None = None,
                                                clocks=catalog.needs_clock([f for _, f in plan]),
                                                small_disks=catalog.needs_small_disks([f for _, f in plan]),
                                                lazyfs=catalog.needs_lazyfs([f for _, f in plan]),
-                                               own_groups=catalog.needs_own_groups([f for _, f in plan])))
+                                               own_groups=catalog.needs_own_groups([f for _, f in plan]),
+                                               kafka_version=cfg.kafka_version))
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan,
                  names=backend.topic_names() if foreign else TOPICS)
         if foreign:

@@ -299,12 +299,24 @@ def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
                      "--results", str(runs_dir), *extra])
 
 
-def _versions(backend: str) -> dict[str, str]:
+def option_value(extra: list[str], flag: str) -> str:
+    """The value of ``flag`` among the user's further ``run`` options (``--flag V`` or ``--flag=V``, the
+    last one given), ``""`` when absent."""
+    found = ""
+    for i, a in enumerate(extra):
+        if a == flag and i + 1 < len(extra):
+            found = extra[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def _versions(backend: str, extra: list[str]) -> dict[str, str]:
     # lazy: the runner loads the whole harness (backends, Spark checks); only a suite that runs needs it
     from onceproof.harness.runner import versions
 
     try:
-        v = versions(registry.get(backend))
+        v = versions(registry.get(backend), option_value(extra, "--kafka-version"))
     except Exception as e:  # noqa: BLE001 - the certificate says so rather than failing the suite
         v = {"error": repr(e)}
     return {**v, "os": platform.platform()}
@@ -371,7 +383,7 @@ class Suite:
 
         signal.signal(signal.SIGTERM, on_term)
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        self.versions = _versions(self.backend)
+        self.versions = _versions(self.backend, self.extra)
         self.console.print(f"[bold]onceproof test-all[/] {self.name}: {len(self.cells)} cells → {self.dir}")
         interrupted = False
         with Live(self._table(None, time.monotonic()), console=self.console, refresh_per_second=1,

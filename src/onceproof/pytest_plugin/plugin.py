@@ -15,7 +15,7 @@ Where a run's config comes from, later entries overriding earlier ones:
 ``onceproof_cluster`` takes ``backend`` and ``brokers`` from 2-4 (its own indirect parameter:
 ``parametrize("onceproof_cluster", ["local", "docker"], indirect=True)`` or a dict). It lives for a module
 (or the session, ``--onceproof-cluster-scope session``), so only markers at that level can choose it: a
-``backend=``/``brokers=`` marker on a class or a test that uses it is refused at collection (a usage
+``backend=``/``brokers=``/``kafka_version=`` marker on a class or a test that uses it is refused at collection (a usage
 error), since the cluster it gets was built before and for other tests too.
 
 Loading this module imports pytest, :mod:`onceproof.pytest_plugin.runs` and the backend registry, no more:
@@ -36,7 +36,7 @@ from onceproof.backends.base import ClusterShape
 from onceproof.pytest_plugin import runs
 
 MARKER = "onceproof"
-CLUSTER_KEYS = ("backend", "brokers")  # the config keys that shape onceproof_cluster
+CLUSTER_KEYS = ("backend", "brokers", "kafka_version")  # the config keys that shape onceproof_cluster
 _NO_PARAM = object()
 
 
@@ -145,9 +145,10 @@ def onceproof_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     """A running Kafka cluster (``onceproof.backends.base.Cluster``: ``.bootstrap`` host:port,..., ``.nodes``,
     ``.log_dir``) of the chosen backend, for a module (or the session: ``--onceproof-cluster-scope``).
 
-    Backend and broker count: ``--onceproof-backend``, ``pytestmark = pytest.mark.onceproof(backend=...,
-    brokers=...)`` on the module, or ``parametrize("onceproof_cluster", ["local"], indirect=True)``;
-    default ``local``, 3 brokers. Stopped on every exit path: the test's end, its failure, Ctrl-C, and
+    Backend, broker count and Kafka release: ``--onceproof-backend``, ``pytestmark =
+    pytest.mark.onceproof(backend=..., brokers=..., kafka_version=...)`` on the module, or
+    ``parametrize("onceproof_cluster", ["local"], indirect=True)``; default ``local``, 3 brokers, the pinned
+    release. Stopped on every exit path: the test's end, its failure, Ctrl-C, and
     SIGTERM (routed to an interrupt while the cluster lives). Data and logs under pytest's basetemp.
     ``onceproof_run`` does not use it: each run builds its own fresh cluster.
     """
@@ -157,7 +158,8 @@ def onceproof_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     cfg = runs.config_from_kwargs(given)
     backend = registry.get(cfg.backend)
     with runs.Interrupts():
-        cluster = backend.cluster(ClusterShape(data, nodes=cfg.brokers, log_dir=data / "logs"))
+        cluster = backend.cluster(ClusterShape(data, nodes=cfg.brokers, log_dir=data / "logs",
+                                               kafka_version=cfg.kafka_version))
         try:
             cluster.up()
             yield cluster

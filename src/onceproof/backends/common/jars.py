@@ -72,27 +72,59 @@ def _resolve(name: str, version: str, pom: Path, properties: dict[str, str] | No
 
 KAFKA_VERSION_ENV = "ONCEPROOF_KAFKA_VERSION"
 """Names another Apache Kafka broker version to resolve from Maven Central instead of the pinned one (e.g.
-``3.9.1``, a broker without KIP-890 part 2, for ``make probe-kafka17754``); unset: the pin."""
+``3.9.1``, a broker without KIP-890 part 2, for ``make probe-kafka17754``); unset: the pin. The default of
+``--kafka-version`` (an alias kept for scripts and ``make`` variables)."""
+
+OLDEST_KAFKA = (3, 5)
+"""The oldest Apache Kafka line a cluster onceproof starts may run: KRaft became production-ready in 3.3
+(KIP-833), and 3.5 is the oldest line whose brokers take this harness's configuration unchanged (a static
+``controller.quorum.voters``, ``kafka.tools.StorageTool format --cluster-id``; docs/versions.md)."""
+NEWEST_KAFKA_MAJOR = 4
+"""The newest Kafka major version accepted (4.x: Maven Central serves up to 4.4.0 on 2026-11-25)."""
+SUPPORTED_KAFKA = f"{OLDEST_KAFKA[0]}.{OLDEST_KAFKA[1]}.0 to {NEWEST_KAFKA_MAJOR}.x"
+"""The supported range, as error messages and docs name it."""
 
 
-def kafka_version() -> str:
-    """The Apache Kafka broker version: ``$ONCEPROOF_KAFKA_VERSION`` when set, else the pin
-    (``deps/kafka/pom.xml``).
+def pinned_kafka_version() -> str:
+    """The version ``deps/kafka/pom.xml`` pins (the default broker, and the command-line tools' version)."""
+    return _pom_property(DEPS / "kafka" / "pom.xml", "kafka.version")
 
-    Raises: ``ResolveError`` when the variable is set but is not a version (digits and dots)."""
+
+def kafka_version_problem(version: str) -> str | None:
+    """Why ``version`` cannot be a broker version (not ``X.Y.Z``, or outside :data:`SUPPORTED_KAFKA`), or
+    ``None``. Whether Maven Central serves it is learned when its jars are resolved."""
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        return f"{version!r} is not an Apache Kafka release such as 3.9.1 or 4.1.1"
+    major, minor, _ = (int(x) for x in version.split("."))
+    if (major, minor) < OLDEST_KAFKA or major > NEWEST_KAFKA_MAJOR:
+        return f"Kafka {version} is outside the supported range, {SUPPORTED_KAFKA} (KRaft brokers only)"
+    return None
+
+
+def kafka_version(wanted: str = "") -> str:
+    """The Apache Kafka broker version: ``wanted`` when given (``--kafka-version``), else
+    ``$ONCEPROOF_KAFKA_VERSION`` when set, else the pin (``deps/kafka/pom.xml``).
+
+    Raises: ``ResolveError`` when ``wanted`` or the variable is not a version (digits and dots)."""
+    wanted = wanted.strip()
+    if wanted:
+        if not re.fullmatch(r"\d+(\.\d+){1,3}", wanted):
+            raise ResolveError(f"--kafka-version {wanted!r} is not a Kafka version such as 3.9.1")
+        return wanted
     wanted = os.environ.get(KAFKA_VERSION_ENV, "").strip()
     if wanted:
         if not re.fullmatch(r"\d+(\.\d+){1,3}", wanted):
             raise ResolveError(f"{KAFKA_VERSION_ENV}={wanted!r} is not a Kafka version such as 3.9.1; "
                                "unset it to use the pinned one")
         return wanted
-    return _pom_property(DEPS / "kafka" / "pom.xml", "kafka.version")
+    return pinned_kafka_version()
 
 
-def kafka_classpath() -> Classpath:
-    """Broker classpath: ``$KAFKA_HOME/libs`` when set, else Maven-resolved ``kafka_2.13`` + log4j2.
+def kafka_classpath(version: str = "") -> Classpath:
+    """Broker classpath: ``$KAFKA_HOME/libs`` when set, else Maven-resolved ``kafka_2.13`` + log4j2 at
+    :func:`kafka_version` ``(version)`` (cached per version: about 12 s the first time).
 
-    Raises: ``ResolveError`` when neither works.
+    Raises: ``ResolveError`` when neither works (a version Maven Central does not serve included).
     """
     home = os.environ.get("KAFKA_HOME")
     if home:
@@ -101,21 +133,23 @@ def kafka_classpath() -> Classpath:
             raise ResolveError(f"KAFKA_HOME={home} has no libs/*.jar; unset it to use Maven")
         ver = next((m.group(1) for j in libs if (m := re.match(r"kafka_2\.13-(.+)\.jar$", j.name))), "?")
         return Classpath("kafka", ver, tuple(libs))
-    version = kafka_version()
+    version = kafka_version(version)
     return _resolve("kafka", version, DEPS / "kafka" / "pom.xml", {"kafka.version": version})
 
 
 def kafka_tools_classpath() -> Classpath:
     """Kafka's command-line tools (``kafka-tools``: ``org.apache.kafka.tools.reassign.ReassignPartitionsCommand``
     and the others of the distribution's ``bin/kafka-*.sh``) at the broker's pinned version
-    (``deps/kafka-tools/pom.xml``), resolved on first use (about 15 s, 82 jars); ``$KAFKA_HOME/libs`` when
-    set (a distribution ships them).
+    (``deps/kafka-tools/pom.xml``), whatever version the brokers run: that class exists from 3.7 on, and
+    its admin requests (AlterPartitionReassignments, KIP-455, Kafka 2.4) are answered by every supported
+    broker. Resolved on first use (about 15 s, 82 jars); ``$KAFKA_HOME/libs`` when set (a distribution
+    ships them).
 
     Raises: ``ResolveError``.
     """
     if os.environ.get("KAFKA_HOME"):
         return kafka_classpath()
-    version = kafka_version()
+    version = pinned_kafka_version()
     return _resolve("kafka-tools", version, DEPS / "kafka-tools" / "pom.xml", {"kafka.version": version})
 
 

@@ -40,6 +40,7 @@ class ExternalBackend:
     name = "external"
     user_pipelines = False  # the submit template runs onceproof.job
     file_sinks = False
+    picks_kafka_version = False  # the cluster is the user's, on their release
     capability_limit = frozenset(SPEC_OF.values()) | {COMMIT_WINDOW}
     """What any fault map can make possible (``capabilities.of_class``)."""
 

@@ -48,6 +48,7 @@ class LocalBackend:
     name = "local"
     user_pipelines = True
     file_sinks = True
+    picks_kafka_version = True
     capabilities = DERIVED
     databases = frozenset({"postgres"})
 
@@ -56,7 +57,8 @@ class LocalBackend:
         ``shape.clocks``, its brokers start under libfaketime (``backends/common/faketime.py``); with
         ``shape.lazyfs`` (not for a detached cluster), each broker's ``log.dirs`` is a lazyfs layer
         (``backends/common/lazyfs.py``).
-        ``shape.small_disks``, each broker's data directory is a tmpfs of its own (``backends/common/tmpfs.py``).
+        ``shape.small_disks``, each broker's data directory is a tmpfs of its own (``backends/common/tmpfs.py``);
+        the brokers run ``shape.kafka_version`` (its jars resolved from Maven Central the first time).
 
         Raises: ``ClusterError`` when no port range is free.
         """
@@ -65,7 +67,7 @@ class LocalBackend:
                            proxied=shape.proxied)
         return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks,
                             lazyfs=shape.lazyfs and not shape.detached, small_disks=shape.small_disks,
-                            own_groups=shape.own_groups and not shape.detached)
+                            own_groups=shape.own_groups and not shape.detached, version=shape.kafka_version)
 
     def attach(self, data_dir: Path) -> KafkaCluster:
         return KafkaCluster.from_state(data_dir)

@@ -94,6 +94,8 @@ class KafkaCluster(LayerLoss):
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
     version: str = ""
+    """The Kafka release the nodes run: asked for (``""``: ``jars.kafka_version()``), then, once formatted,
+    the one resolved."""
     cds_dumps: dict[str, Path] = field(default_factory=dict)
     """Training only (:func:`train_archives`): JVM kind (``kafka-tool`` for ``StorageTool format``,
     ``kafka`` for a broker) → where its JVMs dump a class-data sharing archive at exit, instead of mapping
@@ -138,7 +140,10 @@ class KafkaCluster(LayerLoss):
 
         Raises: ``ClusterError`` when formatting fails (its output is included).
         """
-        cp = jars.kafka_classpath()
+        try:
+            cp = jars.kafka_classpath(self.version)
+        except jars.ResolveError as e:
+            raise ClusterError(str(e)) from None
         self.version = cp.version
         root = self.spec.data_dir
         self.stop_layers()  # a retried up(): never rmtree through a mount
@@ -190,7 +195,7 @@ class KafkaCluster(LayerLoss):
         """Start (or restart) node ``node_id``; returns its pid. The node keeps its data (and its clock
         offset, :meth:`set_clock_offset`)."""
         b = self.brokers[node_id]
-        cp = jars.kafka_classpath()
+        cp = jars.kafka_classpath(self.version)
         cmd = self._jvm(cp, b.config.parent / "log4j2.properties", self.spec.heap_mb, "kafka") + [
             "kafka.Kafka", str(b.config)]
         proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), env=self.node_env(node_id),

@@ -11,6 +11,7 @@ import typer
 from onceproof.backends import registry
 from onceproof.backends.base import FOREIGN, Backend, BackendError, Cluster, ClusterError, ClusterShape
 from onceproof.backends.cache import cache_dir
+from onceproof.backends.common import jars
 from onceproof.harness.cli.app import console, on_crash, usage
 
 DEFAULT_CLUSTER_DIR = cache_dir() / "cluster"
@@ -52,12 +53,21 @@ def cluster_up(
     dir: Path = typer.Option(DEFAULT_CLUSTER_DIR, help=_DIR_HELP),
     brokers: int = typer.Option(3, help="KRaft nodes (combined broker+controller), 1..9"),
     backend: str = typer.Option(registry.DEFAULT, help=_BACKEND_HELP),
+    kafka_version: str = typer.Option("", help="the Apache Kafka release the brokers run, X.Y.Z from "
+                                               f"{jars.SUPPORTED_KAFKA} (default: ${jars.KAFKA_VERSION_ENV}, "
+                                               "else the pinned release)"),
 ) -> None:
     """Start a KRaft cluster that stays up after this command; prints the bootstrap servers."""
     on_crash("cluster up", None)
     if not 1 <= brokers <= 9:
         raise usage(f"must be 1..9, got {brokers}", "--brokers")
     b = _backend(backend)
+    if kafka_version:
+        why = jars.kafka_version_problem(kafka_version)
+        if why is None and not getattr(b, "picks_kafka_version", False):
+            why = f"the {b.name} backend does not start its brokers on a chosen release; use --backend local"
+        if why:
+            raise usage(why, "--kafka-version")
     try:
         existing = b.attach(dir)
     except ClusterError:
@@ -65,7 +75,7 @@ def cluster_up(
     if existing is not None and any(existing.state(n).alive for n in existing.nodes):
         console.print(f"[yellow]a cluster is already running from {dir}; run `onceproof cluster down` first[/]")
         raise typer.Exit(1)
-    c = b.cluster(ClusterShape(dir.resolve(), nodes=brokers, detached=True))
+    c = b.cluster(ClusterShape(dir.resolve(), nodes=brokers, detached=True, kafka_version=kafka_version))
     on_crash("cluster up", c.log_dir / "cluster-up-error.log")
     with console.status("starting Kafka"):
         try:
