@@ -445,7 +445,8 @@ def test_a_backend_marker_that_cannot_reach_the_module_scoped_cluster_is_a_usage
 
 @pytest.mark.parametrize("param,expected", [
     ({"backend": "stand-in", "sink": "eos"},
-     "*onceproof_cluster takes backend and brokers, got sink='eos'; give run config to onceproof_run instead*"),
+     "*onceproof_cluster takes backend, brokers and kafka_version, got sink='eos'; give run config to "
+     "onceproof_run instead*"),
     ({"backend": "stand-in", "brokers": 0},
      "*brokers=0 (from parametrize('onceproof_cluster', ..., indirect=True)): must be ≥ 1, got 0*"),
     ("nowhere", "*backend='nowhere' (from parametrize('onceproof_cluster', ..., indirect=True)): unknown backend "

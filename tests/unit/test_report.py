@@ -332,6 +332,7 @@ def test_junit_one_case_per_anomaly_plus_recovery_and_faults(run_dir):
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == (str(len(types) + 2), "4", "0")
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["verdict"] == "invalid" and props["seed"] == "7"
+    assert (props["kafka"], props["pyspark"]) == ("4.1.1", "4.3.0")  # what it ran on (test.json's versions)
 
 
 def test_junit_unknown_verdict_fails_recovery_with_reasons(tmp_path):

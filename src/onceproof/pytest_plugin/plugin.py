@@ -115,7 +115,8 @@ def _settings(request: pytest.FixtureRequest, keys: tuple[str, ...] | None = Non
                                                   f"config or a str naming the backend, got {param!r}")
         for k, v in param.items():
             if keys is not None and k not in keys:
-                raise runs.OnceproofConfigError(k, f"{where}: {request.fixturename} takes {' and '.join(keys)}, "
+                takes = f"{', '.join(keys[:-1])} and {keys[-1]}" if len(keys) > 1 else keys[0]
+                raise runs.OnceproofConfigError(k, f"{where}: {request.fixturename} takes {takes}, "
                                                    f"got {k}={v!r}; give run config to onceproof_run instead")
             given[k] = runs.Setting(v, where)
     return given

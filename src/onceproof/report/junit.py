@@ -4,7 +4,7 @@ Shape (the de-facto JUnit format that Jenkins, GitLab and GitHub reporters read)
 
     <testsuites name="onceproof" tests= failures= errors= skipped= time=>
       <testsuite name="onceproof" tests= failures= errors= skipped= time= timestamp=>
-        <properties> test, verdict, seed, replay, run_dir </properties>
+        <properties> test, verdict, seed, replay, run_dir, kafka, pyspark </properties>
         <testcase classname="onceproof.<test>" name="<anomaly>"/>      one per anomaly type
         <testcase classname="onceproof.<test>" name="recovery"/>
         <testcase classname="onceproof.<test>" name="faults-took-effect"/>
@@ -152,7 +152,8 @@ def build_junit(run_dir: Path) -> ET.Element:
         suite.set("timestamp", _clean(test["started"]))
     props = ET.SubElement(suite, "properties")
     for k, v in (("test", name), ("verdict", verdict), ("seed", r.get("seed", (test.get("config") or {}).get("seed"))),
-                 ("replay", r.get("replay") or test.get("replay")), ("run_dir", str(run_dir.resolve()))):
+                 ("replay", r.get("replay") or test.get("replay")), ("run_dir", str(run_dir.resolve())),
+                 *((k, (test.get("versions") or {}).get(k)) for k in ("kafka", "pyspark"))):
         if v is not None:
             ET.SubElement(props, "property", name=k, value=_clean(v))
     suite.extend(cases)
