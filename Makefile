@@ -148,10 +148,13 @@ probe-kafka17754: setup
 certify-user: setup
 	ONCEPROOF_USER_SEEDS=1,2,3 $(BIN)/python -m pytest -v tests/cluster/test_user_certificate.py
 
+# KAFKA_VERSION=3.9.1 certifies on another Kafka release (--kafka-version, docs/versions.md)
+KAFKA_VERSION ?=
 certify: setup postgres-prereqs clock-prereqs fuse-prereqs
-	$(BIN)/onceproof test-all --mutants --weak-configs --test-count 3 --stop-when-caught
+	$(BIN)/onceproof test-all --mutants --weak-configs --test-count 3 --stop-when-caught \
+	  $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION))
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit,operator,lossy,clock,disk \
-	  --test-count 2 --time-limit 60
+	  --test-count 2 --time-limit 60 $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION))
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
 # Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under

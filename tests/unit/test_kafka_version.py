@@ -12,6 +12,7 @@ from onceproof.harness import suite
 from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.harness.runner import versions
 from onceproof.pytest_plugin import plugin
+from tests.conftest import run_cli
 from tests.stand_in_backend import StandInBackend
 
 
@@ -84,3 +85,12 @@ def test_the_chosen_release_is_the_one_recorded():
 
 def test_the_plugins_cluster_is_shaped_by_the_release():
     assert "kafka_version" in plugin.CLUSTER_KEYS
+
+
+def test_test_all_refuses_a_release_outside_the_range_before_any_cell():
+    p = run_cli(["test-all", "--sink", "eos", "--nemesis-package", "commit", "--dry-run", "--kafka-version", "2.8.2"],
+                timeout=120)
+    assert p.returncode == 254 and "3.5.0 to 4.x" in p.stderr, p.stderr
+    p = run_cli(["test-all", "--sink", "eos", "--nemesis-package", "commit", "--dry-run", "--kafka-version=3.9.1"],
+                timeout=120)
+    assert p.returncode == 0 and "--kafka-version=3.9.1" in p.stdout, p.stdout[-2000:]

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from onceproof.backends import registry
+from onceproof.backends.common import jars
 from onceproof.harness import shrink as shrinker
 from onceproof.harness import suite
 from onceproof.harness.cli.app import console, finite, on_crash, require_run_dir, usage
@@ -81,6 +82,9 @@ def test_all(
     for bad in _SET_PER_CELL:
         if any(a == bad or a.startswith(bad + "=") for a in extra):
             raise usage(f"{bad} is set by test-all for each cell; use test-all's own options", bad)
+    kafka = suite.option_value(extra, "--kafka-version")  # every cell's brokers: refused once, here
+    if kafka and (why := jars.kafka_version_problem(kafka)):
+        raise usage(why, "--kafka-version")
     if backend != registry.DEFAULT:
         extra += ["--backend", backend]
     dropped = suite.left_out(cells)
