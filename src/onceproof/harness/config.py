@@ -178,6 +178,16 @@ def _check_backend(v: str) -> str | None:
     return None if v in names else f"unknown backend {v!r}; choose one of {', '.join(names)}"
 
 
+def kafka_release_refusal(backend) -> str | None:
+    """Why ``backend`` cannot start its brokers on the release ``--kafka-version`` names (its
+    ``picks_kafka_version`` is false), naming the backends that can; ``None`` when it can."""
+    if backend.picks_kafka_version:
+        return None
+    return (f"the {backend.name} backend does not start its brokers on a release a run chooses; drop "
+            "--kafka-version, or use --backend "
+            + ", ".join(n for n in registry.names() if registry.backend_class(n).picks_kafka_version))
+
+
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 """The repository's worked examples (``nodes.toml``, ``cluster.toml``), in a checkout."""
 
@@ -546,11 +556,9 @@ class TestConfig:
         is refused before anything starts.
 
         Raises: ``ConfigError`` for ``--kafka-version`` naming the fix."""
-        if not getattr(backend, "picks_kafka_version", False):
-            raise ConfigError("--kafka-version", f"the {backend.name} backend does not start its brokers on a "
-                                                 "release a run chooses; drop --kafka-version, or use --backend "
-                              + ", ".join(n for n in registry.names()
-                                          if getattr(registry.backend_class(n), "picks_kafka_version", False)))
+        why = kafka_release_refusal(backend)
+        if why:
+            raise ConfigError("--kafka-version", why)
         try:
             jars.kafka_classpath(self.kafka_version)
         except jars.ResolveError as e:

@@ -106,17 +106,14 @@ def kafka_version(wanted: str = "") -> str:
     ``$ONCEPROOF_KAFKA_VERSION`` when set, else the pin (``deps/kafka/pom.xml``).
 
     Raises: ``ResolveError`` when ``wanted`` or the variable is not a version (digits and dots)."""
-    wanted = wanted.strip()
-    if wanted:
-        if not re.fullmatch(r"\d+(\.\d+){1,3}", wanted):
-            raise ResolveError(f"--kafka-version {wanted!r} is not a Kafka version such as 3.9.1")
-        return wanted
-    wanted = os.environ.get(KAFKA_VERSION_ENV, "").strip()
-    if wanted:
-        if not re.fullmatch(r"\d+(\.\d+){1,3}", wanted):
-            raise ResolveError(f"{KAFKA_VERSION_ENV}={wanted!r} is not a Kafka version such as 3.9.1; "
-                               "unset it to use the pinned one")
-        return wanted
+    for value, name, fix in ((wanted, "--kafka-version ", ""),
+                             (os.environ.get(KAFKA_VERSION_ENV, ""), f"{KAFKA_VERSION_ENV}=",
+                              "; unset it to use the pinned one")):
+        value = value.strip()
+        if value:
+            if not re.fullmatch(r"\d+(\.\d+){1,3}", value):
+                raise ResolveError(f"{name}{value!r} is not a Kafka version such as 3.9.1{fix}")
+            return value
     return pinned_kafka_version()
 
 

@@ -13,6 +13,7 @@ from onceproof.backends.base import FOREIGN, Backend, BackendError, Cluster, Clu
 from onceproof.backends.cache import cache_dir
 from onceproof.backends.common import jars
 from onceproof.harness.cli.app import console, on_crash, usage
+from onceproof.harness.config import kafka_release_refusal
 
 DEFAULT_CLUSTER_DIR = cache_dir() / "cluster"
 _BACKEND_HELP = "the backend that runs the cluster: " + ", ".join(registry.names())
@@ -62,12 +63,8 @@ def cluster_up(
     if not 1 <= brokers <= 9:
         raise usage(f"must be 1..9, got {brokers}", "--brokers")
     b = _backend(backend)
-    if kafka_version:
-        why = jars.kafka_version_problem(kafka_version)
-        if why is None and not getattr(b, "picks_kafka_version", False):
-            why = f"the {b.name} backend does not start its brokers on a chosen release; use --backend local"
-        if why:
-            raise usage(why, "--kafka-version")
+    if kafka_version and (why := jars.kafka_version_problem(kafka_version) or kafka_release_refusal(b)):
+        raise usage(why, "--kafka-version")
     try:
         existing = b.attach(dir)
     except ClusterError:
