@@ -47,6 +47,27 @@ def test_each_kind_and_class_path_has_its_own_archive():
     assert t1 != t2 and t1.parent.is_dir() and t1.suffix == ".part"
 
 
+def test_a_class_path_recreated_at_the_same_place_gets_a_new_archive(tmp_path):
+    """A fresh clone's virtualenv at the same directory (CI's) has jars with new times: the JVM would
+    refuse the old archive ("The top archive failed to load"), so the key must name a new one."""
+    from onceproof.backends.local import spark_cds
+
+    site = tmp_path / "pyspark"
+    (site / "jars").mkdir(parents=True)
+    jar = site / "jars" / "spark-core.jar"
+    jar.write_bytes(b"v1")
+    first = spark_cds.key(site, "4.3.0")
+    assert spark_cds.key(site, "4.3.0") == first  # same files: same archive
+    os.utime(jar, ns=(1, 1))  # the same bytes, installed again later
+    again = spark_cds.key(site, "4.3.0")
+    assert again != first
+    assert cds.archive("spark-driver", "/usr/bin/java", again) != cds.archive("spark-driver", "/usr/bin/java", first)
+    jar.write_bytes(b"v22")
+    os.utime(jar, ns=(1, 1))
+    assert spark_cds.key(site, "4.3.0") != again  # same time, other size
+    assert cds.stamp([str(tmp_path / "gone.jar"), str(site)]) == cds.stamp([str(site), str(tmp_path / "gone.jar")])
+
+
 def _jar(path):
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")

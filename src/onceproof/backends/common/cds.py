@@ -61,6 +61,23 @@ def archive(kind: str, java: str, key: str) -> Path:
     return cache_dir() / "cds" / f"{kind}-{digest}.jsa"
 
 
+def stamp(paths) -> str:
+    """A digest of the size and modification time of each of ``paths`` that is a file (directories and
+    missing paths count by name only): what a JVM checks before it maps a dynamic archive made with those
+    jars on its class path. A class path re-created at the same place (a fresh clone's virtualenv at the
+    same directory, as CI makes) has new times, and a JVM given the old archive ignores it with "The top
+    archive failed to load"; a key with this stamp names a new archive, so the training run makes one.
+    Units: sizes in bytes, times in ns."""
+    h = hashlib.sha256()
+    for p in sorted(str(x) for x in paths):
+        try:
+            st = os.stat(p)
+            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode() if os.path.isfile(p) else f"{p}\n".encode())
+        except OSError:
+            h.update(f"{p}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def options(kind: str, java: str, key: str) -> list[str]:
     """The JVM options that map ``kind``'s archive: ``["-XX:SharedArchiveFile=<archive>"]`` when it exists
     and archives are :func:`enabled`, else ``[]``."""

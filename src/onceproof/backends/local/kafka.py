@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -129,7 +130,7 @@ class KafkaCluster(LayerLoss):
         when there is one (``backends/common/cds.py``), or dumping one when this cluster trains."""
         java, path = self._java(), cp.as_java()
         share = ([f"-XX:ArchiveClassesAtExit={self.cds_dumps[kind]}"] if kind in self.cds_dumps
-                 else cds.options(kind, java, path))
+                 else cds.options(kind, java, _cds_key(path)))
         return [java, f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", *share,
                 f"-Dlog4j2.configurationFile={log4j}", "-cp", path]
@@ -610,16 +611,23 @@ def train_archives() -> list[str]:
     if not cds.enabled():
         return []
     java, path = jars.java_binary(), jars.kafka_classpath().as_java()
-    kinds = [k for k in ("kafka-tool", "kafka") if cds.missing(k, java, path)]
+    key = _cds_key(path)
+    kinds = [k for k in ("kafka-tool", "kafka") if cds.missing(k, java, key)]
     if not kinds:
         return []
     with tempfile.TemporaryDirectory(prefix="onceproof-cds-") as d:
         spec = ClusterSpec(Path(d), nodes=1, base_port=free_base_port(1))
-        c = KafkaCluster(spec, cds_dumps={k: cds.dump_target(k, java, path) for k in kinds})
+        c = KafkaCluster(spec, cds_dumps={k: cds.dump_target(k, java, key) for k in kinds})
         try:
             c.up()
             c.down(graceful=True)
         finally:
             c.down()
-            lines = [cds.promote(t, k, java, path, path) for k, t in c.cds_dumps.items()]
+            lines = [cds.promote(t, k, java, key, path) for k, t in c.cds_dumps.items()]
     return lines
+
+
+def _cds_key(classpath: str) -> str:
+    """The class-data sharing key of broker JVMs on ``classpath``: the path and its jars' stamp
+    (:func:`cds.stamp`)."""
+    return f"{classpath}\0{cds.stamp(classpath.split(os.pathsep))}"

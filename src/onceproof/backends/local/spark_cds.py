@@ -32,8 +32,10 @@ TRAIN_TIMEOUT_S = 300.0
 
 
 def key(pyspark_dir: Path, pyspark_version: str) -> str:
-    """What decides a PySpark's JVM class path: its ``jars`` directory (resolved) and version. Pure."""
-    return f"{os.path.realpath(pyspark_dir / 'jars')}\0{pyspark_version}"
+    """What decides a PySpark's JVM class path and whether a JVM maps an archive made with it: its ``jars``
+    directory (resolved), version, and the jars' sizes and times (:func:`cds.stamp`)."""
+    jars_dir = os.path.realpath(pyspark_dir / "jars")
+    return f"{jars_dir}\0{pyspark_version}\0{cds.stamp(Path(jars_dir).glob('*.jar'))}"
 
 
 def driver_env(pyspark_dir: Path, pyspark_version: str) -> dict[str, str]:
