@@ -77,11 +77,14 @@ test-extended: setup docker-prereqs postgres-prereqs clock-prereqs fuse-prereqs
 # The oldest PySpark that pyproject.toml accepts (its "pyspark>=X" floor), everything else from the lock:
 # the unit tests of the code that runs on the job's PySpark, the tests that run PySpark itself (the
 # driver's warm-up micro-batch, the Spark checking engine) and the default run's faults on a local cluster
-# (30 s of them: make test's budget), in a virtualenv of its own (.venv-oldest). That run's brokers are the
-# oldest Kafka line onceproof supports (--kafka-version, jars.OLDEST_KAFKA: its newest patch), and the run
-# must be valid with test.json naming that release.
+# (40 s of them, with rolling-upgrade), in a virtualenv of its own (.venv-oldest). That run's brokers start
+# on the oldest Kafka line onceproof supports (--kafka-version, jars.OLDEST_KAFKA: its newest patch), and the
+# run must be valid with test.json naming that release.
 OLDEST_PYSPARK := $(shell sed -n 's/^ *"pyspark>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 OLDEST_KAFKA ?= 3.5.2
+# ... and mid-run, rolling-upgrade moves those brokers to the pinned release (deps/kafka/pom.xml), one at a
+# time, then finalizes metadata.version: the run must be valid and the roll exercised (docs/versions.md)
+UPGRADE_KAFKA := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' src/onceproof/deps/kafka/pom.xml)
 OLDEST := .venv-oldest
 # the unit tests whose code runs on the job's PySpark (a local Spark session, the runtimes, the sink's log
 # and hooks, the mutants, the upgrade faults, the completeness check); the others do not import pyspark
@@ -95,9 +98,11 @@ test-oldest: setup
 	$(OLDEST)/bin/python -c "import pyspark; assert pyspark.__version__ == '$(OLDEST_PYSPARK)', pyspark.__version__"
 	$(OLDEST)/bin/python -m pytest -q -rA $(OLDEST_UNIT) tests/cluster/test_warm_up.py tests/cluster/test_spark_engine.py
 	rm -rf $(OLDEST)/results
-	$(OLDEST)/bin/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window --time-limit 30 \
-	  --seed 1 --kafka-version $(OLDEST_KAFKA) --results $(OLDEST)/results
-	$(OLDEST)/bin/python tests/ran_on.py $(OLDEST)/results kafka=$(OLDEST_KAFKA) pyspark=$(OLDEST_PYSPARK)
+	$(OLDEST)/bin/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window,rolling-upgrade \
+	  --time-limit 40 --seed 1 --kafka-version $(OLDEST_KAFKA) --kafka-upgrade-to $(UPGRADE_KAFKA) \
+	  --results $(OLDEST)/results
+	$(OLDEST)/bin/python tests/ran_on.py $(OLDEST)/results kafka=$(OLDEST_KAFKA) pyspark=$(OLDEST_PYSPARK) \
+	  kafka-upgrade-to=$(UPGRADE_KAFKA)
 
 unit: setup
 	$(BIN)/python -m pytest -q -n 2 tests/unit

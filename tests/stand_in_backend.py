@@ -124,12 +124,14 @@ class DiskStandInCluster(ClockStandInCluster):
     real directories a test writes segments into) and :class:`~onceproof.backends.base.DiskFaults` (a fill per
     node in a table; ``no_disk``: why it has none, ``None`` = it has; ``halts``: a filled node's process
     exits, as Kafka's does when its only log directory fails) and :class:`~onceproof.backends.base.UnsyncedLoss`
-    (a kill that drops nothing). Its log files are :attr:`logs`' that exist (a test writes them)."""
+    (a kill that drops nothing) and :class:`~onceproof.backends.base.BrokerVersions` (a release per node in a
+    table). Its log files are :attr:`logs`' that exist (a test writes them)."""
 
-    __slots__ = ("fills", "no_disk", "halts")
+    __slots__ = ("fills", "no_disk", "halts", "releases")
 
     def __init__(self, nodes: int = 3, data_dir: Path = Path("stand-in")):
         super().__init__(nodes, data_dir)
+        self.releases: dict[int, str] = {}
         self.fills: dict[int, int] = {}
         self.no_disk: str | None = None
         self.halts = True
@@ -163,6 +165,14 @@ class DiskStandInCluster(ClockStandInCluster):
     def unfill_disk(self, node: int) -> int:
         self.calls.append(("unfill", node))
         return self.fills.pop(node, 0)
+
+    # onceproof.backends.base.BrokerVersions
+    def version_of(self, node: int) -> str:
+        return self.releases.get(node, self.version)
+
+    def set_version(self, node: int, version: str) -> None:
+        self.calls.append(("set-version", node, version))
+        self.releases[node] = version
 
     # onceproof.backends.base.UnsyncedLoss: nothing is ever unsynced here (a node's kill drops nothing)
     def unsynced_unavailable(self) -> str | None:

@@ -94,3 +94,43 @@ def test_test_all_refuses_a_release_outside_the_range_before_any_cell():
     p = run_cli(["test-all", "--sink", "eos", "--nemesis-package", "commit", "--dry-run", "--kafka-version=3.9.1"],
                 timeout=120)
     assert p.returncode == 0 and "--kafka-version=3.9.1" in p.stdout, p.stdout[-2000:]
+
+
+def test_rolling_upgrade_and_its_release_go_together_forward_only(monkeypatch):
+    """``--kafka-upgrade-to``: only with ``rolling-upgrade`` (and the fault only with it), 3.6.0 or newer, never
+    older than the brokers' own release, on a backend that picks releases; resolved like ``--kafka-version``."""
+    asked = []
+    monkeypatch.setattr(jars, "kafka_classpath", lambda version="": asked.append(("kafka", version)))
+    monkeypatch.setattr(jars, "kafka_tools_classpath", lambda version="": asked.append(("kafka-tools", version)))
+    with pytest.raises(ConfigError, match="rolling-upgrade needs the release to move to: add --kafka-upgrade-to"):
+        TestConfig(nemesis=["rolling-upgrade"]).validate()
+    with pytest.raises(ConfigError, match="add it to --nemesis, or drop --kafka-upgrade-to"):
+        TestConfig(kafka_upgrade_to="4.4.0").validate()
+    with pytest.raises(ConfigError, match="3.6.0 or newer, not 3.5.2"):
+        TestConfig(nemesis=["rolling-upgrade"], kafka_upgrade_to="3.5.2").validate()
+    monkeypatch.setenv(jars.KAFKA_VERSION_ENV, "4.4.0")
+    with pytest.raises(ConfigError, match="4.1.1 is older than the brokers' 4.4.0: Kafka supports no downgrade"):
+        TestConfig(nemesis=["rolling-upgrade"], kafka_upgrade_to="4.1.1").validate()
+    assert asked == []  # refused before Maven is asked
+    cfg = TestConfig(nemesis=["rolling-upgrade"], kafka_version="3.9.1", kafka_upgrade_to="4.4.0").validate()
+    assert ("kafka", "4.4.0") in asked and ("kafka-tools", "4.4.0") in asked
+    assert "--kafka-version 3.9.1 --kafka-upgrade-to 4.4.0" in cfg.replay_command()
+    assert versions(StandInBackend(), "3.9.1", "4.4.0")["kafka-upgrade-to"] == "4.4.0"
+    monkeypatch.setattr(StandInBackend, "name", "stand-in")
+    monkeypatch.setattr(TestConfig, "backend_instance", lambda self: StandInBackend())
+    with pytest.raises(ConfigError, match="drop --kafka-upgrade-to, or use --backend local"):
+        TestConfig(nemesis=["rolling-upgrade"], kafka_upgrade_to="4.4.0").validate()
+
+
+def test_the_tools_of_a_named_release_are_that_releases():
+    """``rolling-upgrade`` finalizes with the new release's ``kafka-features``, which knows its levels."""
+    import onceproof.backends.common.jars as j
+    got = []
+    orig = j._resolve
+    try:
+        j._resolve = lambda name, version, pom, props: got.append((name, version, props["kafka.version"]))
+        j.kafka_tools_classpath("4.4.0")
+    finally:
+        j._resolve = orig
+    assert got == [("kafka-tools", "4.4.0", "4.4.0")]
+    assert jars.version_tuple("4.10.2") > jars.version_tuple("4.9.9") > jars.version_tuple("3.9.1")

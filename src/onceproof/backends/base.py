@@ -525,6 +525,20 @@ class ClockFaults(Protocol):
 
 
 @runtime_checkable
+class BrokerVersions(Protocol):
+    """Optional to a :class:`Cluster`: each broker's own Kafka release, changed between its stop and its
+    next start (``rolling-upgrade``: Kafka's upgrade docs, "Upgrading the brokers one at a time: shut down
+    the broker, update the code, and restart it")."""
+
+    def version_of(self, node: int) -> str:
+        """The release ``node`` runs, or will run at its next start (``X.Y.Z``)."""
+
+    def set_version(self, node: int, version: str) -> None:
+        """``node`` runs ``version`` from its next start, on its own data. Raises ``ClusterError`` naming
+        the fix when the release cannot be had."""
+
+
+@runtime_checkable
 class LogSource(Protocol):
     """One log file that grows while a node runs, readable from a byte position (``nemesis/broker_log.py``'s
     ``FileLog`` for a file on this host; the ssh backend's ``RemoteLog`` for one on a node)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import typing
 
 from onceproof.backends.base import (
+    BrokerVersions,
     CheckpointLoss,
     ClockFaults,
     DiskFaults,
@@ -34,7 +35,7 @@ BACKEND_PROTOCOLS = (NetworkFaults,)
 """Optional protocols a backend class implements; the others are its ``SparkApp``'s or its network's."""
 NETWORK_PROTOCOLS = (PacketLoss,)
 """Optional protocols of the :class:`FaultNetwork` class a backend's ``network()`` returns."""
-CLUSTER_PROTOCOLS = (ClockFaults, LogDirs, DiskFaults, UnsyncedLoss)
+CLUSTER_PROTOCOLS = (ClockFaults, LogDirs, DiskFaults, UnsyncedLoss, BrokerVersions)
 """Optional protocols of the :class:`Cluster` class a backend's ``cluster()`` returns."""
 
 NEEDS: dict[str, tuple[type, ...]] = {
@@ -56,6 +57,7 @@ NEEDS: dict[str, tuple[type, ...]] = {
     "upgrade:*": (Runtimes,),  # upgrade:pyspark restarts the driver on another PySpark
     "bounce-broker:*": (),  # Cluster.stop(clean=True)/start (core)
     "rolling-restart": (),  # Cluster.stop(clean=True)/start (core), one broker at a time
+    "rolling-upgrade": (BrokerVersions,),  # each broker restarted on --kafka-upgrade-to's jars in turn
     "elect-leaders": (),  # the Admin API (ElectLeaders, KIP-460)
     "reassign-partitions:*": (),  # Kafka's reassignment tool against the bootstrap (KIP-455)
     "add-input-partitions": (),  # the Admin API (CreatePartitions, KIP-195)

@@ -67,6 +67,17 @@ def _opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callabl
     return field(default=default, metadata=md)
 
 
+def _check_upgrade_release(version: str) -> str | None:
+    """Why ``--kafka-upgrade-to`` cannot be ``version``: not a supported release, or older than 3.6 (its
+    ``kafka-features`` tool is in ``kafka-tools`` from 3.6 on)."""
+    why = jars.kafka_version_problem(version)
+    if why:
+        return why
+    if jars.version_tuple(version) < (3, 6):
+        return f"a rolling upgrade goes to 3.6.0 or newer, not {version}: name a newer release"
+    return None
+
+
 def _fmt_nemesis(faults: list[str]) -> str:
     if list(faults) == catalog.all_specs():  # exactly "all", in its order (the order seeds the plan)
         return "all"
@@ -178,13 +189,13 @@ def _check_backend(v: str) -> str | None:
     return None if v in names else f"unknown backend {v!r}; choose one of {', '.join(names)}"
 
 
-def kafka_release_refusal(backend) -> str | None:
-    """Why ``backend`` cannot start its brokers on the release ``--kafka-version`` names (its
-    ``picks_kafka_version`` is false), naming the backends that can; ``None`` when it can."""
+def kafka_release_refusal(backend, option: str = "--kafka-version") -> str | None:
+    """Why ``backend`` cannot start its brokers on the release ``option`` names (its ``picks_kafka_version``
+    is false), naming the backends that can; ``None`` when it can."""
     if backend.picks_kafka_version:
         return None
     return (f"the {backend.name} backend does not start its brokers on a release a run chooses; drop "
-            "--kafka-version, or use --backend "
+            f"{option}, or use --backend "
             + ", ".join(n for n in registry.names() if registry.backend_class(n).picks_kafka_version))
 
 
@@ -319,6 +330,11 @@ class TestConfig:
                                   "release (docs/versions.md)",
                               check=lambda v: jars.kafka_version_problem(v) if v else None,
                               example=jars.pinned_kafka_version())  # resolved by `make setup`: no Maven call
+    kafka_upgrade_to: str = _opt("", "the Apache Kafka release the rolling-upgrade fault moves the brokers to, one "
+                                     "at a time, then finalizing metadata.version (X.Y.Z, 3.6.0 or newer, not older "
+                                     "than the brokers' own; docs/versions.md)",
+                                 check=lambda v: _check_upgrade_release(v) if v else None,
+                                 example=jars.pinned_kafka_version())
     master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,
                        example="local[2]")
     backend: str = _opt(registry.DEFAULT, "where the cluster, the pipeline and the fault network run: "
@@ -567,6 +583,36 @@ class TestConfig:
                                                  f"choose a release Maven Central serves, from "
                                                  f"{jars.SUPPORTED_KAFKA}") from None
 
+    def _check_upgrade(self, backend) -> None:
+        """``rolling-upgrade`` and ``--kafka-upgrade-to`` go together; the release must not be older than the
+        one the brokers start on, and Maven Central must serve it (resolved here, like ``--kafka-version``).
+
+        Raises: ``ConfigError`` for ``--kafka-upgrade-to`` or ``--nemesis`` naming the fix."""
+        rolling = any(f.partition(":")[0] == "rolling-upgrade" for f in self.nemesis)
+        if not self.kafka_upgrade_to:
+            if rolling:
+                raise ConfigError("--nemesis", "rolling-upgrade needs the release to move to: add "
+                                               "--kafka-upgrade-to X.Y.Z (docs/versions.md)")
+            return
+        if not rolling and not self.schedule:
+            raise ConfigError("--kafka-upgrade-to", "only the rolling-upgrade fault upgrades the brokers: add it "
+                                                    "to --nemesis, or drop --kafka-upgrade-to")
+        why = kafka_release_refusal(backend, "--kafka-upgrade-to")
+        if why:
+            raise ConfigError("--kafka-upgrade-to", why)
+        start = jars.kafka_version(self.kafka_version)
+        if jars.version_tuple(self.kafka_upgrade_to) < jars.version_tuple(start):
+            raise ConfigError("--kafka-upgrade-to", f"{self.kafka_upgrade_to} is older than the brokers' "
+                                                    f"{start}: Kafka supports no downgrade of metadata.version; "
+                                                    f"start older with --kafka-version")
+        try:
+            jars.kafka_classpath(self.kafka_upgrade_to)
+            jars.kafka_tools_classpath(self.kafka_upgrade_to)
+        except jars.ResolveError as e:
+            first = str(e).splitlines()[0]
+            raise ConfigError("--kafka-upgrade-to", f"Kafka {self.kafka_upgrade_to} could not be resolved "
+                                                    f"({first}); choose a release Maven Central serves") from None
+
     def _check_pipeline_python(self) -> None:
         """``--pipeline-python`` runs a ``--pipeline-cmd`` job, on a PySpark onceproof can resolve the Kafka
         connector for (:func:`onceproof.backends.common.interpreter.refusal`); asking the interpreter takes
@@ -610,6 +656,7 @@ class TestConfig:
         self._check_sink_fits(backend)
         if self.kafka_version:
             self._check_kafka_version(backend)
+        self._check_upgrade(backend)
         if self.pipeline_cmd:
             if not backend.user_pipelines:
                 raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "

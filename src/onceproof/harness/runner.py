@@ -79,13 +79,16 @@ TOPICS = TopicNames("")
 ``output-progress`` (``topic_names``)."""
 
 
-def versions(backend: Backend, kafka_version: str = "") -> dict[str, str]:
+def versions(backend: Backend, kafka_version: str = "", kafka_upgrade_to: str = "") -> dict[str, str]:
     """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java), the brokers'
-    ``kafka_version`` when the run chose one (``--kafka-version``), and the harness's own Kafka client and
-    Python."""
+    ``kafka_version`` when the run chose one (``--kafka-version``), the release ``rolling-upgrade`` moves
+    them to (``kafka-upgrade-to``, when asked for: its evidence says whether the roll happened), and the
+    harness's own Kafka client and Python."""
 
     v = confluent_kafka.version()  # a string in 2.16 ("2.16.1"), a (string, int) tuple before
     chosen = {"kafka": kafka_version} if kafka_version else {}
+    if kafka_upgrade_to:
+        chosen["kafka-upgrade-to"] = kafka_upgrade_to
     return {**backend.versions(), **chosen, "confluent-kafka": v if isinstance(v, str) else v[0],
             "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version()}
 
@@ -292,7 +295,8 @@ def _run_phase(r: _Run) -> None:
 
     specs = sorted({f for _, f in r.plan})
     r.nem = nem = NemesisRunner(catalog.build(specs, txn_timeout_ms=cfg.txn_timeout_ms, partitions=cfg.partitions,
-                                              max_offsets=cfg.max_offsets), r.plan, ctx, r.nem_hist,
+                                              max_offsets=cfg.max_offsets, kafka_upgrade_to=cfg.kafka_upgrade_to),
+                                r.plan, ctx, r.nem_hist,
                                 cfg.seed, on_op=on_op(r), rng_keys=cfg.rng_keys(), holds=cfg.fault_holds())
     td.push("nemesis stop and heal", lambda: _heal_faults(r, teardown=True))
     workload.start()
@@ -461,7 +465,7 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
             "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
     try:
-        meta["versions"] = versions(backend, cfg.kafka_version)
+        meta["versions"] = versions(backend, cfg.kafka_version, cfg.kafka_upgrade_to)
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
     meta["schedule"] = plan

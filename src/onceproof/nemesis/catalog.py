@@ -23,6 +23,7 @@ from onceproof.nemesis.network import Partition, SlowNetwork
 from onceproof.nemesis.operator import BounceBroker, ElectLeaders, RollingRestart
 from onceproof.nemesis.reassign import ReassignPartitions
 from onceproof.nemesis.restart_mid_txn import RestartMidTxn
+from onceproof.nemesis.rolling_upgrade import RollingUpgrade
 from onceproof.nemesis.stale_request import DelayTxnRequests
 from onceproof.nemesis.upgrade import Upgrade
 from onceproof.nemesis.zombie import ZombieTask
@@ -42,6 +43,7 @@ FAULTS = {
     RestartMidTxn.name: RestartMidTxn,
     BounceBroker.name: BounceBroker,
     RollingRestart.name: RollingRestart,
+    RollingUpgrade.name: RollingUpgrade,
     ElectLeaders.name: ElectLeaders,
     ReassignPartitions.name: ReassignPartitions,
     AddInputPartitions.name: AddInputPartitions,
@@ -63,7 +65,7 @@ NETWORK = {Partition.name, SlowNetwork.name, LossyLink.name, DelayTxnRequests.na
 TARGETED = {ZombieTask.name, Upgrade.name, RestartMidTxn.name, DelayTxnRequests.name}
 # Operators' restarts (nemesis/operator.py): run when named or in the ``operator`` package, not in ``all``
 # (whose runs and make test's budget they would lengthen by a minute or more per turn).
-OPERATOR = {BounceBroker.name, RollingRestart.name, ElectLeaders.name, ReassignPartitions.name,
+OPERATOR = {BounceBroker.name, RollingRestart.name, RollingUpgrade.name, ElectLeaders.name, ReassignPartitions.name,
             AddInputPartitions.name}
 # Lossy links (nemesis/lossy.py): run when named or in the ``lossy`` package, not in ``all``: four more turns
 # would lengthen every ``all`` run (and make test's budget) by about a minute, and ``drop`` needs root.

@@ -90,6 +90,11 @@ def pinned_kafka_version() -> str:
     return _pom_property(DEPS / "kafka" / "pom.xml", "kafka.version")
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"4.1.1"`` → ``(4, 1, 1)``; the digits of each dotted part (``"4.0.0-rc1"`` → ``(4, 0, 0)``). Pure."""
+    return tuple(int(re.match(r"\d*", p).group() or 0) for p in version.split("."))
+
+
 def kafka_version_problem(version: str) -> str | None:
     """Why ``version`` cannot be a broker version (not ``X.Y.Z``, or outside :data:`SUPPORTED_KAFKA`), or
     ``None``. Whether Maven Central serves it is learned when its jars are resolved."""
@@ -134,19 +139,20 @@ def kafka_classpath(version: str = "") -> Classpath:
     return _resolve("kafka", version, DEPS / "kafka" / "pom.xml", {"kafka.version": version})
 
 
-def kafka_tools_classpath() -> Classpath:
+def kafka_tools_classpath(version: str = "") -> Classpath:
     """Kafka's command-line tools (``kafka-tools``: ``org.apache.kafka.tools.reassign.ReassignPartitionsCommand``
     and the others of the distribution's ``bin/kafka-*.sh``) at the broker's pinned version
     (``deps/kafka-tools/pom.xml``), whatever version the brokers run: that class exists from 3.7 on, and
     its admin requests (AlterPartitionReassignments, KIP-455, Kafka 2.4) are answered by every supported
     broker. Resolved on first use (about 15 s, 82 jars); ``$KAFKA_HOME/libs`` when set (a distribution
-    ships them).
+    ships them). ``version`` names another release's tools (``rolling-upgrade`` finalizes a newer release's
+    ``metadata.version`` with that release's ``FeatureCommand``, which knows its levels; 3.6 or newer).
 
     Raises: ``ResolveError``.
     """
     if os.environ.get("KAFKA_HOME"):
         return kafka_classpath()
-    version = pinned_kafka_version()
+    version = version or pinned_kafka_version()
     return _resolve("kafka-tools", version, DEPS / "kafka-tools" / "pom.xml", {"kafka.version": version})
 
 

@@ -97,6 +97,9 @@ class KafkaCluster(LayerLoss):
     version: str = ""
     """The Kafka release the nodes run: asked for (``""``: ``jars.kafka_version()``), then, once formatted,
     the one resolved."""
+    node_versions: dict[int, str] = field(default_factory=dict)
+    """Nodes that run another release than :attr:`version` from their next start (``rolling-upgrade``,
+    :meth:`set_version`): node id → release."""
     cds_dumps: dict[str, Path] = field(default_factory=dict)
     """Training only (:func:`train_archives`): JVM kind (``kafka-tool`` for ``StorageTool format``,
     ``kafka`` for a broker) → where its JVMs dump a class-data sharing archive at exit, instead of mapping
@@ -196,7 +199,7 @@ class KafkaCluster(LayerLoss):
         """Start (or restart) node ``node_id``; returns its pid. The node keeps its data (and its clock
         offset, :meth:`set_clock_offset`)."""
         b = self.brokers[node_id]
-        cp = jars.kafka_classpath(self.version)
+        cp = jars.kafka_classpath(self.version_of(node_id))
         cmd = self._jvm(cp, b.config.parent / "log4j2.properties", self.spec.heap_mb, "kafka") + [
             "kafka.Kafka", str(b.config)]
         proc = processes.spawn(cmd, log_path=b.log.with_suffix(".out"), env=self.node_env(node_id),
@@ -213,6 +216,25 @@ class KafkaCluster(LayerLoss):
         b.pid = proc.pid
         self.save_state()
         return proc.pid
+
+    def version_of(self, node_id: int) -> str:
+        """The Kafka release node ``node_id`` runs (from its last start on) or will run at its next start."""
+        return self.node_versions.get(node_id, self.version)
+
+    def set_version(self, node_id: int, version: str) -> None:
+        """Node ``node_id`` runs ``version`` from its next start (:meth:`start_node`), on its own data: a
+        rolling upgrade's step (:class:`onceproof.backends.base.BrokerVersions`). Its jars are resolved here
+        (about 12 s the first time per release).
+
+        Raises: ``ClusterError`` when the release cannot be resolved, or for an unknown node."""
+        if node_id not in self.brokers:
+            raise ClusterError(f"no broker {node_id} in this cluster (nodes {self.nodes})")
+        try:
+            jars.kafka_classpath(version)
+        except jars.ResolveError as e:
+            raise ClusterError(str(e)) from None
+        self.node_versions[node_id] = version
+        self.save_state()
 
     def up(self, timeout_s: float = 120.0, attempts: int = 3) -> None:
         """Format, start every node and wait until all brokers are registered and a controller is elected.
@@ -562,6 +584,7 @@ class KafkaCluster(LayerLoss):
     def save_state(self) -> None:
         """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
         state = {"bootstrap": self.bootstrap, "cluster_id": self.cluster_id, "version": self.version,
+                 "node_versions": {str(n): v for n, v in self.node_versions.items()},
                  "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
                           "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs),
                           "proxied": self.spec.proxied},
@@ -593,7 +616,8 @@ class KafkaCluster(LayerLoss):
             raise ClusterError(f"{path} is damaged ({e}); stop its brokers by hand and delete it") from e
         sp["log_dir"] = Path(sp["log_dir"]) if sp.get("log_dir") else None
         spec = ClusterSpec(data_dir, **sp)
-        c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""))
+        c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""),
+                node_versions={int(n): v for n, v in (st.get("node_versions") or {}).items()})
         for i, b in st["brokers"].items():
             ns = spec.node(int(i))
             ndir = data_dir / f"node{i}"

@@ -110,7 +110,7 @@ def drive(r, st: SessionState, spool: Spool, max_idle_s: float) -> None:
 
     def build(spec: str):
         return catalog.build([spec], txn_timeout_ms=cfg.txn_timeout_ms, partitions=cfg.partitions,
-                             max_offsets=cfg.max_offsets)[spec]
+                             max_offsets=cfg.max_offsets, kafka_upgrade_to=cfg.kafka_upgrade_to)[spec]
 
     r.nem = nem = ManualNemesis(r.ctx, r.nem_hist, build, elapsed, on_op=runner.on_op(r))
     r.td.push("nemesis stop and heal", lambda: runner._heal_faults(r, teardown=True))
