@@ -92,7 +92,8 @@ def test_what_the_backend_can_perform_passes_and_a_bare_fault_needs_every_target
 LOCAL = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit-window", "kill-broker:*", "pause-broker:*",
                    "commit-delay:*", "partition:*", "slow-network:*", "zombie-task:*", "upgrade:*",
                    "restart-mid-txn", "bounce-broker:*", "rolling-restart", "rolling-upgrade", "elect-leaders",
-                   "reassign-partitions:*", "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data", "lossy-link:drop",
+                   "reassign-partitions:*", "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data",
+                   "lossy-link:drop",
                    "add-input-partitions",
                    "clock-skew:*", "driver-clock-skew:*", "corrupt-segment-tail:*", "disk-full:*",
                    "lose-unsynced-writes:*", "delay-txn-requests:*", "delete-input-records", "lose-checkpoint"})
