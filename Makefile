@@ -77,7 +77,7 @@ test-extended: setup docker-prereqs postgres-prereqs clock-prereqs fuse-prereqs
 # The oldest PySpark that pyproject.toml accepts (its "pyspark>=X" floor), everything else from the lock:
 # the unit tests of the code that runs on the job's PySpark, the tests that run PySpark itself (the
 # driver's warm-up micro-batch, the Spark checking engine) and the default run's faults on a local cluster
-# (40 s of them, with rolling-upgrade), in a virtualenv of its own (.venv-oldest). That run's brokers start
+# (45 s of them, with rolling-upgrade), in a virtualenv of its own (.venv-oldest). That run's brokers start
 # on the oldest Kafka line onceproof supports (--kafka-version, jars.OLDEST_KAFKA: its newest patch), and the
 # run must be valid with test.json naming that release.
 OLDEST_PYSPARK := $(shell sed -n 's/^ *"pyspark>=\([0-9.]*\),.*/\1/p' pyproject.toml)
@@ -99,7 +99,7 @@ test-oldest: setup
 	$(OLDEST)/bin/python -m pytest -q -rA $(OLDEST_UNIT) tests/cluster/test_warm_up.py tests/cluster/test_spark_engine.py
 	rm -rf $(OLDEST)/results
 	$(OLDEST)/bin/onceproof run --sink eos --nemesis kill-executor,kill-driver-in-commit-window,rolling-upgrade \
-	  --time-limit 40 --seed 1 --kafka-version $(OLDEST_KAFKA) --kafka-upgrade-to $(UPGRADE_KAFKA) \
+	  --time-limit 45 --seed 1 --kafka-version $(OLDEST_KAFKA) --kafka-upgrade-to $(UPGRADE_KAFKA) \
 	  --results $(OLDEST)/results
 	$(OLDEST)/bin/python tests/ran_on.py $(OLDEST)/results kafka=$(OLDEST_KAFKA) pyspark=$(OLDEST_PYSPARK) \
 	  kafka-upgrade-to=$(UPGRADE_KAFKA)
