@@ -153,13 +153,16 @@ probe-kafka17754: setup
 certify-user: setup
 	ONCEPROOF_USER_SEEDS=1,2,3 $(BIN)/python -m pytest -v tests/cluster/test_user_certificate.py
 
-# KAFKA_VERSION=3.9.1 certifies on another Kafka release (--kafka-version, docs/versions.md)
+# KAFKA_VERSION=3.9.1 certifies on another Kafka release (--kafka-version, docs/versions.md);
+# KAFKA_VERSIONS=3.9.1,4.4.0 runs every cell on each (test-all --kafka-versions: a matrix per release)
 KAFKA_VERSION ?=
+KAFKA_VERSIONS ?=
+CERTIFY_KAFKA := $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION)) \
+  $(if $(KAFKA_VERSIONS),--kafka-versions $(KAFKA_VERSIONS))
 certify: setup postgres-prereqs clock-prereqs fuse-prereqs
-	$(BIN)/onceproof test-all --mutants --weak-configs --test-count 3 --stop-when-caught \
-	  $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION))
+	$(BIN)/onceproof test-all --mutants --weak-configs --test-count 3 --stop-when-caught $(CERTIFY_KAFKA)
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit,operator,lossy,clock,disk \
-	  --test-count 2 --time-limit 60 $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION))
+	  --test-count 2 --time-limit 60 $(CERTIFY_KAFKA)
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
 # Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under

@@ -326,3 +326,23 @@ def test_certificate_passes_when_every_cell_passes(tmp_path, suite_dir):
     assert ">PASS</b>" in paths["html"].read_text()
     root = ET.parse(paths["junit"]).getroot()
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "0", "0")
+
+
+def test_a_version_axis_gives_a_matrix_per_release(tmp_path, suite_dir):
+    """``test-all --kafka-versions``: the same cells on two releases; the certificate compares them, and
+    each release's cell is a JUnit case of its own."""
+    from onceproof.report.certificate import version_matrix
+
+    old = _cell(valid_eos(tmp_path), suite_dir, seed=1) | {"kafka": "3.5.2"}
+    new = _cell(unknown_eos(tmp_path), suite_dir, seed=1, exit_code=2) | {"kafka": "4.4.0", "elapsed_s": 10.0}
+    assert version_matrix([old, old]) == []  # one release: nothing to compare
+    m = version_matrix([old, new])
+    assert [(r["kafka"], r["cells"], r["passed"], r["failed"]) for r in m] == [("3.5.2", 1, 1, 0), ("4.4.0", 1, 0, 1)]
+    assert m[1]["verdicts"] == {"unknown": 1} and m[1]["elapsed_s"] == 10.0
+    paths = write_certificate({"suite": "axis", "cells": [old, new], "versions": {}}, suite_dir)
+    md = paths["md"].read_text()
+    assert "## Per Kafka release" in md and "| 3.5.2 | 1 | 1 | 0 | valid 1 |" in md
+    assert "kill-executor on Kafka 4.4.0" in md
+    assert "Per Kafka release" in paths["html"].read_text()
+    names = [c.get("classname") for c in ET.parse(paths["junit"]).getroot().iter("testcase")]
+    assert names == ["onceproof.eos.keyed.kill-executor.kafka-3_5_2", "onceproof.eos.keyed.kill-executor.kafka-4_4_0"]

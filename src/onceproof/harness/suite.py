@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -80,6 +80,9 @@ class Cell:
     cell then expects the loss caught (``invalid``)."""
     performs: frozenset[str] | None = None
     """What the suite's backend can perform (``backends/capabilities.of_class``); ``None``: every fault."""
+    kafka_version: str = ""
+    """The Kafka release this cell's brokers start on (``test-all --kafka-versions``: the version axis);
+    ``""``: the run's own default (``--kafka-version`` among the further options, else the pin)."""
 
     @property
     def label(self) -> str:
@@ -95,7 +98,17 @@ class Cell:
     @property
     def name(self) -> str:
         w = "" if self.workload == "keyed" else f"{self.workload}-"
-        return f"{w}{self.label.replace(':', '-').replace('@', '-')}-{self.package}"
+        k = f"-kafka{self.kafka_version}" if self.kafka_version else ""
+        return f"{w}{self.label.replace(':', '-').replace('@', '-')}-{self.package}{k}"
+
+
+def across_versions(cells: list[Cell], kafka_versions: list[str]) -> list[Cell]:
+    """The version axis: every cell once per Kafka release of ``kafka_versions``, the releases outermost (in
+    the order given), so that the certificate reads as one matrix per release; ``cells`` unchanged when
+    the list is empty. Pure."""
+    if not kafka_versions:
+        return list(cells)
+    return [replace(c, kafka_version=v) for v in kafka_versions for c in cells]
 
 
 def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: float = 10.0,
@@ -294,6 +307,8 @@ def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
         ["--sink", cell.sink, "--workload", cell.workload, *mutants.run_args(cell.sink)]
     if cell.cluster_config:
         sut += ["--cluster-config", cell.cluster_config]
+    if cell.kafka_version:
+        sut += ["--kafka-version", cell.kafka_version]
     return run_argv([*sut, "--nemesis", ",".join(cell_specs(cell)), "--seed", str(cell.seed),
                      "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
                      "--results", str(runs_dir), *extra])
@@ -417,6 +432,8 @@ class Suite:
                                                 exit_code=code, elapsed_s=round(time.monotonic() - t0, 1),
                                                 suite_dir=self.dir)
                 rec["log"] = str(log.relative_to(self.dir))
+                if cell.kafka_version:
+                    rec["kafka"] = rec.get("kafka") or cell.kafka_version
                 self.records.append(rec)
                 if self.stop_when_caught and cell.expect == "invalid" and rec.get("caught"):
                     self.cells, skipped = rest_of_group(self.cells, i)

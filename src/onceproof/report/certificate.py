@@ -132,6 +132,7 @@ def cell_from_run(run_dir: Path | None, *, sink: str, workload: str, package: st
         "advice": fixes,
         "first_anomaly_s": _first_anomaly_s(run, r, list(anomalies), ops) if run is not None and anomalies else None,
         "platform_findings": {a: int(n) for a, n in ((r.get("platform_findings") or {}).get("counts") or {}).items()},
+        "kafka": (r.get("versions") or {}).get("kafka"),
         "caught": verdict == "invalid",
         "passed": verdict == expect,
         "unknown_reasons": [str(x) for x in (r.get("unknown_reasons") or [])],
@@ -286,6 +287,25 @@ def not_needed_text(skipped: list[dict]) -> str:
                      f"(caught at seed {at})" for (s, p, at), seeds in groups.items())
 
 
+def version_matrix(cells: list[dict]) -> list[dict]:
+    """The suite per Kafka release its cells ran on (``test-all --kafka-versions``), in first-seen order::
+
+        {"kafka": "3.5.2", "cells": N, "passed": k, "failed": N - k, "verdicts": {"valid": n, ...},
+         "elapsed_s": total s}
+
+    ``[]`` when every cell ran on one release (or none recorded one): nothing to compare. Pure."""
+    rows: dict[str, dict] = {}
+    for c in cells:
+        k = str(c.get("kafka") or "?")
+        row = rows.setdefault(k, {"kafka": k, "cells": 0, "passed": 0, "failed": 0, "verdicts": {}, "elapsed_s": 0.0})
+        row["cells"] += 1
+        row["passed" if c.get("passed") else "failed"] += 1
+        v = str(c.get("verdict"))
+        row["verdicts"][v] = row["verdicts"].get(v, 0) + 1
+        row["elapsed_s"] += float(c.get("elapsed_s") or 0.0)
+    return list(rows.values()) if len(rows) > 1 else []
+
+
 def detection_table(cells: list[dict]) -> list[dict]:
     """How well the harness catches each mutant: the cells expecting ``invalid``, one row per (sink,
     fault package) in first-seen order::
@@ -438,11 +458,18 @@ def certificate_md(suite: dict) -> str:
     versions = suite.get("versions") or {}
     lines += _md_table(["component", "version"], [[_md(k), _md(v)] for k, v in versions.items()]) if versions \
         else ["_not recorded_"]
+    matrix = version_matrix(cells)
+    if matrix:
+        lines += ["", "## Per Kafka release", ""]
+        lines += _md_table(["Kafka", "cells", "passed", "failed", "verdicts", "time"],
+                           [[_md(m["kafka"]), str(m["cells"]), str(m["passed"]), str(m["failed"]),
+                             _md(", ".join(f"{v} {n}" for v, n in m["verdicts"].items())),
+                             _md(_seconds(m["elapsed_s"]))] for m in matrix])
     lines += ["", "## Cells", ""]
     rows = []
     for c in cells:
         link = f"[report]({quote(c['report'])})" if c.get("report") else DASH
-        rows.append([_md(c.get("sink")), _md(c.get("workload")), _md(c.get("package")), _md(c.get("seed")),
+        rows.append([_md(c.get("sink")), _md(c.get("workload")), _md(_package(c, bool(matrix))), _md(c.get("seed")),
                      _md(c.get("expect")), f"**{_md(c.get('verdict'))}**", "PASS" if c.get("passed") else "**FAIL**",
                      _md(_seconds(c.get("elapsed_s"))), _md(faults_text(c.get("faults_exercised"))),
                      _md(anomalies_text(c.get("anomalies"))), link])
@@ -502,8 +529,13 @@ def _href(rel: str | None, text: str) -> str:
     return f'<a href="{esc(quote(rel))}">{esc(text)}</a>' if rel else f"<span class=muted>{DASH}</span>"
 
 
-def _html_cell_row(c: dict) -> str:
-    tds = [esc(c.get("sink")), esc(c.get("workload")), esc(c.get("package")), esc(c.get("seed")),
+def _package(c: dict, per_release: bool) -> str:
+    """A cell's package, with the Kafka release it ran on when the suite has a version axis."""
+    return f"{c.get('package')} on Kafka {c.get('kafka') or '?'}" if per_release else str(c.get("package"))
+
+
+def _html_cell_row(c: dict, per_release: bool = False) -> str:
+    tds = [esc(c.get("sink")), esc(c.get("workload")), esc(_package(c, per_release)), esc(c.get("seed")),
            esc(c.get("expect")), _verdict(c.get("verdict"))]
     return ("<tr>" + "".join(f"<td>{td}</td>" for td in tds)
             + ("<td class=pass>PASS</td>" if c.get("passed") else "<td class=fail>FAIL</td>")
@@ -527,11 +559,18 @@ def certificate_html(suite: dict) -> str:
     body.append('<table class=kv>' + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
                                              for k, v in versions.items()) + "</table>"
                 if versions else "<p class=muted>not recorded</p>")
+    matrix = version_matrix(cells)
+    if matrix:
+        body.append("<h2>Per Kafka release</h2><table><tr>" + "".join(
+            f"<th>{h}</th>" for h in ("Kafka", "cells", "passed", "failed", "verdicts", "time")) + "</tr>" + "".join(
+            f"<tr><td>{esc(m['kafka'])}</td><td class=num>{m['cells']}</td><td class=num>{m['passed']}</td>"
+            f"<td class=num>{m['failed']}</td><td>{esc(', '.join(f'{v} {n}' for v, n in m['verdicts'].items()))}</td>"
+            f"<td class='num nowrap'>{esc(_seconds(m['elapsed_s']))}</td></tr>" for m in matrix) + "</table>")
     body.append("<h2>Cells</h2>")
     if cells:
         head = "".join(f"<th>{h}</th>" for h in ("sink", "workload", "package", "seed", "expected", "verdict",
                                                  "result", "elapsed", "faults exercised", "anomalies", "report"))
-        rows = "".join(_html_cell_row(c) for c in cells)
+        rows = "".join(_html_cell_row(c, bool(matrix)) for c in cells)
         body.append(f"<table class=data><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
     else:
         body.append("<p class=muted>no cells</p>")
@@ -581,15 +620,19 @@ def certificate_html(suite: dict) -> str:
 def build_junit(suite: dict) -> ET.Element:
     """The suite's ``<testsuites name="onceproof-suite">``: one ``<testsuite name=<suite name>>`` with
     ``properties`` (command, started, finished, result, ``version.<component>``) and one
-    ``<testcase classname="onceproof.<sink>.<workload>.<package>" name="seed-<seed>" time=elapsed>`` per
-    cell. A failed cell has ``<failure message="expected <expect>, got <verdict>" type=<verdict>>`` (its
-    anomalies, unknown reasons and run directory as text), a crashed one ``<error>`` instead (with the
-    error); a passed one a ``<system-out>`` with its verdict and anomalies."""
+    ``<testcase classname="onceproof.<sink>.<workload>.<package>[.kafka-<X_Y_Z>]" name="seed-<seed>"
+    time=elapsed>`` per cell (the release part when the suite has a version axis). A failed cell has
+    ``<failure message="expected <expect>, got <verdict>" type=<verdict>>`` (its anomalies, unknown
+    reasons and run directory as text), a crashed one ``<error>`` instead (with the error); a passed one a
+    ``<system-out>`` with its verdict and anomalies."""
     cells = _cells(suite)
     name = str(suite.get("suite") or SUITE_NAME)
+    per_release = bool(version_matrix(cells))
     cases = []
     for c in cells:
         classname = f"onceproof.{c.get('sink')}.{c.get('workload')}.{c.get('package')}"
+        if per_release:  # the version axis: one case per release, ``….kafka-3_5_2``
+            classname += f".kafka-{str(c.get('kafka') or '?').replace('.', '_')}"
         el = ET.Element("testcase", classname=_clean(classname), name=_clean(f"seed-{c.get('seed')}"),
                         time=f"{float(c.get('elapsed_s') or 0):.3f}")
         detail = [f"verdict: {c.get('verdict')}", f"anomalies: {anomalies_text(c.get('anomalies'))}",

@@ -50,12 +50,15 @@ def test_all(
                                           help="once a seed catches a mutant (or weak sink) under a package, skip "
                                                "its further seeds there: 'caught within --test-count seeds' is "
                                                "settled; the certificate lists the seeds not run"),
+    kafka_versions: str = typer.Option("", help="the version axis: comma-separated Kafka releases (X.Y.Z, "
+                                                + jars.SUPPORTED_KAFKA + "); every cell runs once on each, and "
+                                                "the certificate gives the matrix per release (docs/versions.md)"),
     pipeline_cmd: str = typer.Option("", help="certify your own PySpark job instead of a bundled sink (as `run "
                                               "--pipeline-cmd`): cells are labelled user:<script>, each package is "
                                               "narrowed to the faults your job can take (the certificate lists "
                                               "the rest)"),
 ) -> None:
-    """Run a matrix of tests (sink × workload × fault package × seed) and write a certificate.
+    """Run a matrix of tests (sink × workload × fault package × seed [× Kafka release]) and write a certificate.
 
     Every cell is one `onceproof run` (its own cluster, teardown and report, under <suite>/runs/).
     Further `run` options after the known ones (e.g. --rate 500 --partitions 4) go to every run.
@@ -85,6 +88,17 @@ def test_all(
     kafka = suite.option_value(extra, "--kafka-version")  # every cell's brokers: refused once, here
     if kafka and (why := jars.kafka_version_problem(kafka)):
         raise usage(why, "--kafka-version")
+    axis = list(dict.fromkeys(v.strip() for v in kafka_versions.split(",") if v.strip()))
+    if axis and kafka:
+        raise usage("--kafka-versions runs every cell on each release it names: drop --kafka-version",
+                    "--kafka-versions")
+    if axis and backend in registry.names() and not registry.backend_class(backend).picks_kafka_version:
+        raise usage(f"the {backend} backend does not start its brokers on a release a run chooses: drop "
+                    "--kafka-versions, or use --backend local", "--kafka-versions")
+    for v in axis:
+        if why := jars.kafka_version_problem(v):
+            raise usage(why, "--kafka-versions")
+    cells = suite.across_versions(cells, axis)
     if backend != registry.DEFAULT:
         extra += ["--backend", backend]
     dropped = suite.left_out(cells)
