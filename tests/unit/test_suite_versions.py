@@ -20,6 +20,8 @@ def test_every_cell_once_per_release_in_the_order_given():
     argv = suite.run_command(axis[3], Path("/r"), [])
     assert argv[argv.index("--kafka-version") + 1] == "4.4.0"
     assert suite.across_versions(cells, []) == cells
+    assert suite.header_versions({"kafka": "4.1.1", "pyspark": "4.3.0"}, axis)["kafka"].startswith("3.5.2, 4.4.0 (")
+    assert suite.header_versions({"kafka": "4.1.1"}, cells) == {"kafka": "4.1.1"}
     assert "--kafka-version" not in suite.run_command(cells[0], Path("/r"), [])
 
 

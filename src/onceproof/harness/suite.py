@@ -337,6 +337,15 @@ def _versions(backend: str, extra: list[str]) -> dict[str, str]:
     return {**v, "os": platform.platform()}
 
 
+def header_versions(versions: dict[str, str], cells: list[Cell]) -> dict[str, str]:
+    """The certificate header's versions: ``versions`` (what this machine's runs use), with ``kafka`` naming
+    every release of the version axis when the cells have one (each cell records its own). Pure."""
+    axis = list(dict.fromkeys(c.kafka_version for c in cells if c.kafka_version))
+    if not axis:
+        return dict(versions)
+    return {**versions, "kafka": ", ".join(axis) + " (one per cell: see the table per release)"}
+
+
 class Suite:
     """Runs ``cells`` and keeps ``<dir>/suite.json`` and the certificate up to date after each."""
 
@@ -398,7 +407,7 @@ class Suite:
 
         signal.signal(signal.SIGTERM, on_term)
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        self.versions = _versions(self.backend, self.extra)
+        self.versions = header_versions(_versions(self.backend, self.extra), self.cells)
         self.console.print(f"[bold]onceproof test-all[/] {self.name}: {len(self.cells)} cells → {self.dir}")
         interrupted = False
         with Live(self._table(None, time.monotonic()), console=self.console, refresh_per_second=1,
