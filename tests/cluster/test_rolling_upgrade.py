@@ -29,7 +29,7 @@ def test_at_least_once_is_caught_while_the_brokers_roll_to_the_pin(results_root)
     roll = [o for o in ops if o["type"] == "info" and o.get("f") == "rolling-upgrade"]
     assert roll and roll[0]["outcome"] == "effective" and roll[0]["exercised"], roll
     ev = roll[0]["evidence"]
-    assert ev["from"] == {str(n): "3.5.2" for n in (1, 2, 3)} or set(ev["from"].values()) == {"3.5.2"}, ev["from"]
+    assert len(ev["from"]) == 3 and set(ev["from"].values()) == {"3.5.2"}, ev["from"]
     assert all(b["logged_version"] == pin and b["in_sync_after_s"] is not None for b in ev["brokers"].values()), ev
     assert ev["features_before"]["metadata.version"].startswith("3.5-")
     assert ev["features_after"]["metadata.version"].startswith(".".join(pin.split(".")[:2]) + "-")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from onceproof.backends.common import jars
+from onceproof.clients import kafka_tools
 
 TOOL = "org.apache.kafka.tools.FeatureCommand"
 TIMEOUT_S = 60.0
@@ -30,15 +30,12 @@ class FeatureError(RuntimeError):
 
 
 def _run(bootstrap: str, version: str, *args: str) -> str:
-    argv = [jars.java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp",
-            jars.kafka_tools_classpath(version).as_java(), TOOL, "--bootstrap-server", bootstrap, *args]
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+        code, out = kafka_tools.run(TOOL, bootstrap, list(args), TIMEOUT_S, version)
     except subprocess.TimeoutExpired as e:
         raise FeatureError(f"kafka-features {args[0]} did not answer within {TIMEOUT_S:.0f} s") from e
-    out = (p.stdout + p.stderr).strip()
-    if p.returncode != 0:
-        raise FeatureError(f"kafka-features {' '.join(args)} exited {p.returncode}: {out[-600:]}")
+    if code != 0:
+        raise FeatureError(f"kafka-features {' '.join(args)} exited {code}: {out[-600:]}")
     return out
 
 

@@ -17,8 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from onceproof.backends.common import jars
-from onceproof.clients import topics
+from onceproof.clients import kafka_tools, topics
 
 TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 Plan = dict[tuple[str, int], list[int]]
@@ -46,16 +45,13 @@ def execute(bootstrap: str, plan: Plan, json_path: Path, *, additional: bool = F
     ``onceproof.backends.common.jars.ResolveError`` when the tools cannot be resolved or there is no java.
     """
     json_path.write_text(json.dumps(plan_json(plan)))
-    argv = [jars.java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jars.kafka_tools_classpath().as_java(),
-            TOOL, "--bootstrap-server", bootstrap, "--reassignment-json-file", str(json_path), "--execute",
-            *(["--additional"] if additional else [])]
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        code, out = kafka_tools.run(TOOL, bootstrap, ["--reassignment-json-file", str(json_path), "--execute",
+                                                      *(["--additional"] if additional else [])], timeout_s)
     except subprocess.TimeoutExpired as e:
         raise ReassignError(f"the reassignment tool did not answer within {timeout_s:.0f} s") from e
-    out = (p.stdout + p.stderr).strip()
-    if p.returncode != 0:
-        raise ReassignError(f"the reassignment tool exited {p.returncode}: {out[-1000:]}")
+    if code != 0:
+        raise ReassignError(f"the reassignment tool exited {code}: {out[-1000:]}")
     return out[-1000:]
 
 

@@ -14,7 +14,8 @@ there is nothing left to upgrade (Kafka supports no downgrade across ``metadata.
 
 Evidence, per broker: stop, rejoin and in-sync times, the shutdown lines, and the ``Kafka version: V``
 line its own log printed after the restart (AppInfoParser); then ``metadata.version`` before and after
-the finalize, read back with ``kafka-features describe``. Effective when every broker came back on the
+the finalize, read back with ``kafka-features describe`` (both with the new release's own tool, which knows
+its ``metadata.version``). Effective when every broker came back on the
 new release, logged it and rejoined every ISR; exercised when, in addition, the finalized
 ``metadata.version`` is the new release's line.
 """
@@ -69,7 +70,7 @@ class RollingUpgrade:
         order = todo[first:] + todo[:first]  # a seeded first broker, then the others in turn
         ev: dict = {"to": self.upgrade_to, "from": before, "order": order, "brokers": {}}
         try:
-            ev["features_before"] = features.describe(cluster.bootstrap, self._tools())
+            ev["features_before"] = features.describe(cluster.bootstrap, self.upgrade_to)
         except Exception as e:  # noqa: BLE001 - evidence only: the roll goes on
             ev["features_before_error"] = str(e)[:300]
         for n in order:
@@ -95,18 +96,14 @@ class RollingUpgrade:
         if done != order:
             return Outcome(NOT_EFFECTIVE, target, ev)
         try:
-            ev["finalize"] = features.finalize(cluster.bootstrap, self.upgrade_to, self._tools())
-            ev["features_after"] = after = features.describe(cluster.bootstrap, self._tools())
+            ev["finalize"] = features.finalize(cluster.bootstrap, self.upgrade_to, self.upgrade_to)
+            ev["features_after"] = after = features.describe(cluster.bootstrap, self.upgrade_to)
         except Exception as e:  # noqa: BLE001 - the brokers run the new release: effective, not exercised
             ev["finalize_error"] = str(e)[:600]
             return Outcome(EFFECTIVE, target, ev, exercised=False)
         line = ".".join(self.upgrade_to.split(".")[:2])
         mv = after.get("metadata.version", "")
         return Outcome(EFFECTIVE, target, ev, exercised=mv.startswith(f"{line}-"))
-
-    def _tools(self) -> str:
-        """Whose ``kafka-features`` to run: the new release's own (it knows its ``metadata.version``)."""
-        return self.upgrade_to
 
     def heal(self, ctx: NemesisContext) -> None:
         """Restart every broker that is not running, each on the release it was last given

@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -72,7 +73,8 @@ def stamp(paths) -> str:
     for p in sorted(str(x) for x in paths):
         try:
             st = os.stat(p)
-            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode() if os.path.isfile(p) else f"{p}\n".encode())
+            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode() if stat.S_ISREG(st.st_mode)
+                     else f"{p}\n".encode())
         except OSError:
             h.update(f"{p}\n".encode())
     return h.hexdigest()[:16]

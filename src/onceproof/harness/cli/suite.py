@@ -16,7 +16,7 @@ from onceproof.backends.common import jars
 from onceproof.harness import shrink as shrinker
 from onceproof.harness import suite
 from onceproof.harness.cli.app import console, finite, on_crash, require_run_dir, usage
-from onceproof.harness.config import read_schedule
+from onceproof.harness.config import kafka_release_refusal, read_schedule
 from onceproof.nemesis import packages
 from onceproof.store.runs import DEFAULT_ROOT, runs_of
 
@@ -92,9 +92,9 @@ def test_all(
     if axis and kafka:
         raise usage("--kafka-versions runs every cell on each release it names: drop --kafka-version",
                     "--kafka-versions")
-    if axis and backend in registry.names() and not registry.backend_class(backend).picks_kafka_version:
-        raise usage(f"the {backend} backend does not start its brokers on a release a run chooses: drop "
-                    "--kafka-versions, or use --backend local", "--kafka-versions")
+    if axis and backend in registry.names() and \
+            (why := kafka_release_refusal(registry.backend_class(backend), "--kafka-versions")):
+        raise usage(why, "--kafka-versions")
     for v in axis:
         if why := jars.kafka_version_problem(v):
             raise usage(why, "--kafka-versions")
