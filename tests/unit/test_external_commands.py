@@ -182,8 +182,9 @@ def test_the_template_supervisor_restarts_a_killed_incarnation_and_stops_the_las
         assert (tmp_path / "env-1").read_text().split() == ["1", "from-env"]
         first = sup.pid
         assert first is not None and sup.kill_current()
-        _wait(lambda: (tmp_path / "pid-2").exists())
-        assert sup.restarts() == 1 and sup.incarnations == 2 and sup.pid not in (None, first)
+        # the child can write pid-2 before the supervisor's thread records its Popen: wait for both
+        _wait(lambda: (tmp_path / "pid-2").exists() and sup.pid not in (None, first))
+        assert sup.restarts() == 1 and sup.incarnations == 2
     finally:
         sup.stop()
     sleeper = int((tmp_path / "pid-2").read_text())
