@@ -2,7 +2,8 @@
 a real 3-broker cluster, through a broker kill and restart: every send completed exactly once in the
 history, every ``ok`` at its recorded place in the input at read_committed, no record visible twice,
 none visible that the history says failed. The transactional one also aborts some transactions on
-purpose after their records reached the log (visible at read_uncommitted only), and the completeness
+purpose after their records reached the log (visible at read_uncommitted only), is fenced once by a
+second producer with its transactional.id and carries on with a new one, and the completeness
 guard's second reader (``pipeline/input_count.py``) counts what each isolation level sees."""
 
 import json
@@ -16,7 +17,8 @@ from onceproof.store.history import HistoryWriter
 from onceproof.workloads import producers
 from onceproof.workloads.transactional_client import ABORTED_ON_PURPOSE
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster,  # a workload thread that dies is a failure, not a warning
+              pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")]
 
 
 def _ops(path):
@@ -40,8 +42,14 @@ def test_sends_are_ok_where_they_landed_and_never_visible_twice(cluster, tmp_pat
         # stall its commits for most of that time: 4 transactions in 18 s once)
         deadline = time.monotonic() + 90
         time.sleep(8)
+        if producer == "transactional":  # once commits flow again (a stalled one would become info)
+            begun = wl.txns
+            while wl.txns < begun + 5 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            made, fenced_at = wl.producers, _fence(bs, wl)
         while producer == "transactional" and time.monotonic() < deadline and \
-                (wl.txns < 30 or not wl.aborted_on_purpose):
+                (wl.txns < 30 or not wl.aborted_on_purpose or wl.producers == made or
+                 _sent_since(tmp_path / "history.jsonl", fenced_at) < 200):
             time.sleep(1)
     finally:
         wl.stop()
@@ -72,6 +80,30 @@ def test_sends_are_ok_where_they_landed_and_never_visible_twice(cluster, tmp_pat
 
     if producer == "transactional":
         _aborted_on_purpose_and_counted(bs, topic, wl, done, f)
+        # fenced by another producer with its transactional.id: a new producer carries on
+        after = _sent_since(tmp_path / "history.jsonl", fenced_at)
+        assert wl.producers > made and after >= 200, (wl.producers, after, wl.errors[-5:])
+        assert any("fenced" in e for e in wl.errors), wl.errors[-5:]
+
+
+def _fence(bs: str, wl) -> float:
+    """Fence the workload's producer the way a second instance of a job does: ``init_transactions()``
+    with the same transactional.id bumps the producer epoch (KIP-98), and the workload's next request
+    fails with a fatal fencing error. Returns the time (epoch s) it was fenced."""
+    from confluent_kafka import Producer
+
+    from onceproof.kafka_config import client_config
+
+    other = Producer(client_config(bs, {"transactional.id": wl.transactional_id}))
+    other.init_transactions(30)
+    other.flush(1)
+    return time.time()
+
+
+def _sent_since(history, t: float) -> int:
+    """The ``ok`` sends in ``history`` (a history.jsonl path) whose transaction committed after ``t``
+    (epoch s)."""
+    return sum(1 for o in _ops(history) if o["type"] == "ok" and o["wall"] > t)
 
 
 def _aborted_on_purpose_and_counted(bs: str, topic: str, wl, done: dict, committed) -> None:

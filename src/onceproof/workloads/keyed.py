@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from onceproof.kafka_config import client_config
 from onceproof.store.history import HistoryWriter
@@ -163,15 +163,42 @@ class KeyedWorkload:
         """After each send's poll; returns the producer to go on with."""
         return prod
 
+    def _produce(self, prod: Producer, key: str, seq: int, value: str, cb) -> bool:
+        """``produce()`` one record, waiting while the local queue is full; True when it was queued. A
+        record ``produce()`` refuses (a fatal producer raises at once) is never in the log: a ``fail``
+        op, and a fatal error retires the producer."""
+        while True:
+            try:
+                prod.produce(self.topic, key=key, value=value, on_delivery=cb)
+                return True
+            except BufferError:
+                prod.poll(0.05)
+            except KafkaException as e:
+                err: KafkaError = e.args[0]
+                self._pending.pop((key, seq), None)
+                self.stats.fail += 1
+                self.history.append({"process": 0, "type": "fail", "f": "send", "key": key, "seq": seq,
+                                     "error": f"produce() refused it: {err.str()}"})
+                if err.fatal() and not self._fatal.is_set():
+                    self._on_error(err)
+                return False
+
     def _retire(self, prod: Producer) -> None:
         """A producer with a fatal error is dropped: let it report what it still holds (≤ 5 s)."""
-        prod.flush(5)
+        flush(prod, 5)
 
     def _close(self, prod: Producer, timeout_s: float) -> None:
         """The send loop ended: deliver what is outstanding within ``timeout_s`` seconds."""
-        prod.flush(timeout_s)
+        flush(prod, timeout_s)
 
     def _run(self) -> None:
+        try:
+            self._send_loop()
+        except Exception as e:  # a bug, not a client error: on the console, then the thread's traceback
+            self.errors.append(f"{time.strftime('%H:%M:%S')} the workload stopped sending: {e!r} (fatal)")
+            raise
+
+    def _send_loop(self) -> None:
         prod = self._producer()
         pending = self._pending
         gen = sequences(self.keys, self.seed)
@@ -188,28 +215,56 @@ class KeyedWorkload:
                 self._complete(key, seq, err, msg)
 
             value = json.dumps({"key": key, "seq": seq, "t": int(time.time() * 1000)})
-            while True:
-                try:
-                    prod.produce(self.topic, key=key, value=value, on_delivery=cb)
-                    break
-                except BufferError:
-                    prod.poll(0.05)
-            self._sent(key, seq)
             next_t += interval
-            prod.poll(max(0.0, next_t - time.monotonic()))
-            if time.monotonic() - next_t > 1.0:  # fell behind (e.g. broker down): do not burst later
-                next_t = time.monotonic()
-            prod = self._after_send(prod)
+            try:
+                if self._produce(prod, key, seq, value, cb):
+                    self._sent(key, seq)
+                prod.poll(max(0.0, next_t - time.monotonic()))
+                if time.monotonic() - next_t > 1.0:  # fell behind (e.g. broker down): do not burst later
+                    next_t = time.monotonic()
+                prod = self._after_send(prod)
+            except (KafkaException, SystemError) as e:  # poll() and the transaction calls raise fatal errors
+                err = client_error(e)
+                if err is None:
+                    raise
+                if not self._fatal.is_set():
+                    self._on_error(err)
+                self._fatal.set()
             if self._fatal.is_set():
                 # The old instance fails what it still holds (delivery reports → fail/info ops); then a
                 # new one carries on with the next sequence numbers.
                 self._retire(prod)
                 prod = self._producer()
-        self._close(prod, 2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
+        try:
+            self._close(prod, 2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
+        except KafkaException as e:  # a fatal error while closing: the sends left are info below
+            self.errors.append(f"{time.strftime('%H:%M:%S')} closing: {e.args[0].str()}")
         for key, seq in list(pending):
             self.stats.info += 1
             self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,
                                  "error": "no delivery report before close"})
+
+
+def flush(prod: Producer, timeout_s: float) -> None:
+    """``prod.flush(timeout_s)``, serving the delivery reports it can; a producer with a fatal error
+    raises ``KafkaException`` from it, which is dropped here (its sends are completed by their reports
+    or, when the send loop ends, as ``info``)."""
+    try:
+        prod.flush(timeout_s)
+    except (KafkaException, SystemError) as e:
+        if client_error(e) is None:
+            raise
+
+
+def client_error(e: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` behind ``e``: a ``KafkaException``'s, or the one behind the ``SystemError``
+    confluent-kafka raises when a fatal error arrives while ``flush()``/``poll()`` runs a delivery
+    callback (the ``SystemError``'s ``__cause__`` is the ``KafkaException``); None for anything else."""
+    while e is not None:
+        if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+            return e.args[0]
+        e = e.__cause__ if isinstance(e, SystemError) else None
+    return None
 
 
 @dataclass

@@ -45,7 +45,7 @@ from typing import ClassVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from onceproof.kafka_config import client_config
-from onceproof.workloads.keyed import METADATA_REFRESH_MS, KeyedWorkload
+from onceproof.workloads.keyed import METADATA_REFRESH_MS, KeyedWorkload, client_error, flush
 
 TXN_MS = 200
 """Milliseconds of sends per transaction (60 records at the default 300 records/s)."""
@@ -100,12 +100,12 @@ class TransactionalWorkload(KeyedWorkload):
         while not self._stop.is_set():
             try:
                 self._call(prod.init_transactions)
+                self._begin(prod)
             except KafkaException as e:  # no coordinator within the timeout (brokers down): try again
                 self.errors.append(f"{time.strftime('%H:%M:%S')} init_transactions: {e.args[0].str()}")
                 if e.args[0].fatal():
                     return self._producer()
                 continue
-            self._begin(prod)
             break
         return prod
 
@@ -176,8 +176,10 @@ class TransactionalWorkload(KeyedWorkload):
                 self._call(prod.commit_transaction)
         except _Abort as a:
             outcome, why = self._abort(prod, f"delivery error: {a}")
-        except KafkaException as e:
-            err: KafkaError = e.args[0]
+        except (KafkaException, SystemError) as e:
+            err = client_error(e)
+            if err is None:
+                raise
             if err.txn_requires_abort():
                 outcome, why = self._abort(prod, f"commit: {err.str()}")
             else:
@@ -187,10 +189,13 @@ class TransactionalWorkload(KeyedWorkload):
         self._open = False
         if not reopen:
             return prod
-        if self._fatal.is_set():
-            return self._producer()
-        self._begin(prod)
-        return prod
+        if not self._fatal.is_set():
+            try:
+                self._begin(prod)
+                return prod
+            except KafkaException as e:  # fenced or fatal since the commit
+                self.errors.append(f"{time.strftime('%H:%M:%S')} begin_transaction: {e.args[0].str()}")
+        return self._producer()
 
     def _abort(self, prod: Producer, why: str) -> tuple[str, str]:
         try:
@@ -217,7 +222,7 @@ class TransactionalWorkload(KeyedWorkload):
         self._txn = []
 
     def _retire(self, prod: Producer) -> None:
-        prod.flush(5)
+        flush(prod, 5)
         if self._open or self._txn:
             self._record("info", "producer fatal error before the commit")
             self._open = False
