@@ -126,3 +126,38 @@ def test_a_jobs_delta_spark_must_fit_its_pyspark_and_a_spark_line_delta_builds_f
 def test_delta_jars_are_asked_for_the_jobs_spark_line_and_none_exist_for_4_3():
     with pytest.raises(jars.NoBuildForSpark, match="no build for Spark 4.3"):
         jars.deps_classpath("delta", spark_version="4.3.0")
+
+
+def test_a_patch_maven_lacks_falls_back_to_the_newest_served_patch_of_its_line_once(tmp_path, monkeypatch):
+    served = {"4.1.2", "4.1.3"}  # a synthetic repository: what Maven would find
+    asked = []
+
+    def resolve(name, version, pom, props):
+        asked.append(version)
+        if version not in served:
+            raise jars.NotServed(f"{name}:jar:{version} was not found in https://repo.maven.apache.org/maven2")
+        return jars.Classpath(name, version, ())
+
+    monkeypatch.setenv("ONCEPROOF_CACHE", str(tmp_path))
+    monkeypatch.setattr(jars, "_resolve", resolve)
+    pom = tmp_path / "pom.xml"
+    assert jars.served_patch("spark-sql-kafka", "4.1.5", pom, "p") == "4.1.3"
+    assert asked == ["4.1.5", "4.1.4", "4.1.3"]
+    assert jars.served_patch("spark-sql-kafka", "4.1.5", pom, "p") == "4.1.3" and len(asked) == 3  # remembered
+    assert jars.served_patch("spark-sql-kafka", "4.1.2", pom, "p") == "4.1.2"
+    with pytest.raises(jars.ResolveError, match="no spark-sql-kafka on the 4.0 line up to 4.0.1"):
+        jars.served_patch("spark-sql-kafka", "4.0.1", pom, "p")
+
+    def offline(name, version, pom, props):
+        raise jars.ResolveError("Maven could not resolve: network")
+
+    monkeypatch.setattr(jars, "_resolve", offline)  # a network failure is not a missing patch: no step down
+    with pytest.raises(jars.ResolveError, match="network"):
+        jars.served_patch("spark-sql-kafka", "4.1.9", pom, "p")
+
+
+def test_the_connector_of_a_pyspark_patch_that_maven_may_lack_comes_from_maven_central():
+    # PyPI had pyspark 4.1.4 while Maven Central had spark-sql-kafka 4.1.x only up to 4.1.3 (2026-11-28)
+    cp = jars.spark_kafka_classpath(spark_version="4.1.4")
+    assert jars.major_minor(cp.version) == (4, 1) and jars.version_tuple(cp.version) <= (4, 1, 4), cp.version
+    assert any(j.name == f"spark-sql-kafka-0-10_2.13-{cp.version}.jar" for j in cp.jars), cp.jars

@@ -8,6 +8,7 @@ distribution) replaces the Maven-resolved broker classpath when set.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -18,9 +19,19 @@ from pathlib import Path
 from onceproof.backends.cache import cache_dir
 from onceproof.checkout import DEPS
 
+log = logging.getLogger("onceproof.jars")
+
 
 class ResolveError(RuntimeError):
     """Maven could not resolve a classpath (network, missing artifact, no ``mvn``)."""
+
+
+class NotServed(ResolveError):
+    """Maven reached its repository, which does not have the artifact at that version."""
+
+
+_NOT_SERVED = re.compile(r"was not found in|Could not find artifact|could not be resolved: .*\(absent\)")
+"""Maven 3.8–3.9's words for an artifact its repository does not have (not a network failure)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,8 @@ def _resolve(name: str, version: str, pom: Path, properties: dict[str, str] | No
                f"-DoutputDirectory={tmp}", *(f"-D{k}={v}" for k, v in (properties or {}).items())]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise ResolveError(
+            kind = NotServed if _NOT_SERVED.search(proc.stdout + proc.stderr) else ResolveError
+            raise kind(
                 f"Maven could not resolve {name} {version} (exit {proc.returncode}).\n"
                 f"Command: {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}\n"
                 "Check network access to Maven Central, or set KAFKA_HOME to a Kafka distribution.")
@@ -191,8 +203,35 @@ def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str |
     Raises: ``ResolveError``.
     """
     pom = DEPS / "spark-kafka" / "pom.xml"
-    version = connector_version(spark_version)
+    version = served_patch("spark-sql-kafka", connector_version(spark_version), pom, "spark.kafka.version")
     return _minus_shipped(_resolve("spark-sql-kafka", version, pom, {"spark.kafka.version": version}), pyspark_jars)
+
+
+def served_patch(name: str, version: str, pom: Path, prop: str) -> str:
+    """``version`` (``"4.1.4"``) when Maven serves ``pom`` at it (``prop`` set to it), else the newest
+    older patch of the same line that it serves (``"4.1.3"``): PyPI can carry a PySpark patch before
+    Maven Central carries its connector, and a patch of a line keeps the line's binary interface. The
+    answer is remembered in the cache (``jars/<name>-<version>.served``), so Maven is asked once.
+
+    Raises: ``ResolveError`` when no patch down to ``.0`` is served, or Maven fails otherwise."""
+    memo = cache_dir() / "jars" / f"{name}-{version}.served"
+    if memo.is_file():
+        return memo.read_text().strip()
+    parts = version_tuple(version)
+    for patch in range(parts[2] if len(parts) > 2 else 0, -1, -1):
+        candidate = f"{parts[0]}.{parts[1]}.{patch}"
+        try:
+            _resolve(name, candidate, pom, {prop: candidate})
+        except NotServed:
+            continue
+        if candidate != version:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            memo.write_text(candidate)
+            log.warning("Maven serves no %s %s: using %s, the newest patch of its line that it serves",
+                        name, version, candidate)
+        return candidate
+    raise ResolveError(f"Maven serves no {name} on the {parts[0]}.{parts[1]} line up to {version}: "
+                       f"run the job on a PySpark whose line Maven Central carries ({pom})")
 
 
 def spark_lines(name: str) -> list[str]:
