@@ -21,6 +21,8 @@ readers take what the contract asks for. One run per test, about 2 minutes each 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import load_run, our_processes, run_cli
@@ -34,6 +36,8 @@ JOBS = {
     "delta": "{python} tests/jobs/delta_job.py --path {output_path}",
     "files": "{python} tests/jobs/files_job.py --path {output_path}",
 }
+SPARK_35 = "3.5.9"
+"""The newest PySpark 3.5 on PyPI (2026-11-29): a Spark 3.5 user's job."""
 COMMON = " --bootstrap {bootstrap} --input-topic {input_topic} --checkpoint {checkpoint} --jars {jars}"
 
 
@@ -161,9 +165,22 @@ def test_a_users_file_sink_job_is_valid_through_its_metadata_log(tmp_path):
     assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev  # _spark_metadata/N written
 
 
-@pytest.mark.timeout(900)
-def test_a_users_foreachbatch_file_writer_is_invalid_with_duplicate_records(tmp_path):
-    naive, ev, out = _run(tmp_path, "files", " --naive")
+@pytest.mark.timeout(1200)
+def test_a_users_foreachbatch_file_writer_on_spark_3_5_is_invalid_with_duplicate_records(tmp_path):
+    """On PySpark 3.5 (the cached runtime stands for a user's venv, ``--pipeline-python``): its driver
+    gets the Scala 2.12 Kafka connector of its line in ``{jars}`` (the newest 3.5 patch Maven serves),
+    and the run records the job's versions, not the harness's."""
+    from onceproof.backends.common import jars
+    from onceproof.backends.local import runtimes
+
+    rt = runtimes.ensure(SPARK_35)  # ~40 s on first use, cached after
+    naive, ev, out = _run(tmp_path, "files", " --naive", ("--pipeline-python", str(rt.python)))
+    versions = json.loads((tmp_path / "latest" / "test.json").read_text())["versions"]
+    connector = versions["spark-sql-kafka"]
+    assert versions["pyspark"] == SPARK_35 and jars.major_minor(connector) == (3, 5), versions
+    driver_log = (tmp_path / "latest" / "logs" / "driver-1.log").read_text()
+    assert f"files_job: Spark {SPARK_35}, Kafka connector spark-sql-kafka-0-10_2.12-{connector}.jar" in driver_log, \
+        driver_log[-2000:]
     assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
     fs = naive["file_sink"]
     assert fs["read"] == "listing (no log)" and fs["committed_records"] > naive["stats"]["input_records"], fs

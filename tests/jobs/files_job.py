@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         builder = builder.config("spark.jars", args.jars)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    kafka_jars = [n for n in (j.rsplit("/", 1)[-1] for j in args.jars.split(",")) if n.startswith("spark-sql-kafka")]
+    print(f"files_job: Spark {spark.version}, Kafka connector {', '.join(kafka_jars) or 'none'}", flush=True)
 
     v = F.from_json(F.col("value").cast("string"), "key STRING, seq LONG")
     source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)

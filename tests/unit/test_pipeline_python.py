@@ -52,9 +52,11 @@ def _interp(version: str, scala: str, jars_dir: Path) -> interpreter.Interpreter
     return interpreter.Interpreter("/venv/bin/python", "3.12.1", version, jars_dir.parent, scala)
 
 
-def test_a_spark_other_than_4_or_scala_other_than_2_13_is_refused(tmp_path):
+def test_a_spark_older_than_3_5_or_other_scala_jars_than_its_line_ships_are_refused(tmp_path):
     (tmp_path / "jars").mkdir()
-    assert "Spark 4.x" in interpreter.refusal(_interp("3.5.4", "2.12", tmp_path / "jars"))
+    assert "Spark 3.5 and 4.x" in interpreter.refusal(_interp("3.4.4", "2.12", tmp_path / "jars"))
+    assert interpreter.refusal(_interp("3.5.4", "2.12", tmp_path / "jars")) is None
+    assert "for Scala 2.12" in interpreter.refusal(_interp("3.5.4", "2.13", tmp_path / "jars"))
     assert "Scala 2.12" in interpreter.refusal(_interp("4.1.0", "2.12", tmp_path / "jars"))
     assert interpreter.refusal(_interp("4.1.0", "2.13", tmp_path / "jars")) is None
     assert "no jars directory" in interpreter.refusal(_interp("4.1.0", "2.13", tmp_path / "none" / "jars"))
@@ -161,3 +163,11 @@ def test_the_connector_of_a_pyspark_patch_that_maven_may_lack_comes_from_maven_c
     cp = jars.spark_kafka_classpath(spark_version="4.1.4")
     assert jars.major_minor(cp.version) == (4, 1) and jars.version_tuple(cp.version) <= (4, 1, 4), cp.version
     assert any(j.name == f"spark-sql-kafka-0-10_2.13-{cp.version}.jar" for j in cp.jars), cp.jars
+
+
+def test_a_spark_3_5_job_gets_the_scala_2_12_connector_of_its_line():
+    cp = jars.spark_kafka_classpath(pyspark_jars=Path("/nonexistent"), spark_version="3.5.9")
+    assert jars.major_minor(cp.version) == (3, 5) and jars.version_tuple(cp.version) <= (3, 5, 9), cp.version
+    names = {j.name for j in cp.jars}
+    assert f"spark-sql-kafka-0-10_2.12-{cp.version}.jar" in names, names
+    assert f"spark-token-provider-kafka-0-10_2.12-{jars.SPARK35_TOKEN}.jar" in names, names

@@ -254,7 +254,7 @@ class TestConfig:
                              example="{python} examples/user_pipeline.py --bootstrap {bootstrap} "
                                      "--input-topic {input_topic} --output-topic {output_topic} "
                                      "--checkpoint {checkpoint} --jars {jars}")
-    pipeline_python: str = _opt("", "--pipeline-cmd: the python of your job's own environment (its PySpark 4.x, "
+    pipeline_python: str = _opt("", "--pipeline-cmd: the python of your job's own environment (its PySpark 3.5 or 4.x, "
                                     "Delta, drivers): {python}, the Python workers' interpreter, and the PySpark "
                                     "whose Kafka connector {jars} names; default: onceproof's own",
                                 example="~/venvs/job/bin/python")

@@ -41,7 +41,7 @@ from onceproof.backends.base import (
     RunResources,
     SparkApp,
 )
-from onceproof.backends.common import reaper
+from onceproof.backends.common import interpreter, jars, reaper
 from onceproof.checkers import platform as platform_findings
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
@@ -79,17 +79,28 @@ TOPICS = TopicNames("")
 ``output-progress`` (``topic_names``)."""
 
 
-def versions(backend: Backend, kafka_version: str = "", kafka_upgrade_to: str = "") -> dict[str, str]:
+def versions(backend: Backend, kafka_version: str = "", kafka_upgrade_to: str = "",
+             pipeline_python: str = "") -> dict[str, str]:
     """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java), the brokers'
     ``kafka_version`` when the run chose one (``--kafka-version``), the release ``rolling-upgrade`` moves
     them to (``kafka-upgrade-to``, when asked for: its evidence says whether the roll happened), and the
-    harness's own Kafka client and Python."""
+    harness's own Kafka client and Python. With ``pipeline_python`` (``--pipeline-python``), ``pyspark``
+    and ``spark-sql-kafka`` are the job's (its interpreter's PySpark and the connector its ``{jars}``
+    carry) and ``harness-pyspark`` is the harness's own.
+
+    Raises: ``InterpreterError``, ``jars.ResolveError``."""
 
     v = confluent_kafka.version()  # a string in 2.16 ("2.16.1"), a (string, int) tuple before
+    base = backend.versions()
     chosen = {"kafka": kafka_version} if kafka_version else {}
     if kafka_upgrade_to:
         chosen["kafka-upgrade-to"] = kafka_upgrade_to
-    return {**backend.versions(), **chosen, "confluent-kafka": v if isinstance(v, str) else v[0],
+    if pipeline_python:
+        own = base.get("pyspark", "")
+        i = interpreter.probe(os.path.expanduser(pipeline_python))
+        chosen.update({"pyspark": i.pyspark_version, "harness-pyspark": own,
+                       "spark-sql-kafka": jars.spark_kafka_classpath(i.jars_dir, i.pyspark_version).version})
+    return {**base, **chosen, "confluent-kafka": v if isinstance(v, str) else v[0],
             "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version()}
 
 
@@ -465,7 +476,7 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
             "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
     try:
-        meta["versions"] = versions(backend, cfg.kafka_version, cfg.kafka_upgrade_to)
+        meta["versions"] = versions(backend, cfg.kafka_version, cfg.kafka_upgrade_to, cfg.pipeline_python or "")
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
     meta["schedule"] = plan

@@ -203,25 +203,41 @@ def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str |
     Raises: ``ResolveError``.
     """
     pom = DEPS / "spark-kafka" / "pom.xml"
-    version = served_patch("spark-sql-kafka", connector_version(spark_version), pom, "spark.kafka.version")
-    return _minus_shipped(_resolve("spark-sql-kafka", version, pom, {"spark.kafka.version": version}), pyspark_jars)
+    wanted = connector_version(spark_version)
+    props, label = {}, ""
+    if major_minor(wanted) < (4, 0):  # Spark 3.5: the Scala 2.12 builds (onceproof's Spark lines: SPARK_LINES)
+        props, label = {"scala.binary": "2.12", "spark.token.version": SPARK35_TOKEN}, "-scala2.12"
+    version = served_patch("spark-sql-kafka", wanted, pom, "spark.kafka.version", props, label)
+    cp = _resolve("spark-sql-kafka", version + label, pom, {"spark.kafka.version": version, **props})
+    return _minus_shipped(Classpath(cp.name, version, cp.jars), pyspark_jars)
 
 
-def served_patch(name: str, version: str, pom: Path, prop: str) -> str:
+SPARK_LINES = "3.5 and 4.x"
+"""The Spark lines a job may run on, as messages name them: 4.x (Scala 2.13, the connector
+``spark-sql-kafka-0-10_2.13``) and 3.5 (Scala 2.12, the ``_2.12`` builds: PyPI's pyspark 3.5 wheels
+ship Scala 2.12 jars, spark.apache.org/docs/3.5.0, "Downloading")."""
+SPARK35_TOKEN = "3.5.4"
+"""``spark-token-provider-kafka-0-10_2.12`` for a Spark 3.5 job's connector: Maven Central, as served here
+on 2026-11-29, has it at 3.5.4 (and the connector's _2.12 builds at 3.5.3 and 3.5.7, not 3.5.8-3.5.9)."""
+
+
+def served_patch(name: str, version: str, pom: Path, prop: str, props: dict[str, str] | None = None,
+                 label: str = "") -> str:
     """``version`` (``"4.1.4"``) when Maven serves ``pom`` at it (``prop`` set to it), else the newest
     older patch of the same line that it serves (``"4.1.3"``): PyPI can carry a PySpark patch before
     Maven Central carries its connector, and a patch of a line keeps the line's binary interface. The
-    answer is remembered in the cache (``jars/<name>-<version>.served``), so Maven is asked once.
+    answer is remembered in the cache (``jars/<name>-<version><label>.served``), so Maven is asked once.
+    ``props``: more Maven properties (a Scala build); ``label``: their part of the cache directory's name.
 
     Raises: ``ResolveError`` when no patch down to ``.0`` is served, or Maven fails otherwise."""
-    memo = cache_dir() / "jars" / f"{name}-{version}.served"
+    memo = cache_dir() / "jars" / f"{name}-{version}{label}.served"
     if memo.is_file():
         return memo.read_text().strip()
     parts = version_tuple(version)
     for patch in range(parts[2] if len(parts) > 2 else 0, -1, -1):
         candidate = f"{parts[0]}.{parts[1]}.{patch}"
         try:
-            _resolve(name, candidate, pom, {prop: candidate})
+            _resolve(name, candidate + label, pom, {prop: candidate, **(props or {})})
         except NotServed:
             continue
         if candidate != version:
