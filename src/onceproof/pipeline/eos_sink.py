@@ -187,7 +187,7 @@ def _counts(batch_df, by) -> dict[int, int]:
 def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, checkpoint: str | os.PathLike,
                       progress_topic: str | None = None, sink_id: str | None = None,
                       txn_timeout_ms: int = 60000, verify_complete: bool = False,
-                      transactional_input: bool = False, fence_on_start: bool = True) -> ExactlyOnceSink:
+                      transactional_input: bool = True, fence_on_start: bool = True) -> ExactlyOnceSink:
     """The transactional Kafka sink for ``foreachBatch`` (module docstring: guarantees and limits).
 
     Call it on the driver before ``writeStream.start()``, once per driver start.
@@ -206,9 +206,10 @@ def exactly_once_sink(*, bootstrap: str, input_topic: str, output_topic: str, ch
             5 s less).
         verify_complete: refuse a batch whose rows do not cover the offset ranges Spark planned for it
             (needs ``in_partition``/``in_offset``; ``pipeline/completeness.py``).
-        transactional_input: the input topic is written in transactions (commit markers, aborted records
-            take offsets): ``verify_complete`` counts each range with a read_committed librdkafka reader
-            (``pipeline/input_count.py``) instead of taking every offset for a record.
+        transactional_input: the input topic may be written in transactions (commit markers, aborted
+            records take offsets), so ``verify_complete`` counts each range with a read_committed librdkafka
+            reader (``pipeline/input_count.py``), right for any input; ``False`` takes every offset for a
+            record, which saves that read but refuses every batch of an input that has transactions.
         fence_on_start: settle every id of the pool now (``init_transactions()``), so a dead driver's
             open transactions stop pinning the output's LSO at once rather than at their timeout.
 

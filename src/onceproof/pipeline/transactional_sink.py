@@ -443,8 +443,8 @@ class _Transaction:
                        if with_input else base_headers)
             while True:
                 try:
-                    self.prod.produce(self.cfg.output_topic, key=row.key, value=row.value, headers=headers,
-                                      on_delivery=self._on_delivery)
+                    self.prod.produce(self.cfg.output_topic, key=_bytes(row.key), value=_bytes(row.value),
+                                      headers=headers, on_delivery=self._on_delivery)
                     break
                 except BufferError:
                     self.prod.poll(0.1)
@@ -522,3 +522,9 @@ class _Transaction:
             _log(self.cfg, "abort-failed", error=str(ae), error_class=type(ae).__name__, stage="commit", **self.where)
         else:
             _log(self.cfg, "abort", **f, stage="commit", **self.where)
+
+
+def _bytes(v):
+    """``v`` as ``produce()`` takes it: PySpark 3.5 hands a binary column's value over as a ``bytearray``,
+    which confluent-kafka refuses ("read-only bytes-like object"); 4.x hands over ``bytes``."""
+    return bytes(v) if isinstance(v, bytearray) else v
