@@ -83,6 +83,7 @@ def test_sends_are_ok_where_they_landed_and_never_visible_twice(cluster, tmp_pat
         # fenced by another producer with its transactional.id: a new producer carries on
         after = _sent_since(tmp_path / "history.jsonl", fenced_at)
         assert wl.producers > made and after >= 200, (wl.producers, after, wl.errors[-5:])
+        # the fencing reaches the client through error_cb, a commit or an abort: each is in errors
         assert any("fenced" in e for e in wl.errors), wl.errors[-5:]
 
 
