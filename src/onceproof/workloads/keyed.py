@@ -120,9 +120,15 @@ class KeyedWorkload:
         return [f"workload: {e}" for e in new if e.endswith("(fatal)")]
 
     def _on_error(self, err) -> None:
-        self.errors.append(f"{time.strftime('%H:%M:%S')} {err.str()}" + (" (fatal)" if err.fatal() else ""))
+        self._note(err)
         if err.fatal():
             self._fatal.set()
+
+    def _note(self, err: KafkaError, what: str = "") -> None:
+        """Keep a client error in ``errors`` (``what``: the call that raised it); a fatal one is marked
+        ``(fatal)``, which :meth:`new_errors` shows on the console."""
+        self.errors.append(f"{time.strftime('%H:%M:%S')} {what + ': ' if what else ''}{err.str()}"
+                           + (" (fatal)" if err.fatal() else ""))
 
     def _complete(self, key: str, seq: int, err, msg) -> None:
         if err is None:
@@ -235,10 +241,7 @@ class KeyedWorkload:
                 # new one carries on with the next sequence numbers.
                 self._retire(prod)
                 prod = self._producer()
-        try:
-            self._close(prod, 2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
-        except KafkaException as e:  # a fatal error while closing: the sends left are info below
-            self.errors.append(f"{time.strftime('%H:%M:%S')} closing: {e.args[0].str()}")
+        self._close(prod, 2 if self._abandon.is_set() else self.delivery_timeout_ms / 1000 + 5)
         for key, seq in list(pending):
             self.stats.info += 1
             self.history.append({"process": 0, "type": "info", "f": "send", "key": key, "seq": seq,

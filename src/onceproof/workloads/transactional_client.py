@@ -185,8 +185,7 @@ class TransactionalWorkload(KeyedWorkload):
             else:
                 outcome, why = "info", f"commit outcome unknown: {err.str()}"
                 self._fatal.set()  # a producer whose transaction state is unknown is replaced
-                self.errors.append(f"{time.strftime('%H:%M:%S')} commit_transaction: {err.str()}"
-                                   + (" (fatal)" if err.fatal() else ""))
+                self._note(err, "commit_transaction")
         self._record(outcome, why)
         self._open = False
         if not reopen:
@@ -204,8 +203,7 @@ class TransactionalWorkload(KeyedWorkload):
             self._call(prod.abort_transaction)
         except KafkaException as e:
             self._fatal.set()
-            self.errors.append(f"{time.strftime('%H:%M:%S')} abort_transaction: {e.args[0].str()}"
-                               + (" (fatal)" if e.args[0].fatal() else ""))
+            self._note(e.args[0], "abort_transaction")
             return "info", f"{why}; abort failed: {e.args[0].str()}"
         return "fail", f"{why}; transaction aborted"
 

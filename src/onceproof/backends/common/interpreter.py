@@ -48,8 +48,6 @@ PROBE = ("import json, pathlib, sys\n"
 SPARK_MAJOR = 4
 """The Spark major version onceproof's own pipeline runs on (Spark 4 ships Scala 2.13 only:
 spark.apache.org/docs/latest, "Downloading"); a user's job may also run on Spark 3.5 (``jars.SPARK_LINES``)."""
-SCALA = {3: "2.12", 4: "2.13"}
-"""The Scala binary version of the connector onceproof resolves, by Spark major version."""
 _SCALA_JAR = re.compile(r"^scala-library-(\d+\.\d+)\.\d+\.jar$")
 
 
@@ -139,14 +137,14 @@ def probe(python: str, timeout_s: float = 120.0) -> Interpreter:
 def refusal(i: Interpreter) -> str | None:
     """Why onceproof cannot run a job on ``i``, naming the fix; ``None`` when it can: its PySpark must be
     on Spark 3.5 or 4.x (``jars.SPARK_LINES``; the Kafka connector is resolved as
-    ``spark-sql-kafka-0-10_<scala>`` for that version) with the Scala jars of :data:`SCALA`."""
+    ``spark-sql-kafka-0-10_<scala>`` for that version) with the Scala jars of its line (``jars.SCALA``)."""
     major, minor = i.spark_major_minor
     if not (major == SPARK_MAJOR or (major, minor) == (3, 5)):
         return (f"{i.python} has PySpark {i.pyspark_version}; onceproof runs jobs on Spark {jars.SPARK_LINES}: "
                 f"install one of those there ({i.python} -m pip install 'pyspark>=3.5,<{SPARK_MAJOR + 1}')")
-    if i.scala and i.scala != SCALA[major]:
+    if i.scala and i.scala != jars.SCALA[major]:
         return (f"{i.python}'s PySpark ships Scala {i.scala} jars; onceproof resolves the Kafka connector of "
-                f"Spark {major}.x for Scala {SCALA[major]}: use a PySpark built for Scala {SCALA[major]}")
+                f"Spark {major}.x for Scala {jars.SCALA[major]}: use a PySpark built for Scala {jars.SCALA[major]}")
     if not i.jars_dir.is_dir():
         return f"{i.python}'s PySpark has no jars directory ({i.jars_dir}): reinstall pyspark there"
     return None

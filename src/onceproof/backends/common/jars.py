@@ -204,9 +204,10 @@ def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str |
     """
     pom = DEPS / "spark-kafka" / "pom.xml"
     wanted = connector_version(spark_version)
+    major = major_minor(wanted)[0]
     props, label = {}, ""
-    if major_minor(wanted) < (4, 0):  # Spark 3.5: the Scala 2.12 builds (onceproof's Spark lines: SPARK_LINES)
-        props, label = {"scala.binary": "2.12", "spark.token.version": SPARK35_TOKEN}, "-scala2.12"
+    if major < 4:  # Spark 3.5: the Scala 2.12 builds (onceproof's Spark lines: SPARK_LINES)
+        props, label = {"scala.binary": SCALA[major], "spark.token.version": SPARK35_TOKEN}, f"-scala{SCALA[major]}"
     version = served_patch("spark-sql-kafka", wanted, pom, "spark.kafka.version", props, label)
     cp = _resolve("spark-sql-kafka", version + label, pom, {"spark.kafka.version": version, **props})
     return _minus_shipped(Classpath(cp.name, version, cp.jars), pyspark_jars)
@@ -216,6 +217,9 @@ SPARK_LINES = "3.5 and 4.x"
 """The Spark lines a job may run on, as messages name them: 4.x (Scala 2.13, the connector
 ``spark-sql-kafka-0-10_2.13``) and 3.5 (Scala 2.12, the ``_2.12`` builds: PyPI's pyspark 3.5 wheels
 ship Scala 2.12 jars, spark.apache.org/docs/3.5.0, "Downloading")."""
+SCALA = {3: "2.12", 4: "2.13"}
+"""The Scala binary version of the Kafka connector resolved for a job, by its Spark major version (the
+pom's ``scala.binary``; the pom's default is 4's)."""
 SPARK35_TOKEN = "3.5.4"
 """``spark-token-provider-kafka-0-10_2.12`` for a Spark 3.5 job's connector: Maven Central, as served here
 on 2026-11-29, has it at 3.5.4 (and the connector's _2.12 builds at 3.5.3 and 3.5.7, not 3.5.8-3.5.9)."""
