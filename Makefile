@@ -155,14 +155,17 @@ certify-user: setup
 
 # KAFKA_VERSION=3.9.1 certifies on another Kafka release (--kafka-version, docs/versions.md);
 # KAFKA_VERSIONS=3.9.1,4.4.0 runs every cell on each (test-all --kafka-versions: a matrix per release)
+# SPARK_VERSIONS=3.5,4.1 runs the eos suite's cells on each PySpark too (test-all --spark-versions: a matrix
+# per version pair); the mutants suite keeps onceproof's PySpark (its Delta mutants run on their own, 4.2.0)
 KAFKA_VERSION ?=
 KAFKA_VERSIONS ?=
+SPARK_VERSIONS ?=
 CERTIFY_KAFKA := $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION)) \
   $(if $(KAFKA_VERSIONS),--kafka-versions $(KAFKA_VERSIONS))
 certify: setup postgres-prereqs clock-prereqs fuse-prereqs
 	$(BIN)/onceproof test-all --mutants --weak-configs --test-count 3 --stop-when-caught $(CERTIFY_KAFKA)
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit,operator,lossy,clock,disk \
-	  --test-count 2 --time-limit 60 $(CERTIFY_KAFKA)
+	  --test-count 2 --time-limit 60 $(CERTIFY_KAFKA) $(if $(SPARK_VERSIONS),--spark-versions $(SPARK_VERSIONS))
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
 # Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under

@@ -3,11 +3,12 @@ each family, with its evidence, and one run on a weak cluster config shows that 
 The per-family files (``test_operator_faults.py``, ``test_clock_faults.py``, ``test_lossy_links.py``,
 ``test_disk_faults.py``, ``test_unsynced_loss.py``) hold every target and stay in ``make test-extended``.
 
-* eos stays valid under ``bounce-broker:leader`` (operator), ``clock-skew:broker-jump-forward`` and
-  ``driver-clock-skew:jump-forward`` (clock),
-  ``lossy-link:drop`` (lossy), ``corrupt-segment-tail:leader``, ``lose-unsynced-writes:one`` and
-  ``disk-full:one`` (disk), each turn effective and exercised with the evidence its family's file checks,
-  with the default input's aborted transactions skipped and its completeness guard counting the gaps;
+* eos, its brokers on the newest Kafka and its pipeline on PySpark 3.5, stays valid under
+  ``bounce-broker:leader`` (operator), ``clock-skew:broker-jump-forward`` and
+  ``driver-clock-skew:jump-forward`` (clock), ``lossy-link:drop`` (lossy), ``corrupt-segment-tail:leader``,
+  ``lose-unsynced-writes:one`` and ``disk-full:one`` (disk), each turn effective and exercised with the
+  evidence its family's file checks, with the default input's aborted transactions skipped and its
+  completeness guard counting the gaps;
 * ``--cluster-config single-replica`` (RF 1) under ``lose-unsynced-writes:one`` is invalid with ``lost``
   (``make test-extended``: 123 s; in ``make test`` the eos run's turn shows the layer dropping the run's
   own unsynced bytes, and ``test_traps.py`` shows a real run's loss caught as ``lost``).
@@ -17,6 +18,8 @@ Nothing is left running or mounted, and no iptables chain of the runs remains.
 
 from __future__ import annotations
 
+import gzip
+import json
 import subprocess
 from pathlib import Path
 
@@ -36,6 +39,10 @@ NEWEST_KAFKA = "4.4.0"
 """The newest Kafka release Maven Central serves (2026-11-25; docs/versions.md): the families' eos run starts its
 brokers on it, so ``make test`` holds an eos run on the newest supported release as well as the oldest
 (``make test-oldest``) and the pin (every other cluster test)."""
+OLDEST_SPARK = "3.5"
+"""The oldest Spark line the bundled pipeline runs on (``--spark-version``, backends/common/spark_release.py): the
+same run's pipeline runs on its newest patch that PyPI and Maven both serve, so ``make test`` holds a bundled-sink
+eos run on PySpark 3.5 (Scala 2.12 and its ``_2.12`` connector) beside the harness's own PySpark everywhere else."""
 
 SPECS = ("bounce-broker:leader", "clock-skew:broker-jump-forward", "driver-clock-skew:jump-forward", "lossy-link:drop",
          "corrupt-segment-tail:leader", "lose-unsynced-writes:one", "disk-full:one")
@@ -56,10 +63,20 @@ def _nothing_left(run_dir: Path) -> None:
 @pytest.mark.timeout(1800)
 def test_eos_is_valid_under_one_fault_of_each_family_with_its_evidence(results_root):
     p = run_cli(["run", "--sink", "eos", "--nemesis", ",".join(SPECS), "--time-limit", "90", "--seed", "1",
-                 "--kafka-version", NEWEST_KAFKA, "--results", str(results_root)], timeout=1700)
+                 "--kafka-version", NEWEST_KAFKA, "--spark-version", OLDEST_SPARK, "--results", str(results_root)],
+                timeout=1700)
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == 0 and result["verdict"] == "valid", (result.get("unknown_reasons"), result["counts"],
                                                                 p.stdout[-3000:])
+    test = json.loads((run_dir / "test.json").read_text())
+    v = test["versions"]  # the driver and its executors ran the 3.5 runtime, with the connector of its patch
+    assert v["kafka"] == NEWEST_KAFKA and v["pyspark"].startswith(OLDEST_SPARK + ".") and \
+        v["spark-sql-kafka"] == v["pyspark"] and v["harness-pyspark"].startswith("4."), v
+    assert f"--spark-version {v['pyspark']}" in test["replay"], test["replay"]
+    executors = " ".join(gzip.open(f, "rt").read() if f.suffix == ".gz" else f.read_text()
+                         for f in (run_dir / "logs" / "executors").glob("*/*/stderr*"))
+    assert f"runtimes/pyspark-{v['pyspark']}/" in executors, executors[:2000]
+    assert f"spark-sql-kafka-0-10_2.12-{v['pyspark']}.jar" in executors, executors[:2000]
     done = {o["f"]: o for o in ops if o["type"] == "info" and o.get("f") in SPECS}
     assert set(done) == set(SPECS), list(done)
     assert all(o["outcome"] == "effective" and o["exercised"] for o in done.values()), \

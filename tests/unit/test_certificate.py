@@ -333,16 +333,21 @@ def test_a_version_axis_gives_a_matrix_per_release(tmp_path, suite_dir):
     each release's cell is a JUnit case of its own."""
     from onceproof.report.certificate import version_matrix
 
-    old = _cell(valid_eos(tmp_path), suite_dir, seed=1) | {"kafka": "3.5.2"}
-    new = _cell(unknown_eos(tmp_path), suite_dir, seed=1, exit_code=2) | {"kafka": "4.4.0", "elapsed_s": 10.0}
-    assert version_matrix([old, old]) == []  # one release: nothing to compare
-    m = version_matrix([old, new])
-    assert [(r["kafka"], r["cells"], r["passed"], r["failed"]) for r in m] == [("3.5.2", 1, 1, 0), ("4.4.0", 1, 0, 1)]
+    old = _cell(valid_eos(tmp_path), suite_dir, seed=1) | {"kafka": "3.5.2", "pyspark": "4.3.0"}
+    new = _cell(unknown_eos(tmp_path), suite_dir, seed=1, exit_code=2) | {"kafka": "4.4.0", "pyspark": "4.3.0",
+                                                                          "elapsed_s": 10.0}
+    spark35 = old | {"pyspark": "3.5.7"}
+    assert version_matrix([old, old]) == []  # one pair: nothing to compare
+    m = version_matrix([old, new, spark35])
+    assert [(r["kafka"], r["pyspark"], r["cells"], r["passed"], r["failed"]) for r in m] == \
+        [("3.5.2", "4.3.0", 1, 1, 0), ("4.4.0", "4.3.0", 1, 0, 1), ("3.5.2", "3.5.7", 1, 1, 0)]
     assert m[1]["verdicts"] == {"unknown": 1} and m[1]["elapsed_s"] == 10.0
-    paths = write_certificate({"suite": "axis", "cells": [old, new], "versions": {}}, suite_dir)
+    paths = write_certificate({"suite": "axis", "cells": [old, new, spark35], "versions": {}}, suite_dir)
     md = paths["md"].read_text()
-    assert "## Per Kafka release" in md and "| 3.5.2 | 1 | 1 | 0 | valid 1 |" in md
-    assert "kill-executor on Kafka 4.4.0" in md
-    assert "Per Kafka release" in paths["html"].read_text()
+    assert "## Per version pair" in md and "| 3.5.2 | 4.3.0 | 1 | 1 | 0 | valid 1 |" in md
+    assert "kill-executor on Kafka 4.4.0, PySpark 4.3.0" in md and "| 3.5.2 | 3.5.7 | 1 | 1 | 0 |" in md
+    assert "Per version pair" in paths["html"].read_text()
     names = [c.get("classname") for c in ET.parse(paths["junit"]).getroot().iter("testcase")]
-    assert names == ["onceproof.eos.keyed.kill-executor.kafka-3_5_2", "onceproof.eos.keyed.kill-executor.kafka-4_4_0"]
+    assert names == ["onceproof.eos.keyed.kill-executor.kafka-3_5_2.spark-4_3_0",
+                     "onceproof.eos.keyed.kill-executor.kafka-4_4_0.spark-4_3_0",
+                     "onceproof.eos.keyed.kill-executor.kafka-3_5_2.spark-3_5_7"]

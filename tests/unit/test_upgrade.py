@@ -289,3 +289,70 @@ def test_a_driver_that_stops_its_query_but_does_not_exit_is_killed(pipeline, mon
     assert out.outcome == EFFECTIVE and not out.exercised, ev
     assert ev["graceful_stop"]["stage"] == "stopped" and "did not exit" in ev["reason"]
     assert ("kill_driver", 4242) in spark.calls
+
+
+# ------------------------------------------------------------------------------ spark-version: the next line
+
+LINES = {"3.5.7": "4.0.4", "4.0.4": "4.1.3", "4.1.3": None}
+"""The release of the line after each one (``spark_release.next_release``, stand-in: no PyPI)."""
+
+
+def _on_spark_35(monkeypatch) -> StandInSpark:
+    from onceproof.nemesis import upgrade
+
+    monkeypatch.setattr(upgrade.spark_release, "next_release", LINES.__getitem__)
+    spark = StandInSpark(Path("ck"))
+    spark.runtimes.update({None: "3.5.7", "4.0.4": "4.0.4", "4.1.3": "4.1.3"})
+    spark.runtime = "3.5.7"
+    return spark
+
+
+def test_spark_version_moves_the_query_one_line_up_per_turn_and_stays(pipeline, monkeypatch):
+    ctx, spark, p = pipeline(_on_spark_35(monkeypatch))
+    fault = _upgrade("spark-version")
+    out = fault.invoke(ctx, random.Random(1))
+    ev = out.evidence
+    assert out.outcome == EFFECTIVE and out.exercised, ev
+    assert ev["runtime"]["from"] == "3.5.7" and ev["runtime"]["version"] == "4.0.4"
+    assert ev["restarted_with"]["pyspark"] == "4.0.4" and fault.upgraded == "4.0.4"
+    p.held = None
+    p.batch += 1
+    out = fault.invoke(ctx, random.Random(2))
+    assert out.exercised and out.evidence["runtime"]["from"] == "4.0.4", out.evidence
+    assert out.evidence["restarted_with"]["pyspark"] == "4.1.3"
+    p.held = None
+    p.batch += 1
+    out = fault.invoke(ctx, random.Random(3))  # the newest line: nothing to move to, nothing held
+    assert out.outcome == NOT_EFFECTIVE and "no Spark line after 4.1.3" in out.evidence["reason"], out.evidence
+    assert p.held is None and spark.runtime == "4.1.3"
+
+
+def test_spark_version_refused_by_the_new_release_rolls_back_with_sparks_error(pipeline, monkeypatch, tmp_path):
+    spark = _on_spark_35(monkeypatch)
+    log = tmp_path / "driver-2.log"
+    log.write_text("26/11/29 WARN x\npy4j.protocol.Py4JJavaError: An error occurred while calling o42.start.\n"
+                   ": java.lang.IllegalStateException: Error reading streaming state file of "
+                   "HDFSStateStoreProvider[id = (op=0,part=0)]: unsupported checkpoint version\n"
+                   "\tat org.apache.spark.sql.execution.streaming.state.X.read(X.scala:1)\n")
+    monkeypatch.setattr(StandInSpark, "driver_log", lambda self: log)
+    ctx, spark, p = pipeline(spark, restarts=False)
+    fault = _upgrade("spark-version", restart_wait_s=1)
+    out = fault.invoke(ctx, random.Random(1))
+    ev = out.evidence
+    assert out.outcome == EFFECTIVE and not out.exercised, ev
+    assert [c[1] for c in spark.calls if c[0] == "set_runtime"] == [None, "4.0.4", None]  # back to 3.5.7
+    assert spark.runtime == "3.5.7" and fault.upgraded is None
+    assert "finding" in ev["reason"] and "Rolled back to PySpark 3.5.7" in ev["reason"]
+    assert ev["spark_error"].startswith(": java.lang.IllegalStateException: Error reading streaming state"), ev
+
+
+def test_spark_version_is_named_never_drawn():
+    from onceproof.harness.config import ConfigError, TestConfig
+    from onceproof.nemesis import catalog
+
+    assert catalog.parse("upgrade:spark-version") == ["upgrade:spark-version"]
+    assert "upgrade:spark-version" not in catalog.expand("upgrade") + catalog.all_specs()
+    with pytest.raises(ValueError, match="choose from: min-partitions, .*spark-version"):
+        catalog.parse("upgrade:spark")
+    with pytest.raises(ConfigError, match="start it on an older line with --spark-version"):
+        TestConfig(nemesis=["upgrade:spark-version"]).validate()

@@ -24,7 +24,7 @@ from typing import Any
 
 from onceproof.backends import capabilities, registry
 from onceproof.backends.base import BackendError, Runtimes, can_perform
-from onceproof.backends.common import interpreter, jars
+from onceproof.backends.common import interpreter, jars, spark_release
 from onceproof.backends.user_pipeline import PipelineCommand, PipelineCommandError
 from onceproof.checkout import repository
 from onceproof.clients import durability
@@ -335,6 +335,12 @@ class TestConfig:
                                      "than the brokers' own; docs/versions.md)",
                                  check=lambda v: _check_upgrade_release(v) if v else None,
                                  example=jars.pinned_kafka_version())
+    spark_version: str = _opt("", "the PySpark release the bundled pipeline (its sink, its mutant) runs on: a "
+                                  "line (3.5, 4.1: its newest patch that PyPI and Maven both serve, with its "
+                                  "Kafka connector) or a release (3.5.7), from " + spark_release.SUPPORTED_SPARK
+                                  + "; built once into a cached runtime (docs/versions.md); default: onceproof's "
+                                  "own PySpark",
+                              check=lambda v: spark_release.problem(v) if v else None, example="3.5")
     master: str = _opt("local-cluster[2,1,1024]", "Spark master of the driver", check=_check_master,
                        example="local[2]")
     backend: str = _opt(registry.DEFAULT, "where the cluster, the pipeline and the fault network run: "
@@ -613,6 +619,31 @@ class TestConfig:
             raise ConfigError("--kafka-upgrade-to", f"Kafka {self.kafka_upgrade_to} could not be resolved "
                                                     f"({first}); choose a release Maven Central serves") from None
 
+    def _check_spark_version(self, backend) -> None:
+        """``--spark-version`` needs a backend that runs a second PySpark (``Runtimes``), no
+        ``--pipeline-python`` (the job's interpreter has its own PySpark) and a sink whose writer has no
+        PySpark of its own (``Sink.spark_runtime``, the Delta sinks') other than the one named; the release is
+        chosen here (PyPI and Maven, :func:`spark_release.release`), so a name neither serves is refused
+        before anything starts.
+
+        Raises: ``ConfigError`` for ``--spark-version`` naming the fix."""
+        if not capabilities.implements(type(backend), Runtimes):
+            raise ConfigError("--spark-version", f"the {backend.name} backend runs one PySpark only; drop "
+                              "--spark-version, or use --backend " + ", ".join(
+                                  n for n in registry.names() if capabilities.implements(registry.backend_class(n),
+                                                                                         Runtimes)))
+        if self.pipeline_python:
+            raise ConfigError("--spark-version", "--pipeline-python names your job's interpreter, whose PySpark "
+                                                 "the job runs on: drop --spark-version")
+        try:
+            chosen = spark_release.release(self.spark_version)
+        except spark_release.SparkReleaseError as e:
+            raise ConfigError("--spark-version", str(e)) from None
+        own = None if self.pipeline_cmd or self.sink not in sinks.SINKS else self.sink_entry.spark_runtime
+        if own and own != chosen:
+            raise ConfigError("--spark-version", f"{self.sink_entry.label} runs on PySpark {own} (its writer's "
+                                                 f"library needs it), not {chosen}: drop --spark-version")
+
     def _check_pipeline_python(self) -> None:
         """``--pipeline-python`` runs a ``--pipeline-cmd`` job, on a PySpark onceproof can resolve the Kafka
         connector for (:func:`onceproof.backends.common.interpreter.refusal`); asking the interpreter takes
@@ -657,6 +688,12 @@ class TestConfig:
         if self.kafka_version:
             self._check_kafka_version(backend)
         self._check_upgrade(backend)
+        if self.spark_version:
+            self._check_spark_version(backend)
+        elif "upgrade:spark-version" in self.faults:
+            raise ConfigError("--nemesis", "upgrade:spark-version moves the query to the Spark line after the one it "
+                                           "starts on, and onceproof's own is the newest: start it on an older "
+                                           "line with --spark-version (3.5, 4.2; docs/versions.md)")
         if self.pipeline_cmd:
             if not backend.user_pipelines:
                 raise ConfigError("--pipeline-cmd", f"the {backend.name} backend runs the bundled pipeline only; "

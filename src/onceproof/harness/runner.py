@@ -21,7 +21,7 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import confluent_kafka
@@ -41,7 +41,7 @@ from onceproof.backends.base import (
     RunResources,
     SparkApp,
 )
-from onceproof.backends.common import interpreter, jars, reaper
+from onceproof.backends.common import interpreter, jars, reaper, spark_release
 from onceproof.checkers import platform as platform_findings
 from onceproof.checking import checks as checking
 from onceproof.checking import recovery
@@ -79,14 +79,22 @@ TOPICS = TopicNames("")
 ``output-progress`` (``topic_names``)."""
 
 
+def pipeline_runtime(cfg: TestConfig, sink) -> str:
+    """The PySpark release the pipeline's cached runtime runs (``PipelineArgs.runtime``): the one
+    ``--spark-version`` names (:func:`spark_release.release`), else the sink's own (``Sink.spark_runtime``),
+    else ``""`` (the harness's PySpark). Raises ``SparkReleaseError``."""
+    return spark_release.release(cfg.spark_version) if cfg.spark_version else (sink.spark_runtime or "")
+
+
 def versions(backend: Backend, kafka_version: str = "", kafka_upgrade_to: str = "",
-             pipeline_python: str = "") -> dict[str, str]:
+             pipeline_python: str = "", spark_version: str = "") -> dict[str, str]:
     """What the run ran: the backend's versions (Kafka, PySpark, the connector, Java), the brokers'
     ``kafka_version`` when the run chose one (``--kafka-version``), the release ``rolling-upgrade`` moves
     them to (``kafka-upgrade-to``, when asked for: its evidence says whether the roll happened), and the
     harness's own Kafka client and Python. With ``pipeline_python`` (``--pipeline-python``), ``pyspark``
     and ``spark-sql-kafka`` are the job's (its interpreter's PySpark and the connector its ``{jars}``
-    carry) and ``harness-pyspark`` is the harness's own.
+    carry) and ``harness-pyspark`` is the harness's own; with ``spark_version`` (the PySpark release
+    ``--spark-version`` chose), they are that release's and its connector's.
 
     Raises: ``InterpreterError``, ``jars.ResolveError``."""
 
@@ -100,6 +108,9 @@ def versions(backend: Backend, kafka_version: str = "", kafka_upgrade_to: str = 
         i = interpreter.probe(os.path.expanduser(pipeline_python))
         chosen.update({"pyspark": i.pyspark_version, "harness-pyspark": own,
                        "spark-sql-kafka": jars.spark_kafka_classpath(i.jars_dir, i.pyspark_version).version})
+    elif spark_version:
+        chosen.update({"pyspark": spark_version, "harness-pyspark": base.get("pyspark", ""),
+                       "spark-sql-kafka": jars.served_connector(spark_version)})
     return {**base, **chosen, "confluent-kafka": v if isinstance(v, str) else v[0],
             "librdkafka": confluent_kafka.libversion()[0], "python": platform.python_version()}
 
@@ -184,7 +195,7 @@ def _setup(r: _Run) -> None:
                             workload=cfg.workload, file_sink=r.file_sink,
                             input_contiguous=producers.client_class(cfg.producer).contiguous_input,
                             database_dsn=r.db.job_dsn if r.db else "", python=cfg.pipeline_python,
-                            runtime=r.sink.spark_runtime or "", jars=r.sink.jars,
+                            runtime=pipeline_runtime(cfg, r.sink), jars=r.sink.jars,
                             clock_file=(r.rd.path / "driver-clock-offset"
                                         if catalog.needs_driver_clock([f for _, f in r.plan]) else None))
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
@@ -476,7 +487,8 @@ def _begin(cfg: TestConfig, backend: Backend, console: Console, plan: list) -> t
             "replay": cfg.replay_command(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "sink_id": sink_id, "sink_ids": [f"{sink_id}-{p}" for p in range(cfg.partitions)]}
     try:
-        meta["versions"] = versions(backend, cfg.kafka_version, cfg.kafka_upgrade_to, cfg.pipeline_python or "")
+        meta["versions"] = versions(backend, cfg.kafka_version, cfg.kafka_upgrade_to, cfg.pipeline_python or "",
+                                    cfg.spark_version)
     except Exception as e:  # noqa: BLE001 - recorded; the setup below will fail with the real error
         meta["versions"] = {"error": repr(e)}
     meta["schedule"] = plan
@@ -581,6 +593,8 @@ def run(cfg: TestConfig, console: Console | None = None,
     """
     console = console or Console()
     cfg.validate()  # raises ConfigError (and PlanDoesNotFit as one) before anything exists
+    if cfg.spark_version:  # a line (3.5) becomes its release (3.5.7): the replay line and test.json pin it
+        cfg = replace(cfg, spark_version=spark_release.release(cfg.spark_version))
     plan = cfg.fault_plan()
     backend = cfg.backend_instance()
     # every Kafka client of the run takes its security from here (kafka_config); the clusters onceproof

@@ -83,6 +83,9 @@ class Cell:
     kafka_version: str = ""
     """The Kafka release this cell's brokers start on (``test-all --kafka-versions``: the version axis);
     ``""``: the run's own default (``--kafka-version`` among the further options, else the pin)."""
+    spark_version: str = ""
+    """The PySpark release or line this cell's bundled pipeline runs on (``test-all --spark-versions``);
+    ``""``: the run's own (``--spark-version`` among the further options, else onceproof's PySpark)."""
 
     @property
     def label(self) -> str:
@@ -99,16 +102,19 @@ class Cell:
     def name(self) -> str:
         w = "" if self.workload == "keyed" else f"{self.workload}-"
         k = f"-kafka{self.kafka_version}" if self.kafka_version else ""
+        k += f"-spark{self.spark_version}" if self.spark_version else ""
         return f"{w}{self.label.replace(':', '-').replace('@', '-')}-{self.package}{k}"
 
 
-def across_versions(cells: list[Cell], kafka_versions: list[str]) -> list[Cell]:
-    """The version axis: every cell once per Kafka release of ``kafka_versions``, the releases outermost (in
-    the order given), so that the certificate reads as one matrix per release; ``cells`` unchanged when
-    the list is empty. Pure."""
-    if not kafka_versions:
+def across_versions(cells: list[Cell], kafka_versions: list[str], spark_versions: list[str] = ()) -> list[Cell]:
+    """The version axes: every cell once per pair of a Kafka release of ``kafka_versions`` and a PySpark
+    release or line of ``spark_versions`` (either list may be empty: that axis is then the run's default),
+    the pairs outermost (Kafka, then Spark, in the order given), so that the certificate reads as one matrix
+    per version pair; ``cells`` unchanged when both lists are empty. Pure."""
+    if not kafka_versions and not spark_versions:
         return list(cells)
-    return [replace(c, kafka_version=v) for v in kafka_versions for c in cells]
+    return [replace(c, kafka_version=k, spark_version=sv) for k in (kafka_versions or [""])
+            for sv in (spark_versions or [""]) for c in cells]
 
 
 def fit_time_limit(specs: list[str], time_limit: float, seed: int, interval_s: float = 10.0,
@@ -309,6 +315,8 @@ def run_command(cell: Cell, runs_dir: Path, extra: list[str]) -> list[str]:
         sut += ["--cluster-config", cell.cluster_config]
     if cell.kafka_version:
         sut += ["--kafka-version", cell.kafka_version]
+    if cell.spark_version:
+        sut += ["--spark-version", cell.spark_version]
     return run_argv([*sut, "--nemesis", ",".join(cell_specs(cell)), "--seed", str(cell.seed),
                      "--time-limit", f"{cell.time_limit:g}", "--test-name", cell.name,
                      "--results", str(runs_dir), *extra])
@@ -338,12 +346,15 @@ def _versions(backend: str, extra: list[str]) -> dict[str, str]:
 
 
 def header_versions(versions: dict[str, str], cells: list[Cell]) -> dict[str, str]:
-    """The certificate header's versions: ``versions`` (what this machine's runs use), with ``kafka`` naming
-    every release of the version axis when the cells have one (each cell records its own). Pure."""
-    axis = list(dict.fromkeys(c.kafka_version for c in cells if c.kafka_version))
-    if not axis:
-        return dict(versions)
-    return {**versions, "kafka": ", ".join(axis) + " (one per cell: see the table per release)"}
+    """The certificate header's versions: ``versions`` (what this machine's runs use), with ``kafka`` and
+    ``pyspark`` naming every release of their version axis when the cells have one (each cell records its
+    own). Pure."""
+    out = dict(versions)
+    for key, attr in (("kafka", "kafka_version"), ("pyspark", "spark_version")):
+        axis = list(dict.fromkeys(getattr(c, attr) for c in cells if getattr(c, attr)))
+        if axis:
+            out[key] = ", ".join(axis) + " (one per cell: see the table per version pair)"
+    return out
 
 
 class Suite:
@@ -443,6 +454,8 @@ class Suite:
                 rec["log"] = str(log.relative_to(self.dir))
                 if cell.kafka_version:
                     rec["kafka"] = rec.get("kafka") or cell.kafka_version
+                if cell.spark_version:
+                    rec["pyspark"] = rec.get("pyspark") or cell.spark_version
                 self.records.append(rec)
                 if self.stop_when_caught and cell.expect == "invalid" and rec.get("caught"):
                     self.cells, skipped = rest_of_group(self.cells, i)

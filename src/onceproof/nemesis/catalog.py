@@ -204,8 +204,9 @@ def parse(spec: str) -> list[str]:
         name, _, target = s.partition(":")
         if name not in FAULTS:
             raise ValueError(f"unknown nemesis {name}; choose from: {', '.join(FAULTS)}, all, none")
-        if target and target not in _targets(name):
-            known = ", ".join(_targets(name)) or "(none: this fault takes no target)"
+        named = _targets(name) + tuple(getattr(FAULTS[name], "named_targets", ()))
+        if target and target not in named:
+            known = ", ".join(named) or "(none: this fault takes no target)"
             raise ValueError(f"unknown target {target!r} for {name}; choose from: {known}")
         out.append(s)
     return list(dict.fromkeys(out))

@@ -37,6 +37,16 @@ Targets:
   still on the previous one is killed so that it restarts on it), and the turn is not exercised: a
   checkpoint written by one version that the other cannot read is a finding, and the evidence says so.
 
+* ``spark-version`` – the restarted driver runs the next Spark line after the one the run is on (its
+  ``--spark-version``: 3.5 → 4.0, 4.1 → 4.2), that line's release as ``--spark-version`` would choose it
+  (``backends/common/spark_release.next_release``), the way a user moves a job: stop it, restart it from its
+  checkpoint on the new Spark (Spark keeps checkpoints readable by later releases; SPARK-22294 and the
+  migration guides, spark.apache.org/docs/latest/streaming/ss-migration-guide.html). One way: each turn moves
+  one line up and stays there. Never drawn by a bare ``upgrade`` or ``all`` (a run on onceproof's own,
+  newest line has no next one): name it. A restarted driver that does not become ready and commit within
+  ``restart_wait_s`` is rolled back to the line it came from, and the turn's evidence carries Spark's error
+  from that driver's log (``spark_error``): a checkpoint the new release refuses is a finding, not a crash.
+
 Evidence: the held (batch, sink partition), the sink partitions of that batch committed before the
 kill or stop, the options or runtime the restart was given, the restarted driver's ``driver.ready``
 (``restarted_with``: incarnation, options, ``pyspark`` = Spark's version), and what the new driver's
@@ -50,19 +60,24 @@ incarnation became ready and committed or skipped a batch.
 from __future__ import annotations
 
 import random
+import re
 import time
 
 from onceproof.backends.base import BackendError
+from onceproof.backends.common import spark_release
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, park_task, sink_events
 from onceproof.pipeline import hooks
 from onceproof.sinks.base import PRECOMMIT_HOOK
 
 TARGETS = ("min-partitions", "max-offsets", "graceful", "pyspark")
+NAMED_TARGETS = ("spark-version",)  # accepted when named, never drawn (module docstring)
+RUNTIME_TARGETS = ("pyspark", "spark-version")  # the restarted driver runs another PySpark
 OPTIONS = {"min-partitions": "min_partitions", "max-offsets": "max_offsets"}  # target → driver.ready key
 EXIT_WAIT_S = 30.0  # for the driver process to exit after its query stopped
 ACK_S = 10.0  # how long a graceful stop request waits for the driver's "stopping" before the task goes on
 FIRST_BUILD_S = 40.0  # the previous PySpark's environment, built on the first pyspark turn (38 s measured)
-EXPECTED_S = {"min-partitions": 40.0, "max-offsets": 40.0, "graceful": 60.0, "pyspark": 60.0 + FIRST_BUILD_S}
+EXPECTED_S = {"min-partitions": 40.0, "max-offsets": 40.0, "graceful": 60.0, "pyspark": 60.0 + FIRST_BUILD_S,
+              "spark-version": 60.0 + FIRST_BUILD_S}
 
 
 def _same(a, b) -> bool:
@@ -76,6 +91,7 @@ class Upgrade:
 
     name = "upgrade"
     target_choices = TARGETS
+    named_targets = NAMED_TARGETS
 
     @staticmethod
     def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
@@ -99,12 +115,13 @@ class Upgrade:
         ``driver-stopped.json`` after a stop request. Seconds.
 
         Raises: ``ValueError`` for an unknown target."""
-        if target is not None and target not in TARGETS:
-            raise ValueError(f"unknown upgrade target {target!r}; choose from {', '.join(TARGETS)}")
+        if target is not None and target not in TARGETS + NAMED_TARGETS:
+            raise ValueError(f"unknown upgrade target {target!r}; choose from {', '.join(TARGETS + NAMED_TARGETS)}")
         self.target, self.partitions, self.max_offsets = target, partitions, max_offsets
         self.wait_for_task_s, self.restart_wait_s = wait_for_task_s, restart_wait_s
         self.graceful_wait_s = graceful_wait_s
         self.previous_runtime = False  # the pyspark target's toggle: the next driver start runs the previous PySpark
+        self.upgraded: str | None = None  # the release spark-version turns moved the query to (None: the run's own)
 
     def _overrides(self, ctx: NemesisContext, target: str) -> dict:
         cur = hooks.driver_overrides(ctx.control)
@@ -120,13 +137,14 @@ class Upgrade:
         pool = max(1, len(ctx.sink_ids))
         part = rng.randrange(pool)
         runtime = None
-        if target == "pyspark":  # first: building the environment can take a minute, before anything is held
-            asked = None if self.previous_runtime else "previous"
+        if target in RUNTIME_TARGETS:  # first: building the environment can take a minute, before anything is held
             t = time.monotonic()
             try:
-                runtime = {"asked": asked or "own", "version": ctx.spark.set_runtime(asked)}
+                runtime = self._next_runtime(ctx, target)
             except BackendError as e:
-                return Outcome(NOT_EFFECTIVE, target, {"reason": f"no {asked or 'own'} PySpark runtime: {e}"})
+                return Outcome(NOT_EFFECTIVE, target, {"reason": f"no runtime for the restart: {e}"})
+            if runtime.get("reason"):
+                return Outcome(NOT_EFFECTIVE, target, runtime)
             runtime["prepare_s"] = round(time.monotonic() - t, 1)
         pid = ctx.spark.driver_pid
         held = park_task(ctx, part, 60000, self.wait_for_task_s) if pid is not None else None
@@ -161,20 +179,21 @@ class Upgrade:
         progressed = ready is not None and (bool(replay) or moved_on)
         if target == "graceful":
             exercised = graceful and progressed
-        elif target == "pyspark":
+        elif target in RUNTIME_TARGETS:
             exercised = bool(committed) and bool(replay) and ready is not None \
                 and ready.get("pyspark") == runtime["version"]
-            if progressed:
-                self.previous_runtime = runtime["asked"] == "previous"
-            elif ctx.stop.is_set():  # cut short by the run's end: the runtime stays, as heal leaves it
-                self.previous_runtime = runtime["asked"] == "previous"
-                ev["reason"] = "the run ended before the restarted driver committed"
+            if progressed or ctx.stop.is_set():  # cut short by the run's end: the runtime stays, as heal leaves it
+                self._moved(runtime)
+                if not progressed:
+                    ev["reason"] = "the run ended before the restarted driver committed"
             else:
-                self._rollback(ctx, runtime, pid=ctx.spark.driver_pid)
+                log = ctx.spark.driver_log()
+                ev["spark_error"] = spark_error(log)
+                back = self._rollback(ctx, runtime, pid=ctx.spark.driver_pid)
                 ev["reason"] = (f"the driver restarted on PySpark {runtime['version']} did not become ready and "
                                 f"commit within {self.restart_wait_s:.0f} s ({ev['driver_restarts']} restart(s); "
-                                f"see {ctx.spark.driver_log()}): a checkpoint written by one PySpark that the other "
-                                f"cannot read is a finding. Rolled back to the harness's own PySpark")
+                                f"see {log}): a checkpoint written by one PySpark that the other "
+                                f"cannot read is a finding. Rolled back to {back}")
         else:
             applied = ready is not None and all(ready.get(k) == v for k, v in ev["overrides"].items())
             exercised = bool(committed) and bool(replay) and applied
@@ -265,21 +284,49 @@ class Upgrade:
                 break
         return replay, ready, moved_on
 
+    def _next_runtime(self, ctx: NemesisContext, target: str) -> dict:
+        """Choose the PySpark the next driver start runs, for a ``pyspark`` or ``spark-version`` turn:
+        ``{"asked": "previous" | "own" | "next-line", "version": X.Y.Z, "from": X.Y.Z}``, or ``{"reason": ...}``
+        when there is no next line. Raises ``BackendError`` (the runtime could not be built)."""
+        if target == "pyspark":
+            asked = None if self.previous_runtime else "previous"
+            version = ctx.spark.set_runtime(asked or self.upgraded)
+            return {"asked": asked or "own", "version": version}
+        now = self.upgraded or ctx.spark.set_runtime(None)
+        nxt = spark_release.next_release(now)
+        if nxt is None:
+            return {"reason": f"no Spark line after {now}'s that the package index serves: start the run on an "
+                              f"older one (--spark-version 4.2, 3.5)", "from": now}
+        return {"asked": "next-line", "from": now, "version": ctx.spark.set_runtime(nxt)}
+
+    def _moved(self, runtime: dict) -> None:
+        """The restarted driver runs ``runtime``: remember where the query now is."""
+        if runtime["asked"] == "next-line":
+            self.upgraded = runtime["version"]
+        else:
+            self.previous_runtime = runtime["asked"] == "previous"
+
+    def _own(self, ctx: NemesisContext) -> str:
+        """Back to the run's own PySpark (the release spark-version turns moved it to, if any); returns it."""
+        return ctx.spark.set_runtime(self.upgraded)
+
     def _restore(self, ctx: NemesisContext, runtime: dict | None) -> None:
-        """After a ``pyspark`` turn that stopped no driver: the next restart (another fault's) runs what it
+        """After a runtime turn that stopped no driver: the next restart (another fault's) runs what it
         would have run before the turn."""
         if runtime is not None:
-            ctx.spark.set_runtime("previous" if self.previous_runtime else None)
+            ctx.spark.set_runtime("previous") if self.previous_runtime else self._own(ctx)
 
-    def _rollback(self, ctx: NemesisContext, runtime: dict | None, pid: int | None) -> None:
-        """Back to the harness's own PySpark after a failed ``pyspark`` turn (nothing to do for the other
-        targets); a driver ``pid`` still running the other one is killed so that it restarts on it."""
+    def _rollback(self, ctx: NemesisContext, runtime: dict | None, pid: int | None) -> str | None:
+        """Back to the run's own PySpark after a failed runtime turn (nothing to do for the other targets);
+        a driver ``pid`` still running the other one is killed so that it restarts on it. Returns what it
+        went back to ("PySpark X.Y.Z")."""
         if runtime is None:
-            return
-        ctx.spark.set_runtime(None)
+            return None
+        back = self._own(ctx)
         self.previous_runtime = False
         if pid is not None:
             ctx.spark.kill_driver(pid)
+        return f"PySpark {back}"
 
     def heal(self, ctx: NemesisContext) -> None:
         """Withdraw an unclaimed hold, release a parked task and withdraw a stop request. The changed
@@ -287,3 +334,19 @@ class Upgrade:
         (a later turn of the same target toggles them back)."""
         hooks.release_holds(ctx.control)
         (ctx.control / hooks.DRIVER_STOP).unlink(missing_ok=True)
+
+
+_ERROR = re.compile(r"\b([A-Za-z_.]*(?:Exception|Error))\b[:\s]")
+
+
+def spark_error(log_path) -> str | None:
+    """The last error line of the driver log at ``log_path`` (a Java or Python exception: ``...Exception:
+    ...`` or ``...Error: ...``, ≤ 500 characters), ``None`` when it has none or cannot be read."""
+    try:
+        with open(log_path, errors="replace") as f:
+            tail = f.readlines()[-400:]
+    except (OSError, TypeError):
+        return None
+    hits = [ln.strip() for ln in tail if _ERROR.search(ln) and not ln.lstrip().startswith("at ")]
+    return hits[-1][:500] if hits else None
+

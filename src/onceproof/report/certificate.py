@@ -133,6 +133,7 @@ def cell_from_run(run_dir: Path | None, *, sink: str, workload: str, package: st
         "first_anomaly_s": _first_anomaly_s(run, r, list(anomalies), ops) if run is not None and anomalies else None,
         "platform_findings": {a: int(n) for a, n in ((r.get("platform_findings") or {}).get("counts") or {}).items()},
         "kafka": (r.get("versions") or {}).get("kafka"),
+        "pyspark": (r.get("versions") or {}).get("pyspark"),
         "caught": verdict == "invalid",
         "passed": verdict == expect,
         "unknown_reasons": [str(x) for x in (r.get("unknown_reasons") or [])],
@@ -288,16 +289,18 @@ def not_needed_text(skipped: list[dict]) -> str:
 
 
 def version_matrix(cells: list[dict]) -> list[dict]:
-    """The suite per Kafka release its cells ran on (``test-all --kafka-versions``), in first-seen order::
+    """The suite per version pair its cells ran on (``test-all --kafka-versions``/``--spark-versions``): the
+    Kafka release and the PySpark release, in first-seen order::
 
-        {"kafka": "3.5.2", "cells": N, "passed": k, "failed": N - k, "verdicts": {"valid": n, ...},
-         "elapsed_s": total s}
+        {"kafka": "3.5.2", "pyspark": "3.5.7", "cells": N, "passed": k, "failed": N - k,
+         "verdicts": {"valid": n, ...}, "elapsed_s": total s}
 
-    ``[]`` when every cell ran on one release (or none recorded one): nothing to compare. Pure."""
-    rows: dict[str, dict] = {}
+    ``[]`` when every cell ran on one pair (or none recorded one): nothing to compare. Pure."""
+    rows: dict[tuple[str, str], dict] = {}
     for c in cells:
-        k = str(c.get("kafka") or "?")
-        row = rows.setdefault(k, {"kafka": k, "cells": 0, "passed": 0, "failed": 0, "verdicts": {}, "elapsed_s": 0.0})
+        k = (str(c.get("kafka") or "?"), str(c.get("pyspark") or "?"))
+        row = rows.setdefault(k, {"kafka": k[0], "pyspark": k[1], "cells": 0, "passed": 0, "failed": 0,
+                                  "verdicts": {}, "elapsed_s": 0.0})
         row["cells"] += 1
         row["passed" if c.get("passed") else "failed"] += 1
         v = str(c.get("verdict"))
@@ -460,9 +463,9 @@ def certificate_md(suite: dict) -> str:
         else ["_not recorded_"]
     matrix = version_matrix(cells)
     if matrix:
-        lines += ["", "## Per Kafka release", ""]
-        lines += _md_table(["Kafka", "cells", "passed", "failed", "verdicts", "time"],
-                           [[_md(m["kafka"]), str(m["cells"]), str(m["passed"]), str(m["failed"]),
+        lines += ["", "## Per version pair", ""]
+        lines += _md_table(["Kafka", "PySpark", "cells", "passed", "failed", "verdicts", "time"],
+                           [[_md(m["kafka"]), _md(m["pyspark"]), str(m["cells"]), str(m["passed"]), str(m["failed"]),
                              _md(", ".join(f"{v} {n}" for v, n in m["verdicts"].items())),
                              _md(_seconds(m["elapsed_s"]))] for m in matrix])
     lines += ["", "## Cells", ""]
@@ -530,8 +533,9 @@ def _href(rel: str | None, text: str) -> str:
 
 
 def _package(c: dict, per_release: bool) -> str:
-    """A cell's package, with the Kafka release it ran on when the suite has a version axis."""
-    return f"{c.get('package')} on Kafka {c.get('kafka') or '?'}" if per_release else str(c.get("package"))
+    """A cell's package, with the Kafka and PySpark releases it ran on when the suite has a version axis."""
+    return (f"{c.get('package')} on Kafka {c.get('kafka') or '?'}, PySpark {c.get('pyspark') or '?'}"
+            if per_release else str(c.get("package")))
 
 
 def _html_cell_row(c: dict, per_release: bool = False) -> str:
@@ -561,9 +565,11 @@ def certificate_html(suite: dict) -> str:
                 if versions else "<p class=muted>not recorded</p>")
     matrix = version_matrix(cells)
     if matrix:
-        body.append("<h2>Per Kafka release</h2><table><tr>" + "".join(
-            f"<th>{h}</th>" for h in ("Kafka", "cells", "passed", "failed", "verdicts", "time")) + "</tr>" + "".join(
-            f"<tr><td>{esc(m['kafka'])}</td><td class=num>{m['cells']}</td><td class=num>{m['passed']}</td>"
+        body.append("<h2>Per version pair</h2><table><tr>" + "".join(
+            f"<th>{h}</th>" for h in ("Kafka", "PySpark", "cells", "passed", "failed", "verdicts", "time"))
+            + "</tr>" + "".join(
+            f"<tr><td>{esc(m['kafka'])}</td><td>{esc(m['pyspark'])}</td><td class=num>{m['cells']}</td>"
+            f"<td class=num>{m['passed']}</td>"
             f"<td class=num>{m['failed']}</td><td>{esc(', '.join(f'{v} {n}' for v, n in m['verdicts'].items()))}</td>"
             f"<td class='num nowrap'>{esc(_seconds(m['elapsed_s']))}</td></tr>" for m in matrix) + "</table>")
     body.append("<h2>Cells</h2>")
@@ -620,8 +626,8 @@ def certificate_html(suite: dict) -> str:
 def build_junit(suite: dict) -> ET.Element:
     """The suite's ``<testsuites name="onceproof-suite">``: one ``<testsuite name=<suite name>>`` with
     ``properties`` (command, started, finished, result, ``version.<component>``) and one
-    ``<testcase classname="onceproof.<sink>.<workload>.<package>[.kafka-<X_Y_Z>]" name="seed-<seed>"
-    time=elapsed>`` per cell (the release part when the suite has a version axis). A failed cell has
+    ``<testcase classname="onceproof.<sink>.<workload>.<package>[.kafka-<X_Y_Z>.spark-<X_Y_Z>]"
+    name="seed-<seed>" time=elapsed>`` per cell (the version pair when the suite has a version axis). A failed cell has
     ``<failure message="expected <expect>, got <verdict>" type=<verdict>>`` (its anomalies, unknown
     reasons and run directory as text), a crashed one ``<error>`` instead (with the error); a passed one a
     ``<system-out>`` with its verdict and anomalies."""
@@ -631,8 +637,9 @@ def build_junit(suite: dict) -> ET.Element:
     cases = []
     for c in cells:
         classname = f"onceproof.{c.get('sink')}.{c.get('workload')}.{c.get('package')}"
-        if per_release:  # the version axis: one case per release, ``….kafka-3_5_2``
-            classname += f".kafka-{str(c.get('kafka') or '?').replace('.', '_')}"
+        if per_release:  # the version axes: one case per version pair, ``….kafka-3_5_2.spark-3_5_7``
+            classname += (f".kafka-{str(c.get('kafka') or '?').replace('.', '_')}"
+                          f".spark-{str(c.get('pyspark') or '?').replace('.', '_')}")
         el = ET.Element("testcase", classname=_clean(classname), name=_clean(f"seed-{c.get('seed')}"),
                         time=f"{float(c.get('elapsed_s') or 0):.3f}")
         detail = [f"verdict: {c.get('verdict')}", f"anomalies: {anomalies_text(c.get('anomalies'))}",

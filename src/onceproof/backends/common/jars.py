@@ -203,14 +203,28 @@ def spark_kafka_classpath(pyspark_jars: Path | None = None, spark_version: str |
     Raises: ``ResolveError``.
     """
     pom = DEPS / "spark-kafka" / "pom.xml"
+    version, props, label = _connector(spark_version)
+    cp = _resolve("spark-sql-kafka", version + label, pom, {"spark.kafka.version": version, **props})
+    return _minus_shipped(Classpath(cp.name, version, cp.jars), pyspark_jars)
+
+
+def served_connector(spark_version: str) -> str:
+    """The ``spark-sql-kafka-0-10`` version a PySpark at ``spark_version`` runs with: :func:`connector_version`,
+    stepped down to a patch Maven serves (:func:`served_patch`), e.g. ``"3.5.7"`` for ``"3.5.9"`` here.
+
+    Raises: ``ResolveError``."""
+    return _connector(spark_version)[0]
+
+
+def _connector(spark_version: str | None) -> tuple[str, dict[str, str], str]:
+    """``(served version, Maven properties, cache label)`` of the connector for ``spark_version``."""
+    pom = DEPS / "spark-kafka" / "pom.xml"
     wanted = connector_version(spark_version)
     major = major_minor(wanted)[0]
     props, label = {}, ""
     if major < 4:  # Spark 3.5: the Scala 2.12 builds (onceproof's Spark lines: SPARK_LINES)
         props, label = {"scala.binary": SCALA[major], "spark.token.version": SPARK35_TOKEN}, f"-scala{SCALA[major]}"
-    version = served_patch("spark-sql-kafka", wanted, pom, "spark.kafka.version", props, label)
-    cp = _resolve("spark-sql-kafka", version + label, pom, {"spark.kafka.version": version, **props})
-    return _minus_shipped(Classpath(cp.name, version, cp.jars), pyspark_jars)
+    return served_patch("spark-sql-kafka", wanted, pom, "spark.kafka.version", props, label), props, label
 
 
 SPARK_LINES = "3.5 and 4.x"

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from onceproof.backends import registry
-from onceproof.backends.common import jars
+from onceproof.backends.common import jars, spark_release
 from onceproof.harness import shrink as shrinker
 from onceproof.harness import suite
 from onceproof.harness.cli.app import console, finite, on_crash, require_run_dir, usage
@@ -53,12 +53,17 @@ def test_all(
     kafka_versions: str = typer.Option("", help="the version axis: comma-separated Kafka releases (X.Y.Z, "
                                                 + jars.SUPPORTED_KAFKA + "); every cell runs once on each, and "
                                                 "the certificate gives the matrix per release (docs/versions.md)"),
+    spark_versions: str = typer.Option("", help="the Spark axis: comma-separated PySpark lines or releases "
+                                                "(3.5, 4.1, 4.3.0; " + spark_release.SUPPORTED_SPARK + ") the "
+                                                "bundled pipeline runs on; every cell runs once on each (with "
+                                                "--kafka-versions: on each pair), and the certificate gives the "
+                                                "matrix per version pair (docs/versions.md)"),
     pipeline_cmd: str = typer.Option("", help="certify your own PySpark job instead of a bundled sink (as `run "
                                               "--pipeline-cmd`): cells are labelled user:<script>, each package is "
                                               "narrowed to the faults your job can take (the certificate lists "
                                               "the rest)"),
 ) -> None:
-    """Run a matrix of tests (sink × workload × fault package × seed [× Kafka release]) and write a certificate.
+    """Run a matrix of tests (sink × workload × fault package × seed [× Kafka × PySpark release]); certify it.
 
     Every cell is one `onceproof run` (its own cluster, teardown and report, under <suite>/runs/).
     Further `run` options after the known ones (e.g. --rate 500 --partitions 4) go to every run.
@@ -98,7 +103,9 @@ def test_all(
     for v in axis:
         if why := jars.kafka_version_problem(v):
             raise usage(why, "--kafka-versions")
-    cells = suite.across_versions(cells, axis)
+    sparks = _spark_axis(spark_versions, extra, backend, [x.strip() for x in sink.split(",") if x.strip()],
+                         pipeline_cmd)
+    cells = suite.across_versions(cells, axis, sparks)
     if backend != registry.DEFAULT:
         extra += ["--backend", backend]
     dropped = suite.left_out(cells)
@@ -117,6 +124,40 @@ def test_all(
     code = suite.Suite(name, cells, results, command, backend, extra, console, left_out=dropped,
                        stop_when_caught=stop_when_caught).run()
     raise typer.Exit(code)
+
+
+def _spark_axis(spark_versions: str, extra: list[str], backend: str, sink_names: list[str],
+                pipeline_cmd: str) -> list[str]:
+    """``--spark-versions`` as a list (first-seen order), refused up front (254, naming the fix) when a name is
+    not a supported line or release, ``--spark-version`` is also among the further options, the backend
+    runs one PySpark, the cells run a user's job, or a sink's writer needs its own PySpark (Delta's). Whether
+    PyPI and Maven serve each is learned by its first run (``run --spark-version``)."""
+    from onceproof.backends import capabilities
+    from onceproof.backends.base import Runtimes
+    from onceproof.sinks import registry as sinks
+
+    sparks = list(dict.fromkeys(v.strip() for v in spark_versions.split(",") if v.strip()))
+    if not sparks:
+        return []
+    if suite.option_value(extra, "--spark-version"):
+        raise usage("--spark-versions runs every cell on each release it names: drop --spark-version",
+                    "--spark-versions")
+    if pipeline_cmd:
+        raise usage("--spark-versions is for the bundled pipeline; your job runs on its own PySpark "
+                    "(--pipeline-python): drop --spark-versions", "--spark-versions")
+    if backend in registry.names() and not capabilities.implements(registry.backend_class(backend), Runtimes):
+        raise usage(f"the {backend} backend runs one PySpark only; drop --spark-versions, or use --backend "
+                    + ", ".join(n for n in registry.names()
+                                if capabilities.implements(registry.backend_class(n), Runtimes)), "--spark-versions")
+    for v in sparks:
+        if why := spark_release.problem(v):
+            raise usage(why, "--spark-versions")
+    own = [f"{s} (PySpark {sinks.get(s).spark_runtime})" for s in sink_names
+           if s in sinks.SINKS and sinks.get(s).spark_runtime]
+    if own:
+        raise usage(f"{', '.join(own)} runs on its writer's own PySpark: leave it out of a --spark-versions "
+                    "suite", "--spark-versions")
+    return sparks
 
 
 def _performs(backend: str) -> frozenset[str] | None:
