@@ -26,6 +26,14 @@ def second_backend(monkeypatch):
     monkeypatch.setattr(registry, "_made", {})
 
 
+@pytest.fixture(autouse=True)
+def no_package_index(monkeypatch):
+    """``--spark-version``'s release without PyPI or Maven (tests/unit/test_spark_release.py covers the choice)."""
+    from onceproof.backends.common import spark_release
+
+    monkeypatch.setattr(spark_release, "release", lambda wanted: "3.5.7")
+
+
 def run_options() -> dict[str, str]:
     """``{field name: first option name}`` of the real `run` command, --verbose, --dry-run and --help aside."""
     cmd = typer.main.get_command(cli.app).commands["run"]
@@ -90,18 +98,20 @@ def test_all_options_at_once_survive():
     # every other option
     every = {f.name: non_default(f) for f in fields(TestConfig)} | {"pipeline_python": sys.executable}
     # --kafka-version needs a backend that picks the brokers' release (local): in the two rounds without
-    # --backend; --kafka-upgrade-to needs its fault: alone (test_each_option_survives_the_replay_command)
+    # --backend; --kafka-upgrade-to needs its fault: alone (test_each_option_survives_the_replay_command);
+    # --spark-version needs a backend with a second runtime and no --pipeline-python: the second round only
     every.pop("kafka_upgrade_to")
     cfg = TestConfig(**{k: v for k, v in every.items()
-                        if k not in ("pipeline_cmd", "file_read", "kafka_version", *NEEDS_PIPELINE_CMD,
-                                     *NEEDS_BACKEND)}).validate()
+                        if k not in ("pipeline_cmd", "file_read", "kafka_version", "spark_version",
+                                     *NEEDS_PIPELINE_CMD, *NEEDS_BACKEND)}).validate()
     assert parse_back(cfg) == cfg
     cfg = TestConfig(**{**{k: v for k, v in every.items()
                            if k not in ("pipeline_cmd", "workload", "backend", *NEEDS_PIPELINE_CMD, *NEEDS_BACKEND)},
                         "sink": "file"}).validate()
     assert cfg.file_read == "listing" and parse_back(cfg) == cfg
     cfg = TestConfig(**{k: v for k, v in every.items()
-                        if k not in ("sink", "backend", "workload", "file_read", *NEEDS_BACKEND)}).validate()
+                        if k not in ("sink", "backend", "workload", "file_read", "spark_version",
+                                     *NEEDS_BACKEND)}).validate()
     assert cfg.pipeline_cmd and cfg.output == "postgres" and cfg.pipeline_python and parse_back(cfg) == cfg
 
 
