@@ -82,9 +82,10 @@ test-extended: setup docker-prereqs postgres-prereqs clock-prereqs fuse-prereqs
 # run must be valid with test.json naming that release.
 OLDEST_PYSPARK := $(shell sed -n 's/^ *"pyspark>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 OLDEST_KAFKA ?= 3.5.2
-# ... and mid-run, rolling-upgrade moves those brokers to the pinned release (deps/kafka/pom.xml), one at a
-# time, then finalizes metadata.version: the run must be valid and the roll exercised (docs/versions.md)
-UPGRADE_KAFKA := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' src/onceproof/deps/kafka/pom.xml)
+# ... and mid-run, rolling-upgrade moves those brokers to the newest release Maven Central serves (as
+# tests/cluster/test_fault_families.py's NEWEST_KAFKA), one at a time, then finalizes metadata.version: the
+# run must be valid and the roll exercised (docs/versions.md)
+UPGRADE_KAFKA ?= 4.4.0
 OLDEST := .venv-oldest
 # the unit tests whose code runs on the job's PySpark (a local Spark session, the runtimes, the sink's log
 # and hooks, the mutants, the upgrade faults, the completeness check); the others do not import pyspark

@@ -12,6 +12,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src" / "onceproof"
 ONCEPROOF = [sys.executable, "-m", "onceproof.harness.cli"]
+NEWEST_KAFKA = "4.4.0"
+"""The newest Kafka release Maven Central serves (2026-11-25; docs/versions.md): the fault-family eos run starts
+its brokers on it (``make test`` holds an eos run on the newest supported release, the oldest and the pin), and
+the rolling-upgrade runs roll to it (``make test-oldest``'s ``UPGRADE_KAFKA``, ``test_rolling_upgrade.py``)."""
 
 
 def our_processes(marker: str, exclude: set[int] | None = None) -> list[psutil.Process]:

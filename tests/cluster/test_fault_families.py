@@ -27,7 +27,7 @@ import pytest
 
 from onceproof.backends.common import faketime, iptables, lazyfs, tmpfs
 from onceproof.store.readers import read_sink
-from tests.conftest import load_run, our_processes, run_cli
+from tests.conftest import NEWEST_KAFKA, load_run, our_processes, run_cli
 
 MISSING = {name: why for name, why in (("libfaketime", faketime.unavailable()), ("FUSE", lazyfs.unavailable()),
                                        ("tmpfs", tmpfs.unavailable()), ("iptables", iptables.unavailable()))
@@ -35,10 +35,6 @@ MISSING = {name: why for name, why in (("libfaketime", faketime.unavailable()), 
 pytestmark = [pytest.mark.cluster,
               pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)}: {MISSING}")]
 
-NEWEST_KAFKA = "4.4.0"
-"""The newest Kafka release Maven Central serves (2026-11-25; docs/versions.md): the families' eos run starts its
-brokers on it, so ``make test`` holds an eos run on the newest supported release as well as the oldest
-(``make test-oldest``) and the pin (every other cluster test)."""
 OLDEST_SPARK = "3.5"
 """The oldest Spark line the bundled pipeline runs on (``--spark-version``, backends/common/spark_release.py): the
 same run's pipeline runs on its newest patch that PyPI and Maven both serve, so ``make test`` holds a bundled-sink

@@ -1,6 +1,6 @@
 """``rolling-upgrade`` (``nemesis/rolling_upgrade.py``) on the real local cluster: brokers that start on the
-oldest supported line (3.5.2) rolled to the pin mid-run, ``metadata.version`` finalized, while Spark's own
-Kafka sink (at-least-once) loses its driver in a commit window: the checker must still catch its
+oldest supported line (3.5.2) rolled to the newest release (4.4.0) mid-run, ``metadata.version`` finalized,
+while Spark's own Kafka sink (at-least-once) loses its driver in a commit window: the checker must still catch its
 duplicates, and the roll must still be exercised, each broker's own log naming the new release.
 
 The eos side (valid under the same roll with the commit-window and executor kills) is ``make test-oldest``'s
@@ -10,17 +10,16 @@ About 4 minutes on 2 cores; ``make test-extended``.
 
 import pytest
 
-from onceproof.backends.common import jars
-from tests.conftest import load_run, our_processes, run_cli
+from tests.conftest import NEWEST_KAFKA, load_run, our_processes, run_cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.extended]
 
 
 @pytest.mark.timeout(1200)
-def test_at_least_once_is_caught_while_the_brokers_roll_to_the_pin(results_root):
-    pin = jars.pinned_kafka_version()
+def test_at_least_once_is_caught_while_the_brokers_roll_to_the_newest_release(results_root):
+    to = NEWEST_KAFKA
     p = run_cli(["run", "--sink", "at-least-once", "--nemesis", "kill-driver-in-commit-window,rolling-upgrade",
-                 "--kafka-version", "3.5.2", "--kafka-upgrade-to", pin, "--time-limit", "40", "--seed", "1",
+                 "--kafka-version", "3.5.2", "--kafka-upgrade-to", to, "--time-limit", "40", "--seed", "1",
                  "--results", str(results_root)], timeout=1100)
     assert p.returncode != 254, p.stderr
     run_dir, result, ops = load_run(results_root)
@@ -30,9 +29,9 @@ def test_at_least_once_is_caught_while_the_brokers_roll_to_the_pin(results_root)
     assert roll and roll[0]["outcome"] == "effective" and roll[0]["exercised"], roll
     ev = roll[0]["evidence"]
     assert len(ev["from"]) == 3 and set(ev["from"].values()) == {"3.5.2"}, ev["from"]
-    assert all(b["logged_version"] == pin and b["in_sync_after_s"] is not None for b in ev["brokers"].values()), ev
+    assert all(b["logged_version"] == to and b["in_sync_after_s"] is not None for b in ev["brokers"].values()), ev
     assert ev["features_before"]["metadata.version"].startswith("3.5-")
-    assert ev["features_after"]["metadata.version"].startswith(".".join(pin.split(".")[:2]) + "-")
+    assert ev["features_after"]["metadata.version"].startswith(".".join(to.split(".")[:2]) + "-")
     versions = result.get("versions") or {}
-    assert versions.get("kafka") == "3.5.2" and versions.get("kafka-upgrade-to") == pin, versions
+    assert versions.get("kafka") == "3.5.2" and versions.get("kafka-upgrade-to") == to, versions
     assert not our_processes(str(run_dir)), "processes of the run left running"
