@@ -57,19 +57,52 @@ def create_topics(bootstrap: str, specs: dict[str, int], replication: int = 3,
         if _guard is not None:
             _guard.check(t)
     a = admin(bootstrap)
-    new = [NewTopic(t, num_partitions=n, replication_factor=replication, config=configs or {})
-           for t, n in specs.items()]
-    for topic, fut in a.create_topics(new, operation_timeout=timeout_s).items():
-        try:
-            fut.result(timeout=timeout_s)
-        except KafkaException as e:
-            if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                raise TopicError(f"creating topic {topic!r} failed: {e}") from e
-            if _guard is not None:
-                raise TopicError(f"topic {topic!r} exists already on a cluster onceproof does not own: it is not "
-                                 "this run's; choose another [kafka] topic_prefix") from e
+    request(a, specs, replication, configs or {}, timeout_s)
     # Wait until every partition has a leader, so the first produce does not race the metadata.
     wait_for_leaders(bootstrap, specs, timeout_s, a)
+
+
+TRANSIENT = frozenset({"_DESTROY_BROKER", "_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT",
+                       "NOT_CONTROLLER"})
+"""CreateTopics errors that say nothing of the topic, only of the request's way there, asked again: librdkafka
+fails a request in flight on a bootstrap broker's handle that it destroys once metadata names the brokers
+(``_DESTROY_BROKER``, "Broker handle destroyed without termination", seen at a run's start on Kafka 3.5.2), a
+connection cut, a timeout, a controller that moved."""
+
+
+def request(a: AdminClient, specs: dict[str, int], replication: int, configs: dict[str, str],
+            timeout_s: float) -> None:
+    """CreateTopics for ``{topic: partitions}`` through ``a``, each topic whose answer is a :data:`TRANSIENT`
+    or retriable error asked again (1 s apart) until ``timeout_s`` s have passed. A topic that exists
+    already is left alone, unless the :func:`guard` is set and no earlier attempt of this call may have
+    created it.
+
+    Raises: ``TopicError`` naming the topic and Kafka's error."""
+    deadline = time.monotonic() + timeout_s
+    pending, asked = dict(specs), set()
+    while pending:
+        new = [NewTopic(t, num_partitions=n, replication_factor=replication, config=configs)
+               for t, n in pending.items()]
+        again = {}
+        for topic, fut in a.create_topics(new, operation_timeout=timeout_s).items():
+            try:
+                fut.result(timeout=timeout_s)
+            except KafkaException as e:
+                err = e.args[0]
+                if err.name() == "TOPIC_ALREADY_EXISTS":
+                    if _guard is not None and topic not in asked:
+                        raise TopicError(f"topic {topic!r} exists already on a cluster onceproof does not own: it "
+                                         "is not this run's; choose another [kafka] topic_prefix") from e
+                    continue
+                if (err.retriable() or err.name() in TRANSIENT) and time.monotonic() < deadline:
+                    log.warning("creating topic %r: %s; asking again", topic, err.str())
+                    again[topic] = pending[topic]
+                    continue
+                raise TopicError(f"creating topic {topic!r} failed: {e}") from e
+        asked |= set(again)
+        pending = again
+        if pending:
+            time.sleep(1.0)
 
 
 def delete_topics(bootstrap: str, names: list[str] | tuple[str, ...], timeout_s: float = 60.0) -> list[str]:
