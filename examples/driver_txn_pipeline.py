@@ -16,7 +16,12 @@ replayed batch is written again, which onceproof reports as ``duplicate``.
 The traps real jobs fall into are options: ``--isolation-level read_uncommitted`` (the records of aborted
 input transactions reach the output), ``--fail-on-data-loss false`` (input deleted before it was read is
 skipped in silence) and ``--starting-offsets latest`` (a query that lost its checkpoint skips what
-arrived meanwhile).
+arrived meanwhile). ``--retry-aborted N`` is the retry confluent-kafka's transactions example teaches (an
+abortable error: abort, then write the batch again with the same producer); on a broker without KIP-890 part 1
+(Kafka before 3.6, whose upgrade notes name the fix: transaction partition verification,
+``transaction.partition.verification.enable``) a Produce request of the aborted attempt that arrives late is
+appended anyway and committed with a later transaction, so the batch is in the output twice (docs/versions.md,
+"The pre-KIP-890 hunt").
 
 Run it under faults::
 
@@ -87,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop the query when input it has not read was deleted (false: skip it)")
     ap.add_argument("--isolation-level", default="read_committed", choices=("read_committed", "read_uncommitted"),
                     help="the Kafka source's kafka.isolation.level")
+    ap.add_argument("--retry-aborted", type=int, default=0, metavar="N",
+                    help="on an abortable transaction error, abort and write the batch again with the same "
+                         "producer, up to N times (confluent-kafka's transactions example does so)")
+    ap.add_argument("--message-timeout-ms", type=int, default=0,
+                    help="the producer's message.timeout.ms (0: librdkafka's default, 300000)")
     args = ap.parse_args(argv)
     markers = args.output_topic + MARKER_SUFFIX
     ensure_topic(args.bootstrap, markers)
@@ -98,19 +108,30 @@ def main(argv: list[str] | None = None) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
 
-    producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": "driver-txn-driver",
-                         "transaction.timeout.ms": 30000, "linger.ms": 5})
+    conf = {"bootstrap.servers": args.bootstrap, "transactional.id": "driver-txn-driver",
+            "transaction.timeout.ms": 60000, "linger.ms": 5}
+    if args.message_timeout_ms:
+        conf["message.timeout.ms"] = args.message_timeout_ms
+    producer = Producer(conf)
     producer.init_transactions(60)  # fences and aborts a previous driver's open transaction
 
     def write(df, batch_id: int) -> None:
         if not args.naive and batch_id <= last_marker(args.bootstrap, markers):
             return  # a replay of a batch already committed
         rows = df.collect()
-        producer.begin_transaction()
-        for r in rows:
-            producer.produce(args.output_topic, key=r["key"], value=r["value"])
-        producer.produce(markers, key=b"batch", value=json.dumps({"batch": batch_id}).encode(), partition=0)
-        producer.commit_transaction(60)
+        for attempt in range(args.retry_aborted + 1):
+            producer.begin_transaction()
+            try:
+                for r in rows:
+                    producer.produce(args.output_topic, key=r["key"], value=r["value"])
+                producer.produce(markers, key=b"batch", value=json.dumps({"batch": batch_id}).encode(), partition=0)
+                producer.commit_transaction(60)
+                return
+            except KafkaException as e:
+                if attempt == args.retry_aborted or not e.args[0].txn_requires_abort():
+                    raise
+                print(f"batch {batch_id}: {e.args[0].str()}; aborting and writing it again", flush=True)
+                producer.abort_transaction(60)
 
     source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
               .option("subscribe", args.input_topic).option("startingOffsets", args.starting_offsets)

@@ -93,3 +93,15 @@ def test_endtxn_aims_at_a_coordinator_of_one_producer_in_use(monkeypatch):
     # broker 2 coordinates two producers: holding it would hold both, and the batch could not end
     assert stale_request._coordinating_one("b", list(coordinators)) == ["s-worker-1"]
     assert stale_request._coordinating_one("b", ["s-worker-2", "s-worker-3"]) == []
+
+
+def test_a_transaction_kept_open_through_the_hold_pins_the_lso():
+    """The exercise any pipeline shows (a user's job writes no ``sink.jsonl``): an output partition's LSO below
+    its high watermark and unmoved across the hold, in samples far enough apart."""
+    from onceproof.nemesis.stale_request import pinned
+
+    first = {0: (1_000, 100, 140), 1: (1_000, 50, 50), 2: (1_000, 70, 90), 3: (1_000, 10, 20), 4: (1_000, 5, 9)}
+    last = {0: (30_000, 100, 400), 1: (30_000, 50, 300), 2: (30_000, 95, 120), 4: (2_000, 5, 9)}
+    # 0: still open; 1: none open; 2: moved; 3: not sampled again; 4: no sample since (the sampler held)
+    assert pinned(first, last, 20_000) == [0]
+    assert pinned({}, last, 20_000) == [] and pinned(first, {}, 20_000) == []

@@ -294,7 +294,8 @@ def start_services(r: _Run) -> None:
                            # onceproof.pipeline.eos_sink honours, and the commit window is watched from outside
                            sink_capabilities=None if cfg.pipeline_cmd else ctx_caps,
                            commit_window="hook" if DRIVER_HOOKS in ctx_caps else "watch",
-                           file_sink=r.file_sink, committed_end=lambda: r.sink.committed_ends(_output(r)))
+                           file_sink=r.file_sink, committed_end=lambda: r.sink.committed_ends(_output(r)),
+                           lso=r.lso.latest)
 
 
 def on_op(r: _Run):

@@ -71,6 +71,8 @@ class NemesisContext:
     file_sink: Path | None = None  # the file sink's output directory (--sink file), else None
     # builds the output's committed end (onceproof.sinks.base.CommittedEnd) for the hook-free commit-window watch
     committed_end: Callable[[], CommittedEnd] | None = None
+    # the run's newest output LSO samples, {partition: (t_ms, lso, hw)} (clients/lso_sampler.LsoSampler.latest)
+    lso: Callable[[], dict[int, tuple[int, int, int]]] | None = None
     stop: threading.Event = field(default_factory=threading.Event)  # set when the run wants faults to end
     # set when an interrupted run tears down: heal only what teardown will not undo (no broker restarts)
     teardown: threading.Event = field(default_factory=threading.Event)

@@ -34,7 +34,10 @@ Evidence: the toxic each path reports; :data:`PROBES` raw connections through th
 each sending one Kafka ``ApiVersions`` request and timing its answer (``nemesis/lossy.py``'s link probe): the
 held ones answer only at the removal. Effective: the toxic on every path and at least one probe held.
 Exercised: a sink transaction of the hold took at least :data:`EXERCISED_MS` ms to commit, or an attempt
-failed (``sink.jsonl``): a request of a live transaction was held.
+failed (``sink.jsonl``), or, for any pipeline (a ``--pipeline-cmd`` job writes no ``sink.jsonl``), an output
+partition's LSO stayed below its high watermark, unmoved, for :data:`EXERCISED_MS` ms between the run's LSO
+samples (``clients/lso_sampler.py``) taken :data:`PIN_FROM_S` s into the hold and 1 s before its end
+(``lso_pinned``, :func:`pinned`): a request of a live transaction was held.
 """
 
 from __future__ import annotations
@@ -80,6 +83,20 @@ def exercised(events: list[dict], hold_s: float) -> list[dict]:
     slow = min(EXERCISED_MS, hold_s * 1000)
     return [e for e in events if (e.get("event") == "commit" and (e.get("ms") or 0) >= slow)
             or e.get("event") in FAILED_ATTEMPT]
+
+
+PIN_FROM_S = 3.0
+"""When, after the toxic is added, the run's newest LSO samples are first taken (its requests held by then)."""
+
+
+def pinned(first: dict[int, tuple[int, int, int]], last: dict[int, tuple[int, int, int]],
+           min_ms: float) -> list[int]:
+    """The output partitions a transaction kept open between two samples ``{partition: (t_ms, LSO, high
+    watermark)}`` at least ``min_ms`` ms apart: the LSO below the high watermark at the first and unmoved at
+    the last (the LSO is the first offset of the oldest open transaction, KIP-98; it moves once that one
+    ends). Pure."""
+    return sorted(p for p, (t0, lso, hw) in first.items()
+                  if lso < hw and p in last and last[p][1] == lso and last[p][0] - t0 >= min_ms)
 
 
 def _coordinating_one(bootstrap: str, txn_ids: list[str]) -> list[str]:
@@ -149,6 +166,8 @@ class DelayTxnRequests:
                 # one ApiVersions request each, until its first answer: a held one comes at the removal
                 probes = [pool.submit(link_probe, address, max_s=hold_s + 10, interval_s=3600, until_bytes=0)
                           for _ in range(PROBES)]
+                hold(ctx, PIN_FROM_S)
+                first = ctx.lso() if ctx.lso else {}
                 if variant == "endtxn":
                     hold(ctx, max(0.0, hold_s - STRETCH_BEFORE_S - (time.monotonic() - t0)))
                     others = [p for m in ctx.cluster.nodes if m != node for p in net.client_paths(m)]
@@ -157,6 +176,9 @@ class DelayTxnRequests:
                     ev["stretch"]["active"] = stretch.enter_context(toxic_on(
                         net, others, "latency", {"latency": STRETCH_MS, "jitter": 0}, f"{NAME}-stretch",
                         direction="upstream"))
+                hold(ctx, max(0.0, hold_s - 1.0 - (time.monotonic() - t0)))
+                last = ctx.lso() if ctx.lso else {}
+                ev["lso_pinned"] = {"partitions": pinned(first, last, EXERCISED_MS), "first": first, "last": last}
                 hold(ctx, max(0.0, hold_s - (time.monotonic() - t0)))
             ev["held_s"] = round(time.monotonic() - t0, 2)  # removed: the held requests go on now
             ev["probes"] = [f.result() for f in probes]
@@ -168,7 +190,7 @@ class DelayTxnRequests:
                                                           "error_code")} for e in hits[:10]]
         effective = judge(ev)
         return Outcome(EFFECTIVE if effective else NOT_EFFECTIVE, f"{variant}: broker {node}", ev,
-                       exercised=bool(hits) if effective else None)
+                       exercised=bool(hits or ev["lso_pinned"]["partitions"]) if effective else None)
 
     def heal(self, ctx: NemesisContext) -> None:
         if ctx.network is not None:
