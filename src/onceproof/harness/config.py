@@ -199,6 +199,19 @@ def kafka_release_refusal(backend, option: str = "--kafka-version") -> str | Non
             + ", ".join(n for n in registry.names() if registry.backend_class(n).picks_kafka_version))
 
 
+def runtime_backends() -> str:
+    """The backends whose pipeline can run a second PySpark (the ``Runtimes`` protocol), comma-separated."""
+    return ", ".join(n for n in registry.names() if capabilities.implements(registry.backend_class(n), Runtimes))
+
+
+def runtime_refusal(backend: type, option: str = "--spark-version") -> str | None:
+    """Why the backend class ``backend`` cannot run the pipeline on the PySpark ``option`` names (its pipeline
+    runs one PySpark: no ``Runtimes``), naming the backends that can; ``None`` when it can."""
+    if capabilities.implements(backend, Runtimes):
+        return None
+    return f"the {backend.name} backend runs one PySpark only; drop {option}, or use --backend {runtime_backends()}"
+
+
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 """The repository's worked examples (``nodes.toml``, ``cluster.toml``), in a checkout."""
 
@@ -557,9 +570,7 @@ class TestConfig:
                                           if sink.database in getattr(registry.backend_class(n), "databases", ())))
         if sink.spark_runtime and not capabilities.implements(type(backend), Runtimes):
             raise ConfigError("--sink", f"{sink.label} runs on PySpark {sink.spark_runtime}, and the {backend.name} "
-                                        "backend runs one PySpark only; use --backend "
-                              + ", ".join(n for n in registry.names()
-                                          if capabilities.implements(registry.backend_class(n), Runtimes)))
+                                        f"backend runs one PySpark only; use --backend {runtime_backends()}")
         mode = workloads.get(self.workload).output_mode if self.workload in workloads.names() else None
         if mode is not None and mode not in sink.output_modes:
             others = " or ".join(s.name for s in sinks.entries() if mode in s.output_modes and not s.mutant)
@@ -627,11 +638,8 @@ class TestConfig:
         before anything starts.
 
         Raises: ``ConfigError`` for ``--spark-version`` naming the fix."""
-        if not capabilities.implements(type(backend), Runtimes):
-            raise ConfigError("--spark-version", f"the {backend.name} backend runs one PySpark only; drop "
-                              "--spark-version, or use --backend " + ", ".join(
-                                  n for n in registry.names() if capabilities.implements(registry.backend_class(n),
-                                                                                         Runtimes)))
+        if why := runtime_refusal(type(backend)):
+            raise ConfigError("--spark-version", why)
         if self.pipeline_python:
             raise ConfigError("--spark-version", "--pipeline-python names your job's interpreter, whose PySpark "
                                                  "the job runs on: drop --spark-version")

@@ -80,10 +80,10 @@ TOPICS = TopicNames("")
 
 
 def pipeline_runtime(cfg: TestConfig, sink) -> str:
-    """The PySpark release the pipeline's cached runtime runs (``PipelineArgs.runtime``): the one
-    ``--spark-version`` names (:func:`spark_release.release`), else the sink's own (``Sink.spark_runtime``),
-    else ``""`` (the harness's PySpark). Raises ``SparkReleaseError``."""
-    return spark_release.release(cfg.spark_version) if cfg.spark_version else (sink.spark_runtime or "")
+    """The PySpark release the pipeline's cached runtime runs (``PipelineArgs.runtime``): ``--spark-version``'s
+    (a release by now: :func:`run` turns a line into one), else the sink's own (``Sink.spark_runtime``), else
+    ``""`` (the harness's PySpark)."""
+    return cfg.spark_version or sink.spark_runtime or ""
 
 
 def versions(backend: Backend, kafka_version: str = "", kafka_upgrade_to: str = "",

@@ -313,8 +313,12 @@ class Upgrade:
     def _restore(self, ctx: NemesisContext, runtime: dict | None) -> None:
         """After a runtime turn that stopped no driver: the next restart (another fault's) runs what it
         would have run before the turn."""
-        if runtime is not None:
-            ctx.spark.set_runtime("previous") if self.previous_runtime else self._own(ctx)
+        if runtime is None:
+            return
+        if self.previous_runtime:
+            ctx.spark.set_runtime("previous")
+        else:
+            self._own(ctx)
 
     def _rollback(self, ctx: NemesisContext, runtime: dict | None, pid: int | None) -> str | None:
         """Back to the run's own PySpark after a failed runtime turn (nothing to do for the other targets);

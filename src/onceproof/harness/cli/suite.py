@@ -16,7 +16,7 @@ from onceproof.backends.common import jars, spark_release
 from onceproof.harness import shrink as shrinker
 from onceproof.harness import suite
 from onceproof.harness.cli.app import console, finite, on_crash, require_run_dir, usage
-from onceproof.harness.config import kafka_release_refusal, read_schedule
+from onceproof.harness.config import kafka_release_refusal, read_schedule, runtime_refusal
 from onceproof.nemesis import packages
 from onceproof.store.runs import DEFAULT_ROOT, runs_of
 
@@ -132,8 +132,6 @@ def _spark_axis(spark_versions: str, extra: list[str], backend: str, sink_names:
     not a supported line or release, ``--spark-version`` is also among the further options, the backend
     runs one PySpark, the cells run a user's job, or a sink's writer needs its own PySpark (Delta's). Whether
     PyPI and Maven serve each is learned by its first run (``run --spark-version``)."""
-    from onceproof.backends import capabilities
-    from onceproof.backends.base import Runtimes
     from onceproof.sinks import registry as sinks
 
     sparks = list(dict.fromkeys(v.strip() for v in spark_versions.split(",") if v.strip()))
@@ -145,10 +143,9 @@ def _spark_axis(spark_versions: str, extra: list[str], backend: str, sink_names:
     if pipeline_cmd:
         raise usage("--spark-versions is for the bundled pipeline; your job runs on its own PySpark "
                     "(--pipeline-python): drop --spark-versions", "--spark-versions")
-    if backend in registry.names() and not capabilities.implements(registry.backend_class(backend), Runtimes):
-        raise usage(f"the {backend} backend runs one PySpark only; drop --spark-versions, or use --backend "
-                    + ", ".join(n for n in registry.names()
-                                if capabilities.implements(registry.backend_class(n), Runtimes)), "--spark-versions")
+    if backend in registry.names() and \
+            (why := runtime_refusal(registry.backend_class(backend), "--spark-versions")):
+        raise usage(why, "--spark-versions")
     for v in sparks:
         if why := spark_release.problem(v):
             raise usage(why, "--spark-versions")
