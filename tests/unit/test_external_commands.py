@@ -163,6 +163,11 @@ def _wait(cond, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _written(path) -> bool:
+    """``path`` holds a whole line (the shell's ``echo ... >`` creates the file before it writes it)."""
+    return path.exists() and path.read_text().endswith("\n")
+
+
 def test_the_template_supervisor_restarts_a_killed_incarnation_and_stops_the_last(tmp_path):
     from onceproof.backends.external.driver import TemplateDriverSupervisor
 
@@ -178,12 +183,13 @@ def test_the_template_supervisor_restarts_a_killed_incarnation_and_stops_the_las
                                    restart_delay_s=0.1)
     sup.start()
     try:
-        _wait(lambda: (tmp_path / "pid-1").exists() and (tmp_path / "env-1").exists())
+        # the child can write its files before the supervisor's thread records its Popen, and a file exists
+        # before the shell has written it: wait for the pid recorded and both files written
+        _wait(lambda: _written(tmp_path / "pid-1") and _written(tmp_path / "env-1") and sup.pid is not None)
         assert (tmp_path / "env-1").read_text().split() == ["1", "from-env"]
         first = sup.pid
         assert first is not None and sup.kill_current()
-        # the child can write pid-2 before the supervisor's thread records its Popen: wait for both
-        _wait(lambda: (tmp_path / "pid-2").exists() and sup.pid not in (None, first))
+        _wait(lambda: _written(tmp_path / "pid-2") and sup.pid not in (None, first))
         assert sup.restarts() == 1 and sup.incarnations == 2
     finally:
         sup.stop()
