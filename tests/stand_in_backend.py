@@ -408,6 +408,7 @@ class _StandInCore:
     user_pipelines = False
     file_sinks = False
     picks_kafka_version = False
+    warm_clusters = False
     capabilities = DERIVED
 
     def __init__(self):

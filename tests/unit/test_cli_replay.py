@@ -14,7 +14,7 @@ import typer
 
 from onceproof.backends import registry
 from onceproof.harness import cli
-from onceproof.harness.config import TestConfig
+from onceproof.harness.config import ConfigError, TestConfig
 from onceproof.nemesis import catalog
 from tests.conftest import run_cli
 
@@ -82,7 +82,10 @@ COMPANIONS["kafka_upgrade_to"] = {"nemesis": ["rolling-upgrade"]}  # its fault; 
 NEEDS_BACKEND = ("nodes", "cluster_file")  # each goes with its own backend only
 
 
-@pytest.mark.parametrize("name", sorted(run_options()))
+NOT_REPLAYED = sorted(f.name for f in fields(TestConfig) if not f.metadata.get("replayed", True))
+
+
+@pytest.mark.parametrize("name", sorted(set(run_options()) - set(NOT_REPLAYED)))
 def test_each_option_survives_the_replay_command(name):
     f = next(f for f in fields(TestConfig) if f.name == name)
     cfg = replace(TestConfig(), **{name: non_default(f), **COMPANIONS.get(name, {})}).validate()
@@ -90,6 +93,19 @@ def test_each_option_survives_the_replay_command(name):
     replay = cfg.replay_command()
     assert run_options()[name] in shlex.split(replay) or any(w.startswith("--no-") for w in shlex.split(replay))
     assert parse_back(cfg) == cfg, replay
+
+
+def test_where_a_run_ran_is_not_replayed(tmp_path):
+    assert NOT_REPLAYED == ["warm_cluster"]
+    (tmp_path / "cluster.json").write_text("{}")
+    cfg = replace(TestConfig(), warm_cluster=str(tmp_path)).validate()
+    assert "--warm-cluster" not in shlex.split(cfg.replay_command())
+    assert parse_back(cfg) == replace(cfg, warm_cluster="")
+
+
+def test_a_warm_cluster_directory_without_a_cluster_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="onceproof cluster up --dir"):
+        replace(TestConfig(), warm_cluster=str(tmp_path)).validate()
 
 
 def test_all_options_at_once_survive():

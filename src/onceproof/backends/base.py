@@ -126,6 +126,10 @@ class ClusterShape:
     """The Apache Kafka release the nodes run (``--kafka-version``, ``X.Y.Z``); ``""``: ``$ONCEPROOF_KAFKA_VERSION``
     or the pin (``backends/common/jars.kafka_version``). Only a backend whose ``picks_kafka_version`` is true
     is given one."""
+    owner: str = ""
+    """A warm cluster's owner tag (``harness/warm.py``): the nodes' processes carry it as ``ONCEPROOF_RUN``
+    whoever starts them, so they outlive the runs that use them and die with their owner. Only a backend
+    whose ``warm_clusters`` is true is given one."""
 
 
 @dataclass(frozen=True)
@@ -650,6 +654,9 @@ class Backend(Protocol):
     picks_kafka_version: bool
     """Starts its brokers on the Kafka release a run names (:attr:`ClusterShape.kafka_version`,
     ``--kafka-version``), any of ``jars.SUPPORTED_KAFKA``."""
+    warm_clusters: bool
+    """Keeps a cluster up across runs (``run --warm-cluster``, ``test-all``; ``harness/warm.py``): its nodes
+    take :attr:`ClusterShape.owner` and :meth:`attach` hands the cluster to each run."""
     capabilities: frozenset[str]
     """``fault:target`` specs (``kill-broker:leader``), ``fault:*`` for every target of a fault, or a
     bare name for a fault without targets (``kill-driver``): what the protocols this backend and its

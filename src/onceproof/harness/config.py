@@ -50,7 +50,7 @@ def _opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callabl
          flag: str | None = None, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
          parse: Callable[[str], Any] | None = None, fmt: Callable[[Any], str] | None = None,
          check: Callable[[Any], str | None] | None = None, example: Any = None, always: bool = False,
-         choices: Callable[[], list[str]] | None = None):
+         choices: Callable[[], list[str]] | None = None, replayed: bool = True):
     """A field that is also a ``run`` option.
 
     ``lo``/``hi``: inclusive bounds (``lo_open``: ``lo`` itself is excluded); numbers must also be finite.
@@ -58,10 +58,11 @@ def _opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callabl
     option is then a string). ``check``: extra test returning an error message or ``None``.
     ``example``: a valid non-default value, for tests that walk every option. ``always``: the replay
     command names this option even at its default (the options that say what a run is). ``choices``:
-    the valid values, asked when needed (a registry that may grow).
+    the valid values, asked when needed (a registry that may grow). ``replayed=False``: the replay command
+    leaves the option out (it says where a run ran, not what it tested).
     """
     md = {"help": help, "flag": flag, "lo": lo, "hi": hi, "lo_open": lo_open, "parse": parse, "fmt": fmt,
-          "check": check, "example": example, "always": always, "choices": choices}
+          "check": check, "example": example, "always": always, "choices": choices, "replayed": replayed}
     if factory is not None:
         return field(default_factory=factory, metadata=md)
     return field(default=default, metadata=md)
@@ -222,6 +223,13 @@ def _check_file(v: str, what: str) -> str | None:
     return None
 
 
+def _check_warm_dir(v: str) -> str | None:
+    if v and not (Path(v).expanduser() / "cluster.json").is_file():
+        return (f"no cluster in {v}: start a warm one with `onceproof cluster up --dir {v}`, or leave "
+                "--warm-cluster out")
+    return None
+
+
 def _check_master(v: str) -> str | None:
     return None if v.strip() else "must name a Spark master, e.g. local-cluster[2,1,1024] or local[2]"
 
@@ -368,6 +376,12 @@ class TestConfig:
                           example="my-test")
     results_root: Path = _opt(DEFAULT_ROOT, "results root directory", flag="--results", check=_check_results)
     keep_data: bool = _opt(False, "keep the brokers' data directories after the run")
+    warm_cluster: str = _opt("", "run on the warm cluster in this directory (`onceproof cluster up --dir DIR`) "
+                                 "instead of starting brokers: the run proves it healthy first (restarting a "
+                                 "dead or lagging broker), makes topics of its own and leaves it up. A run whose "
+                                 "faults need brokers of another shape starts a fresh cluster and says why "
+                                 "(docs/performance.md, 'Warm clusters')",
+                             check=_check_warm_dir, example="", replayed=False)
     proxy: bool = _opt(False, "run the cluster behind toxiproxy even without network faults "
                               "(automatic with partition / slow-network)")
     keep_last: int = _opt(0, "after the run, delete this test's older runs, keeping the newest N "
@@ -696,6 +710,9 @@ class TestConfig:
         if self.kafka_version:
             self._check_kafka_version(backend)
         self._check_upgrade(backend)
+        if self.warm_cluster and not backend.warm_clusters:
+            raise ConfigError("--warm-cluster", f"the {backend.name} backend keeps no warm cluster: leave "
+                                                "--warm-cluster out, or use --backend local")
         if self.spark_version:
             self._check_spark_version(backend)
         elif "upgrade:spark-version" in self.faults:
@@ -774,12 +791,13 @@ class TestConfig:
     def replay_command(self) -> str:
         """The command line that replays this run: ``onceproof run`` with every option whose value differs
         from its default, and the options marked ``always`` (sink, faults, seed, ...), shell-quoted.
-        Parsing it back (``onceproof.harness.cli.parse_run_args``) gives this config. A ``--pipeline-cmd``
+        Parsing it back (``onceproof.harness.cli.parse_run_args``) gives this config, but for the options that
+        say where it ran (``replayed=False``: ``--warm-cluster``). A ``--pipeline-cmd``
         run leaves ``--sink`` out at its default: no bundled sink runs, the job brings its own."""
         parts = ["onceproof", "run"]
         for f in self.options():
             at_default = getattr(self, f.name) == self.default_of(f)
-            if f.name == "sink" and self.pipeline_cmd and at_default:
+            if (f.name == "sink" and self.pipeline_cmd and at_default) or not f.metadata.get("replayed", True):
                 continue
             if f.metadata.get("always") or not at_default:
                 parts += self.option_text(f)

@@ -48,10 +48,11 @@ from onceproof.checking import recovery
 from onceproof.clients import durability, topics
 from onceproof.clients.live_reader import LiveReader
 from onceproof.clients.lso_sampler import LsoSampler
-from onceproof.harness import signals
+from onceproof.harness import signals, warm
 from onceproof.harness.config import TestConfig
 from onceproof.harness.summary import brief, fault_counts, summarize
 from onceproof.harness.teardown import Teardown
+from onceproof.harness.warm import WarmCluster
 from onceproof.nemesis import catalog, coverage, schedule
 from onceproof.nemesis.fault import NemesisContext
 from onceproof.nemesis.runner import NemesisRunner
@@ -141,6 +142,9 @@ class _Run:
     health: dict = field(default_factory=dict)
     names: TopicNames = TOPICS
     """The run's topics (:data:`TOPICS` on the local and Docker backends)."""
+    warm: bool = False
+    """The run leased a warm cluster (``harness/warm.py``): it neither starts nor stops the brokers, it
+    deletes its own topics."""
 
     @property
     def ckpt(self) -> Path:
@@ -183,8 +187,9 @@ def _setup(r: _Run) -> None:
             net.start()
             done()
         console.print(f"fault network up in {r.timings['proxy_start_s']}s: {net.describe()}")
-    td.push("cluster down", cluster.down)
-    td.track(cluster.down)
+    if not r.warm:
+        td.push("cluster down", cluster.down)
+        td.track(cluster.down)
     if r.sink.database:
         _start_database(r)
     pipeline = PipelineArgs(bootstrap=cluster.bootstrap, sink=cfg.sink, checkpoint=r.ckpt, control=r.control,
@@ -212,9 +217,10 @@ def _setup(r: _Run) -> None:
         console.print(f"starting the Spark driver ({what}) while Kafka starts")
     with console.status(f"starting Kafka (KRaft, {cfg.brokers:d} brokers)"):
         done = _timed(r, "cluster_start_s")
-        cluster.up()
+        if not r.warm:
+            cluster.up()
         weak = durability.get(cfg.cluster_config)
-        if isinstance(r.backend, ForeignCluster) and not cfg.keep_data:  # the run's own topics, and only those
+        if (r.warm or isinstance(r.backend, ForeignCluster)) and not cfg.keep_data:  # its own topics, only those
             td.push("delete the run's topics", lambda: topics.delete_topics(cluster.bootstrap, r.names.all()))
         topics.create_topics(cluster.bootstrap, {r.names.input: cfg.partitions, r.names.output: cfg.partitions,
                                                  r.names.progress: 1},
@@ -431,7 +437,7 @@ def _phases(r: _Run, drive: Callable[[_Run], None]) -> dict:
             watcher = reaper.start(str(r.rd.path))
             td.push("process reaper stop", lambda: reaper.stop_watcher(watcher))
             td.push("close histories", lambda: (r.history.close(), r.nem_hist.close()))
-            if not cfg.keep_data:
+            if not cfg.keep_data and not r.warm:
                 td.push("remove broker data", r.cluster.clean)
             try:
                 _setup(r)
@@ -513,7 +519,8 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
                    "health_after_heal": r.health, "teardown": {"steps_s": td.steps, "errors": td.errors},
                    "client_errors": {"workload": r.workload.errors[:50] if r.workload else [],
                                      "live_reader": r.live.errors[:50] if r.live else []},
-                   "input": _input_summary(cfg, r.workload), "versions": r.meta.get("versions") or {}})
+                   "input": _input_summary(cfg, r.workload), "versions": r.meta.get("versions") or {},
+                   "cluster": r.meta.get("cluster") or {}})
     if result.get("platform_findings"):  # what ran, for a bug report against the client or the brokers
         vs = r.meta.get("versions") or {}
         result["platform_findings"].update(
@@ -608,19 +615,43 @@ def run(cfg: TestConfig, console: Console | None = None,
     with _client_log(rd):
         history = HistoryWriter(rd.history)
         nem_hist = HistoryWriter(rd.nemesis, start_ns=history.start_ns)
-        cluster = backend.cluster(ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir=rd.logs,
-                                               proxied=cfg.proxied,
-                                               clocks=catalog.needs_clock([f for _, f in plan]),
-                                               small_disks=catalog.needs_small_disks([f for _, f in plan]),
-                                               lazyfs=catalog.needs_lazyfs([f for _, f in plan]),
-                                               own_groups=catalog.needs_own_groups([f for _, f in plan]),
-                                               kafka_version=cfg.kafka_version))
+        specs = [f for _, f in plan]
+        shape = ClusterShape(rd.cluster, nodes=cfg.brokers, log_dir=rd.logs, proxied=cfg.proxied,
+                             clocks=catalog.needs_clock(specs), small_disks=catalog.needs_small_disks(specs),
+                             lazyfs=catalog.needs_lazyfs(specs), own_groups=catalog.needs_own_groups(specs),
+                             kafka_version=cfg.kafka_version)
+        on_warm, names = _lease(cfg, backend, shape, specs, meta, console)
+        cluster = on_warm.cluster if on_warm else backend.cluster(shape)
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan,
-                 names=backend.topic_names() if foreign else TOPICS)
-        if foreign:
+                 names=names or (backend.topic_names() if foreign else TOPICS), warm=on_warm is not None)
+        if foreign or on_warm:
             topics.guard(TopicGuard(r.names))
         result = _phases(r, drive or _run_phase)
     return _finish(r, result, t_start), rd.path
+
+
+def _lease(cfg: TestConfig, backend: Backend, shape: ClusterShape, specs: list[str], meta: dict,
+           console: Console) -> tuple[WarmCluster | None, TopicNames | None]:
+    """With ``--warm-cluster``: the warm cluster after its health gate and the run's own topic names, or
+    ``(None, None)`` when the run needs a fresh cluster (:func:`onceproof.harness.warm.refusal`); the choice
+    goes to ``meta["cluster"]`` (``results.json``'s ``cluster``). Raises ``ClusterError`` for a warm cluster
+    that cannot be made healthy."""
+    if not cfg.warm_cluster:
+        meta["cluster"] = {"warm": False}
+        return None, None
+    w = WarmCluster(backend, Path(cfg.warm_cluster))
+    why = warm.refusal(shape, w.shape, specs)
+    if why:
+        meta["cluster"] = {"warm": False, "fresh_because": why}
+        console.print(f"[yellow]a fresh cluster for this run, not the warm one: {why}[/]", soft_wrap=True)
+        return None, None
+    with console.status("the warm cluster's health gate"):
+        gate = w.gate()
+    meta["cluster"] = {"warm": True, "dir": str(w.data_dir), "gate": gate.record()}
+    fixed = (f"; restarted broker(s) {gate.restarted}" if gate.restarted else "") + \
+        (f"; found: {'; '.join(gate.problems[:3])}" if gate.problems else "")
+    console.print(f"on the warm cluster at {w.cluster.bootstrap} (gate {gate.seconds}s{fixed})", soft_wrap=True)
+    return w, w.names()
 
 
 def cluster_health(cluster: Cluster, net: FaultNetwork | None, timeout_s: float = 90.0) -> dict:

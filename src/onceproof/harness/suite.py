@@ -362,8 +362,10 @@ class Suite:
 
     def __init__(self, name: str, cells: list[Cell], results_root: Path, command: str, backend: str,
                  extra: list[str], console: Console, left_out: list[dict] | None = None,
-                 stop_when_caught: bool = False):
+                 stop_when_caught: bool = False, fresh_cluster: bool = False):
         self.name, self.cells, self.command, self.extra, self.console = name, cells, command, extra, console
+        self.fresh_cluster = fresh_cluster  # every cell starts its own brokers (no warm cluster)
+        self.warm_dir = self.dir / "warm-cluster"
         self.stop_when_caught = stop_when_caught  # skip a mutant's further seeds once one caught it
         self.not_needed: list[dict] = []  # the seeds so skipped (rest_of_group)
         self.left_out = list(left_out or [])  # faults of the packages the system under test cannot take
@@ -420,7 +422,39 @@ class Suite:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.versions = header_versions(_versions(self.backend, self.extra), self.cells)
         self.console.print(f"[bold]onceproof test-all[/] {self.name}: {len(self.cells)} cells → {self.dir}")
+        warm_cluster = self._warm_cluster()
+        try:
+            return self._run_cells(warm_cluster)
+        finally:
+            if warm_cluster is not None:
+                with self.console.status("stopping the warm cluster"):
+                    warm_cluster.stop()
+
+    def _warm_cluster(self):
+        """The cluster the cells lease (``harness/warm.py``), started here on the suite's broker count and Kafka
+        release; ``None`` with ``--fresh-cluster``, on a backend without warm clusters, or when it fails to
+        start (then every cell starts its own, and the console says why)."""
+        # lazy: the gate's Kafka client; a suite that only plans (--dry-run) never needs it
+        from onceproof.harness import warm
+
+        backend = registry.get(self.backend)
+        if self.fresh_cluster or not backend.warm_clusters:
+            return None
+        brokers = option_value(self.extra, "--brokers")
+        try:
+            with self.console.status("starting the warm cluster the cells share"):
+                c = warm.start(backend, self.warm_dir, nodes=int(brokers) if brokers else 3,
+                               kafka_version=option_value(self.extra, "--kafka-version"))
+        except Exception as e:  # noqa: BLE001 - the cells start clusters of their own instead
+            self.console.print(f"[yellow]no warm cluster ({e}): every cell starts its own[/]", soft_wrap=True)
+            return None
+        self.console.print(f"warm cluster up at {c.bootstrap}: cells of its shape run on it "
+                           "(--fresh-cluster: a cluster per cell)", soft_wrap=True)
+        return c
+
+    def _run_cells(self, warm_cluster) -> int:
         interrupted = False
+        extra = [*self.extra, "--warm-cluster", str(self.warm_dir)] if warm_cluster else self.extra
         with Live(self._table(None, time.monotonic()), console=self.console, refresh_per_second=1,
                   transient=not self.console.is_terminal) as live:
             i = -1
@@ -430,7 +464,7 @@ class Suite:
                 t0, before = time.monotonic(), runs_of(self.runs_dir, cell.name)
                 log = self.dir / "cells" / f"{i + 1:03d}-{cell.name}-seed{cell.seed}.log"
                 log.parent.mkdir(exist_ok=True)
-                argv = run_command(cell, self.runs_dir, self.extra)
+                argv = run_command(cell, self.runs_dir, extra)
                 with open(log, "w") as out:
                     out.write("$ " + shlex.join(["onceproof", *argv[3:]]) + "\n")
                     out.flush()

@@ -79,6 +79,13 @@ CLOCK = {ClockSkew.name, DriverClockSkew.name}
 DISK = {CorruptSegmentTail.name, DiskFull.name, LoseUnsyncedWrites.name}
 
 
+# Faults that leave state behind on the brokers past their heal: a rolled release and finalized
+# metadata.version, a garbled segment the broker truncated. A run that plans one never leases a warm cluster
+# (harness/warm.py); the clock, disk-full, lazyfs and isolation faults need brokers of another shape anyway.
+LEAVES_STATE = {RollingUpgrade.name, CorruptSegmentTail.name, DiskFull.name, LoseUnsyncedWrites.name,
+                ClockSkew.name}
+
+
 # Traps (nemesis/delete_records.py, nemesis/lose_checkpoint.py): what no pipeline survives unharmed, an input
 # deleted before it was read or a checkpoint lost; they show how a job fails (lost or duplicate, a stopped
 # query), so they run when named or in the ``traps`` package, whose cells expect invalid, never in ``all``.

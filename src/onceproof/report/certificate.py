@@ -134,11 +134,22 @@ def cell_from_run(run_dir: Path | None, *, sink: str, workload: str, package: st
         "platform_findings": {a: int(n) for a, n in ((r.get("platform_findings") or {}).get("counts") or {}).items()},
         "kafka": (r.get("versions") or {}).get("kafka"),
         "pyspark": (r.get("versions") or {}).get("pyspark"),
+        "cluster": _cluster_kind(r.get("cluster")),
         "caught": verdict == "invalid",
         "passed": verdict == expect,
         "unknown_reasons": [str(x) for x in (r.get("unknown_reasons") or [])],
         "error": None if error is None else str(error),
     }
+
+
+def _cluster_kind(cluster: dict | None) -> str | None:
+    """``warm`` or ``fresh`` (with why, when a warm cluster was offered: ``fresh: <why>``) from ``results.json``'s
+    ``cluster``; ``None`` for runs that predate it."""
+    if not isinstance(cluster, dict) or "warm" not in cluster:
+        return None
+    if cluster["warm"]:
+        return "warm"
+    return f"fresh: {cluster['fresh_because']}" if cluster.get("fresh_because") else "fresh"
 
 
 def _rel(path: Path, base: Path) -> str:

@@ -67,6 +67,7 @@ class DockerBackend:
     user_pipelines = False  # the driver container runs onceproof.pipeline.job only (backends/docker/driver.py)
     file_sinks = False  # the worker containers do not mount the run directory
     picks_kafka_version = False  # its brokers run the pinned release (docs/versions.md)
+    warm_clusters = False  # its runs own their containers
     capabilities = DERIVED
     databases = frozenset({"postgres"})
 

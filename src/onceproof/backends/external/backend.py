@@ -41,6 +41,7 @@ class ExternalBackend:
     user_pipelines = False  # the submit template runs onceproof.job
     file_sinks = False
     picks_kafka_version = False  # the cluster is the user's, on their release
+    warm_clusters = False  # the cluster is the user's
     capability_limit = frozenset(SPEC_OF.values()) | {COMMIT_WINDOW}
     """What any fault map can make possible (``capabilities.of_class``)."""
 

@@ -49,6 +49,7 @@ class LocalBackend:
     user_pipelines = True
     file_sinks = True
     picks_kafka_version = True
+    warm_clusters = True
     capabilities = DERIVED
     databases = frozenset({"postgres"})
 
@@ -67,7 +68,8 @@ class LocalBackend:
                            proxied=shape.proxied)
         return KafkaCluster(spec, tie_to_parent=not shape.detached, clocks=shape.clocks,
                             lazyfs=shape.lazyfs and not shape.detached, small_disks=shape.small_disks,
-                            own_groups=shape.own_groups and not shape.detached, version=shape.kafka_version)
+                            own_groups=shape.own_groups and not shape.detached, version=shape.kafka_version,
+                            owner=shape.owner)
 
     def attach(self, data_dir: Path) -> KafkaCluster:
         return KafkaCluster.from_state(data_dir)

@@ -100,6 +100,10 @@ class KafkaCluster(LayerLoss):
     node_versions: dict[int, str] = field(default_factory=dict)
     """Nodes that run another release than :attr:`version` from their next start (``rolling-upgrade``,
     :meth:`set_version`): node id → release."""
+    owner: str = ""
+    """A warm cluster's owner tag (``harness/warm.py``): every broker starts with ``ONCEPROOF_RUN`` set to it,
+    whichever run restarts it, so a run's reaper and leftover checks never count a warm broker as the run's and
+    the owner's reaper sweeps them all. ``""``: the brokers inherit the harness's ``ONCEPROOF_RUN``."""
     cds_dumps: dict[str, Path] = field(default_factory=dict)
     """Training only (:func:`train_archives`): JVM kind (``kafka-tool`` for ``StorageTool format``,
     ``kafka`` for a broker) → where its JVMs dump a class-data sharing archive at exit, instead of mapping
@@ -426,10 +430,12 @@ class KafkaCluster(LayerLoss):
     def node_env(self, node: int) -> dict[str, str] | None:
         """The environment ``node`` starts with: libfaketime's (``faketime.env``) when the cluster has
         :attr:`clocks` and libfaketime is installed, else ``None`` (the harness's, nothing preloaded; a clock
-        fault is then skipped with :meth:`clock_unavailable`'s reason)."""
+        fault is then skipped with :meth:`clock_unavailable`'s reason); either with ``ONCEPROOF_RUN`` set to
+        :attr:`owner` when the cluster has one."""
+        base = {**os.environ, "ONCEPROOF_RUN": self.owner} if self.owner else None
         if not self.clocks or faketime.unavailable():
-            return None
-        return faketime.env(self.clock_file(node))
+            return base
+        return faketime.env(self.clock_file(node), base)
 
     def clock_unavailable(self) -> str | None:
         if not self.clocks:
@@ -584,6 +590,7 @@ class KafkaCluster(LayerLoss):
     def save_state(self) -> None:
         """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
         state = {"bootstrap": self.bootstrap, "cluster_id": self.cluster_id, "version": self.version,
+                 "owner": self.owner,
                  "node_versions": {str(n): v for n, v in self.node_versions.items()},
                  "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
                           "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs),
@@ -617,6 +624,7 @@ class KafkaCluster(LayerLoss):
         sp["log_dir"] = Path(sp["log_dir"]) if sp.get("log_dir") else None
         spec = ClusterSpec(data_dir, **sp)
         c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""),
+                owner=st.get("owner", ""),
                 node_versions={int(n): v for n, v in (st.get("node_versions") or {}).items()})
         for i, b in st["brokers"].items():
             ns = spec.node(int(i))

@@ -54,6 +54,7 @@ class SshBackend:
     user_pipelines = False  # the driver node runs onceproof.job only
     file_sinks = False  # the executors write on the worker nodes, not where the harness reads
     picks_kafka_version = False  # its brokers run the pinned release (docs/versions.md)
+    warm_clusters = False  # a run's watchdogs sweep its nodes
     capabilities = DERIVED
 
     @classmethod

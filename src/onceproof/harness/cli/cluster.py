@@ -58,7 +58,8 @@ def cluster_up(
                                                f"{jars.SUPPORTED_KAFKA} (default: ${jars.KAFKA_VERSION_ENV}, "
                                                "else the pinned release)"),
 ) -> None:
-    """Start a KRaft cluster that stays up after this command; prints the bootstrap servers."""
+    """Start a KRaft cluster that stays up after this command; prints the bootstrap servers. Runs use it
+    with `onceproof run --warm-cluster DIR` (local backend): no broker start or stop of their own."""
     on_crash("cluster up", None)
     if not 1 <= brokers <= 9:
         raise usage(f"must be 1..9, got {brokers}", "--brokers")
@@ -72,7 +73,8 @@ def cluster_up(
     if existing is not None and any(existing.state(n).alive for n in existing.nodes):
         console.print(f"[yellow]a cluster is already running from {dir}; run `onceproof cluster down` first[/]")
         raise typer.Exit(1)
-    c = b.cluster(ClusterShape(dir.resolve(), nodes=brokers, detached=True, kafka_version=kafka_version))
+    owner = str(dir.resolve()) if b.warm_clusters else ""  # its brokers outlive the runs that use it
+    c = b.cluster(ClusterShape(dir.resolve(), nodes=brokers, detached=True, kafka_version=kafka_version, owner=owner))
     on_crash("cluster up", c.log_dir / "cluster-up-error.log")
     with console.status("starting Kafka"):
         try:

@@ -50,6 +50,11 @@ def test_all(
                                           help="once a seed catches a mutant (or weak sink) under a package, skip "
                                                "its further seeds there: 'caught within --test-count seeds' is "
                                                "settled; the certificate lists the seeds not run"),
+    fresh_cluster: bool = typer.Option(False, "--fresh-cluster",
+                                       help="start a cluster per cell; by default the cells share a warm cluster "
+                                            "the suite starts (proved healthy before each cell, a dead or lagging "
+                                            "broker restarted; cells whose faults need brokers of another shape "
+                                            "start their own) and the certificate says which ran where"),
     kafka_versions: str = typer.Option("", help="the version axis: comma-separated Kafka releases (X.Y.Z, "
                                                 + jars.SUPPORTED_KAFKA + "); every cell runs once on each, and "
                                                 "the certificate gives the matrix per release (docs/versions.md)"),
@@ -122,7 +127,7 @@ def test_all(
     command = (shlex.join(["onceproof", "test-all", *sys.argv[2:]]) if sys.argv[1:2] == ["test-all"]
                else "onceproof test-all")
     code = suite.Suite(name, cells, results, command, backend, extra, console, left_out=dropped,
-                       stop_when_caught=stop_when_caught).run()
+                       stop_when_caught=stop_when_caught, fresh_cluster=fresh_cluster).run()
     raise typer.Exit(code)
 
 
