@@ -26,7 +26,7 @@ import os
 
 import pytest
 
-from tests.conftest import load_run, run_cli
+from tests.conftest import load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.cluster
 
@@ -77,6 +77,9 @@ def test_test_all_certifies_a_user_job_and_catches_the_naive_one(tmp_path, naive
         assert verdicts["commit"] == "invalid", doc["cells"]
         commit = next(c for c in doc["cells"] if c["package"] == "commit")
         assert commit["anomalies"].get("duplicate", 0) > 0, commit
+        # its cell leased the suite's warm cluster, which the suite stopped: no broker of it is left
+        assert commit["cluster"] == "warm", commit
+        assert not our_processes(str(suite_dir / "warm-cluster")), "the warm cluster's brokers left running"
     else:
         assert p.returncode == 0, (p.stdout[-3000:], doc["cells"])
         assert set(verdicts.values()) == {"valid"}, doc["cells"]

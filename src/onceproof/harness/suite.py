@@ -365,12 +365,12 @@ class Suite:
                  stop_when_caught: bool = False, fresh_cluster: bool = False):
         self.name, self.cells, self.command, self.extra, self.console = name, cells, command, extra, console
         self.fresh_cluster = fresh_cluster  # every cell starts its own brokers (no warm cluster)
-        self.warm_dir = self.dir / "warm-cluster"
         self.stop_when_caught = stop_when_caught  # skip a mutant's further seeds once one caught it
         self.not_needed: list[dict] = []  # the seeds so skipped (rest_of_group)
         self.left_out = list(left_out or [])  # faults of the packages the system under test cannot take
         self.dir = RunDir(results_root, name).path
         self.runs_dir = self.dir / "runs"
+        self.warm_dir = self.dir / "warm-cluster"
         self.backend = backend
         self.records: list[dict] = []
         self.started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
