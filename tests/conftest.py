@@ -69,6 +69,22 @@ def load_run_dir(run_dir: Path) -> tuple[Path, dict, list[dict]]:
     return run_dir, result, ops
 
 
+@pytest.fixture(scope="session")
+def warm_cluster(tmp_path_factory):
+    """``["--warm-cluster", DIR]`` for ``onceproof run``: one warm cluster for the session's runs of the plain
+    shape (``harness/warm.py``: 3 brokers of the pinned release, behind toxiproxy, each in a cgroup of its
+    own), started at its first use and stopped with its reaper at the session's end; a SIGKILLed pytest's
+    reaper sweeps its brokers. A run that needs another shape starts its own cluster and says why."""
+    from onceproof.backends import registry  # lazy: a unit-test session never starts one
+    from onceproof.harness import warm
+
+    owned = warm.start(registry.get("local"), tmp_path_factory.mktemp("warm-cluster"), proxied=True, own_groups=True)
+    try:
+        yield ["--warm-cluster", str(owned.data_dir)]
+    finally:
+        owned.stop()
+
+
 @pytest.fixture
 def results_root(tmp_path):
     return tmp_path / "results"

@@ -42,9 +42,10 @@ def _run(results_root, fault: str, extra: list[str], time_limit: int = 30) -> tu
 
 
 @pytest.mark.timeout(1000)
-def test_deleted_input_skipped_by_a_lenient_job_is_lost_deleted_with_its_fix(results_root):
+def test_deleted_input_skipped_by_a_lenient_job_is_lost_deleted_with_its_fix(warm_cluster, results_root):
     result, ev, out = _run(results_root, "delete-input-records",
-                           ["--pipeline-cmd", JOB + " --fail-on-data-loss false", "--output", "kafka"])
+                           ["--pipeline-cmd", JOB + " --fail-on-data-loss false", "--output", "kafka", *warm_cluster])
+    assert result["cluster"]["warm"], result["cluster"]
     lo, hi = ev["deleted_unread"]
     assert hi > lo and ev["log_start_after"] == hi and ev["query"]["went_on"] == "skipped", ev
     assert ev["lag"]["frozen"] and ev["deleted_unfetched"][1] == hi, ev  # written while the query was frozen
@@ -59,8 +60,8 @@ def test_deleted_input_skipped_by_a_lenient_job_is_lost_deleted_with_its_fix(res
 
 
 @pytest.mark.timeout(1000)
-def test_a_lost_checkpoint_makes_the_bundled_pipeline_skip_new_batches_under_old_markers(results_root):
-    result, ev, out = _run(results_root, "lose-checkpoint", ["--sink", "eos"])
+def test_a_lost_checkpoint_makes_the_bundled_pipeline_skip_new_batches_under_old_markers(warm_cluster, results_root):
+    result, ev, out = _run(results_root, "lose-checkpoint", ["--sink", "eos", *warm_cluster])
     assert ev["before"]["offsets"] is not None and ev["after"]["offsets"] is not None and ev["moved_to"], ev
     assert result["counts"]["lost"] > 0, result["counts"]
     run_dir, _, _ = load_run(results_root)

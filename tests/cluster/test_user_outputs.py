@@ -103,19 +103,19 @@ def test_a_users_postgres_job_with_its_progress_row_is_valid(tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_a_users_postgres_job_without_it_is_invalid_with_duplicate_rows(tmp_path):
-    naive, _, out = _run(tmp_path, "postgres", " --naive")
+def test_a_users_postgres_job_without_it_is_invalid_with_duplicate_rows(warm_cluster, tmp_path):
+    naive, _, out = _run(tmp_path, "postgres", " --naive", tuple(warm_cluster))
     assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
     assert naive["postgres"]["rows"] > naive["stats"]["input_records"], naive["postgres"]
 
 
 @pytest.mark.timeout(900)
-def test_a_users_postgres_upsert_job_without_an_order_column_is_valid(tmp_path):
+def test_a_users_postgres_upsert_job_without_an_order_column_is_valid(warm_cluster, tmp_path):
     """Every executor partition upserts on the primary key (key, seq) (``tests/jobs/postgres_upsert_job.py``):
     a replayed batch's ``DO UPDATE`` writes new row versions at new physical places, so the table in
     ``ctid`` order has keys going back; it has no order column, so no order is judged, and the table ends
     with every record once: valid (seed 2, the seed of the false alarm this was)."""
-    ok, ev, out = _run(tmp_path, "postgres", "", seed="2", job="postgres-upsert")
+    ok, ev, out = _run(tmp_path, "postgres", "", tuple(warm_cluster), seed="2", job="postgres-upsert")
     assert ok["verdict"] == "valid", _why(ok, out)
     assert ok["order"] == "not judged (no order column)" and ok["postgres"]["order"] is None, ok.get("order")
     assert "order per key: not judged (no order column)" in out, out[-3000:]
@@ -124,14 +124,14 @@ def test_a_users_postgres_upsert_job_without_an_order_column_is_valid(tmp_path):
 
 
 @pytest.mark.timeout(1200)
-def test_a_users_delta_job_with_its_txn_action_is_valid(tmp_path):
+def test_a_users_delta_job_with_its_txn_action_is_valid(warm_cluster, tmp_path):
     """Run on another interpreter with another PySpark (``--pipeline-python``; the cached previous-minor
     runtime, ``backends/local/runtimes.py``, stands for a user's venv): its driver and Python workers run
     there, with the Kafka connector resolved for that PySpark."""
     from onceproof.backends.local import runtimes
 
     rt = runtimes.ensure()  # ~40 s on first use, cached after
-    ok, ev, out = _run(tmp_path, "delta", "", ("--pipeline-python", str(rt.python)))
+    ok, ev, out = _run(tmp_path, "delta", "", ("--pipeline-python", str(rt.python), *warm_cluster))
     assert ok["verdict"] == "valid", _why(ok, out)
     d = ok["delta"]
     assert d["rows"] == ok["stats"]["input_records"] > 0 and d["txn_latest"].get("delta-job") is not None, d
@@ -166,7 +166,7 @@ def test_a_users_file_sink_job_is_valid_through_its_metadata_log(tmp_path):
 
 
 @pytest.mark.timeout(1200)
-def test_a_users_foreachbatch_file_writer_on_spark_3_5_is_invalid_with_duplicate_records(tmp_path):
+def test_a_users_foreachbatch_file_writer_on_spark_3_5_is_invalid_with_duplicate_records(warm_cluster, tmp_path):
     """On PySpark 3.5 (the cached runtime stands for a user's venv, ``--pipeline-python``): its driver
     gets the Scala 2.12 Kafka connector of its line in ``{jars}`` (the newest 3.5 patch Maven serves),
     and the run records the job's versions, not the harness's."""
@@ -174,7 +174,7 @@ def test_a_users_foreachbatch_file_writer_on_spark_3_5_is_invalid_with_duplicate
     from onceproof.backends.local import runtimes
 
     rt = runtimes.ensure(SPARK_35)  # ~40 s on first use, cached after
-    naive, ev, out = _run(tmp_path, "files", " --naive", ("--pipeline-python", str(rt.python)))
+    naive, ev, out = _run(tmp_path, "files", " --naive", ("--pipeline-python", str(rt.python), *warm_cluster))
     versions = json.loads((tmp_path / "latest" / "test.json").read_text())["versions"]
     connector = versions["spark-sql-kafka"]
     assert versions["pyspark"] == SPARK_35 and jars.major_minor(connector) == (3, 5), versions

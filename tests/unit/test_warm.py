@@ -73,3 +73,19 @@ def test_a_warm_topic_prefix_is_per_run():
     w = object.__new__(warm.WarmCluster)
     a, b = w.names(), w.names()
     assert a.input.startswith(warm.PREFIX) and a.input.endswith("-input") and a.input != b.input
+
+
+def test_a_warm_cluster_behind_toxiproxy_takes_runs_with_and_without_network_faults():
+    proxied = replace(WARM, proxied=True, own_groups=True)
+    assert warm.refusal(shape(), proxied, ["kill-driver"]) is None
+    assert warm.refusal(shape(proxied=True, own_groups=True), proxied, ["partition:isolate"]) is None
+    assert "cgroups" in warm.refusal(shape(own_groups=True), replace(WARM, proxied=True), ["partition"])
+
+
+def test_a_job_that_does_not_take_its_topic_names_needs_a_fresh_cluster():
+    assert warm.job_refusal("", writes_topic=True) is None
+    ok = "{python} job.py --bootstrap {bootstrap} --input-topic {input_topic} --output-topic {output_topic}"
+    assert warm.job_refusal(ok, writes_topic=True) is None
+    assert "{output_topic}" in warm.job_refusal(ok.replace("{output_topic}", "output"), writes_topic=True)
+    assert warm.job_refusal(ok.replace(" --output-topic {output_topic}", ""), writes_topic=False) is None
+    assert "{input_topic}" in warm.job_refusal("{python} job.py --bootstrap {bootstrap}", writes_topic=False)

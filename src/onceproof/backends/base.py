@@ -459,6 +459,16 @@ class FaultNetwork(Protocol):
 
 
 @runtime_checkable
+class SharedNetwork(Protocol):
+    """Optional to a :class:`FaultNetwork`: one process starts it, others use it (a warm cluster's owner and
+    the runs that lease the cluster, ``harness/warm.py``)."""
+
+    def attach(self, api_port: int) -> SharedNetwork:
+        """Use the network another process started (API on ``api_port``) instead of starting one: ``stop`` and
+        ``kill`` then leave it running. Returns ``self``."""
+
+
+@runtime_checkable
 class OutboundCuts(Protocol):
     """Optional to a :class:`FaultNetwork` whose :meth:`FaultNetwork.isolation_paths` may hold ``out-<i>``:
     node ``i``'s own outbound connections to its peers cut (the local backend: iptables' ``cgroup`` match on

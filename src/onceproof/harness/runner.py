@@ -142,8 +142,8 @@ class _Run:
     health: dict = field(default_factory=dict)
     names: TopicNames = TOPICS
     """The run's topics (:data:`TOPICS` on the local and Docker backends)."""
-    warm: bool = False
-    """The run leased a warm cluster (``harness/warm.py``): it neither starts nor stops the brokers, it
+    warm: WarmCluster | None = None
+    """The warm cluster the run leased (``harness/warm.py``): it neither starts nor stops the brokers, it
     deletes its own topics."""
 
     @property
@@ -178,7 +178,10 @@ def _setup(r: _Run) -> None:
     cfg, console, td, cluster = r.cfg, r.console, r.td, r.cluster
     if isinstance(r.backend, RunResources):  # pushed first, so it runs after every other step
         td.push("backend resources close", r.backend.close)
-    if cfg.proxied:
+    if cfg.proxied and r.warm:  # the owner's proxies: healed at the end, never stopped
+        r.net = net = r.warm.network(r.rd.logs)
+        td.push("proxy network heal", net.heal)
+    elif cfg.proxied:
         r.net = net = r.backend.network(cluster, r.rd.logs)
         td.push("proxy network stop", net.stop)
         td.track(net.kill)
@@ -623,7 +626,7 @@ def run(cfg: TestConfig, console: Console | None = None,
         on_warm, names = _lease(cfg, backend, shape, specs, meta, console)
         cluster = on_warm.cluster if on_warm else backend.cluster(shape)
         r = _Run(cfg, rd, console, meta, history, nem_hist, backend, cluster, Teardown(ExitStack()), plan=plan,
-                 names=names or (backend.topic_names() if foreign else TOPICS), warm=on_warm is not None)
+                 names=names or (backend.topic_names() if foreign else TOPICS), warm=on_warm)
         if foreign or on_warm:
             topics.guard(TopicGuard(r.names))
         result = _phases(r, drive or _run_phase)
@@ -640,7 +643,9 @@ def _lease(cfg: TestConfig, backend: Backend, shape: ClusterShape, specs: list[s
         meta["cluster"] = {"warm": False}
         return None, None
     w = WarmCluster(backend, Path(cfg.warm_cluster))
-    why = warm.refusal(shape, w.shape, specs)
+    entry = cfg.sink_entry
+    why = warm.refusal(shape, w.shape, specs) or warm.job_refusal(
+        cfg.pipeline_cmd, writes_topic=entry.output_dir is None and entry.database is None)
     if why:
         meta["cluster"] = {"warm": False, "fresh_because": why}
         console.print(f"[yellow]a fresh cluster for this run, not the warm one: {why}[/]", soft_wrap=True)

@@ -443,8 +443,11 @@ class Suite:
         brokers = option_value(self.extra, "--brokers")
         try:
             with self.console.status("starting the warm cluster the cells share"):
+                # behind toxiproxy and in cgroups of their own: the cells with network faults and isolation
+                # lease it too (harness/warm.py)
                 c = warm.start(backend, self.warm_dir, nodes=int(brokers) if brokers else 3,
-                               kafka_version=option_value(self.extra, "--kafka-version"))
+                               kafka_version=option_value(self.extra, "--kafka-version"), proxied=True,
+                               own_groups=True)
         except Exception as e:  # noqa: BLE001 - the cells start clusters of their own instead
             self.console.print(f"[yellow]no warm cluster ({e}): every cell starts its own[/]", soft_wrap=True)
             return None

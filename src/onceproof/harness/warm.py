@@ -25,13 +25,14 @@ Brokers restarted by a run's fault carry the owner's tag (``ONCEPROOF_RUN`` = th
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onceproof.backends.base import Backend, Cluster, ClusterError, ClusterShape
+from onceproof.backends.base import Backend, Cluster, ClusterError, ClusterShape, FaultNetwork, SharedNetwork
 from onceproof.backends.common import reaper
 from onceproof.clients import topics
 from onceproof.nemesis import catalog
@@ -41,18 +42,25 @@ log = logging.getLogger("onceproof.warm")
 
 PREFIX = "warm-"
 """The start of every topic a run on a warm cluster makes: ``warm-<run8>-input`` and so on."""
+STATE = "warm.json"
+"""In a warm cluster's directory, beside the cluster's own state: what runs need to attach the rest (the
+toxiproxy API port of a cluster behind toxiproxy)."""
 GATE_S = 60.0
 """Seconds the gate waits for every broker to be registered and in every ISR before it restarts brokers."""
 
 
 def refusal(shape: ClusterShape, warm: ClusterShape, specs: list[str]) -> str | None:
     """Why a run of ``shape`` planning fault ``specs`` cannot run on the warm cluster of ``warm`` (its data
-    and log directories aside), or ``None`` when it can."""
+    and log directories aside), or ``None`` when it can. A warm cluster behind toxiproxy, or with its brokers
+    in cgroups of their own, takes runs that need neither as well: their clients go through proxies that
+    stay open."""
     for attr, what in (("proxied", "behind toxiproxy (its network faults)"),
-                       ("clocks", "under libfaketime (a clock fault)"),
-                       ("small_disks", "on size-limited disks (disk-full)"),
-                       ("lazyfs", "on lazyfs layers (lose-unsynced-writes)"),
                        ("own_groups", "in cgroups of their own (partition:isolate)")):
+        if getattr(shape, attr) and not getattr(warm, attr):
+            return f"its brokers must run {what}"
+    for attr, what in (("clocks", "under libfaketime (a clock fault)"),
+                       ("small_disks", "on size-limited disks (disk-full)"),
+                       ("lazyfs", "on lazyfs layers (lose-unsynced-writes)")):
         if getattr(shape, attr) != getattr(warm, attr):
             return f"its brokers must {'' if getattr(shape, attr) else 'not '}run {what}"
     if shape.nodes != warm.nodes:
@@ -62,6 +70,20 @@ def refusal(shape: ClusterShape, warm: ClusterShape, specs: list[str]) -> str | 
     stateful = sorted({s.partition(":")[0] for s in specs} & catalog.LEAVES_STATE)
     if stateful:
         return f"{', '.join(stateful)} leaves state behind on the brokers"
+    return None
+
+
+def job_refusal(pipeline_cmd: str, writes_topic: bool) -> str | None:
+    """Why a ``--pipeline-cmd`` job cannot run on a warm cluster: it does not take its topics from the
+    placeholders (``{input_topic}``, and ``{output_topic}`` when it writes a Kafka topic), so it would read and
+    write the fixed names a fresh cluster's runs use (``input``, ``output``); ``None`` when it can (or for the
+    bundled pipeline)."""
+    if not pipeline_cmd:
+        return None
+    missing = [p for p in ("{input_topic}", *(("{output_topic}",) if writes_topic else ())) if p not in pipeline_cmd]
+    if missing:
+        return (f"the job's command names no {' or '.join(missing)}: on a warm cluster each run's topics have "
+                "names of their own, so the job would miss them (pass them as the placeholders)")
     return None
 
 
@@ -127,6 +149,9 @@ class WarmCluster:
         self.backend = backend
         self.data_dir = Path(data_dir).resolve()
         self.cluster: Cluster = backend.attach(self.data_dir)
+        extra = self.data_dir / STATE
+        state = json.loads(extra.read_text()) if extra.exists() else {}
+        self.toxiproxy_port: int | None = state.get("toxiproxy_port")
         if not getattr(self.cluster, "owner", ""):
             raise ClusterError(f"the cluster in {self.data_dir} was started before warm clusters existed: "
                                f"`onceproof cluster down --dir {self.data_dir}`, then `cluster up` again")
@@ -134,7 +159,19 @@ class WarmCluster:
     @property
     def shape(self) -> ClusterShape:
         """The shape runs must match (:func:`refusal`)."""
-        return ClusterShape(self.data_dir, nodes=len(self.cluster.nodes), kafka_version=self.cluster.version)
+        return ClusterShape(self.data_dir, nodes=len(self.cluster.nodes), kafka_version=self.cluster.version,
+                            proxied=self.toxiproxy_port is not None,
+                            own_groups=bool(getattr(self.cluster, "own_groups", False)))
+
+    def network(self, log_dir: Path) -> FaultNetwork:
+        """The fault network of a warm cluster behind toxiproxy, attached to the owner's server (a run heals
+        it, never stops it). Raises ``ClusterError`` for a cluster without one."""
+        if self.toxiproxy_port is None:
+            raise ClusterError(f"the warm cluster in {self.data_dir} is not behind toxiproxy")
+        net = self.backend.network(self.cluster, log_dir)
+        if not isinstance(net, SharedNetwork):
+            raise ClusterError(f"the {self.backend.name} backend's fault network cannot be shared across runs")
+        return net.attach(self.toxiproxy_port)
 
     def names(self) -> TopicNames:
         """A new run's topics: ``warm-<8 hex>-input``, ``-output``, ``-output-progress``."""
@@ -157,6 +194,15 @@ class WarmCluster:
                 g.problems.append(f"broker {n} was not running")
                 c.start(n)
                 g.restarted.append(n)
+        if self.toxiproxy_port is not None:
+            net = self.network(self.data_dir / "logs")
+            if not net.server.running:
+                raise ClusterError(f"the warm cluster's toxiproxy (127.0.0.1:{self.toxiproxy_port}) does not "
+                                   f"answer: stop the cluster's owner, or leave --warm-cluster out")
+            dirty = sorted(n for n, p in net.client.proxies().items() if not p.get("enabled", True) or p.get("toxics"))
+            if dirty:
+                g.problems.append(f"proxies left cut or slowed: {', '.join(dirty)} (reset)")
+            net.heal()
         left = self._wait_healthy(timeout_s)
         if left:
             g.problems += left
@@ -233,6 +279,7 @@ class Owned:
     backend: Backend
     data_dir: Path
     watcher: object | None = None
+    network: FaultNetwork | None = None
 
     def current(self) -> Cluster:
         """The cluster as its state file has it now. Raises ``ClusterError`` when there is none."""
@@ -252,22 +299,34 @@ class Owned:
         except ClusterError:
             pass
         finally:
+            if self.network is not None:
+                self.network.stop()
+                self.network = None
             if self.watcher is not None:
                 reaper.stop_watcher(self.watcher)
                 self.watcher = None
 
 
-def start(backend: Backend, data_dir: Path, nodes: int = 3, kafka_version: str = "") -> Owned:
+def start(backend: Backend, data_dir: Path, nodes: int = 3, kafka_version: str = "", proxied: bool = False,
+          own_groups: bool = False) -> Owned:
     """Start a warm cluster of ``nodes`` brokers in ``data_dir`` (its owner tag: that directory), tied to this
     process, with the reaper that sweeps every broker carrying the tag when this process dies (SIGKILL
-    included, restarted brokers too), and wait for it. :meth:`Owned.stop` stops both.
+    included, restarted brokers too), and wait for it. ``proxied``: behind toxiproxy (its API port in
+    ``data_dir/warm.json``), so that runs with network faults can lease it; ``own_groups``: each broker in a
+    cgroup of its own (``partition:isolate``; where cgroups are refused the brokers run on and the cluster
+    says why). :meth:`Owned.stop` stops it all.
 
-    Raises: ``ClusterError`` (what was started is stopped again)."""
+    Raises: ``ClusterError`` or toxiproxy's start errors (what was started is stopped again)."""
     data_dir = Path(data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     owned = Owned(backend, data_dir, reaper.start(str(data_dir)))
-    c = backend.cluster(ClusterShape(data_dir, nodes=nodes, kafka_version=kafka_version, owner=str(data_dir)))
+    c = backend.cluster(ClusterShape(data_dir, nodes=nodes, kafka_version=kafka_version, owner=str(data_dir),
+                                     proxied=proxied, own_groups=own_groups))
     try:
+        if proxied:
+            owned.network = backend.network(c, c.log_dir)
+            owned.network.start()
+            (data_dir / STATE).write_text(json.dumps({"toxiproxy_port": owned.network.api_port}))
         c.up()
     except BaseException:
         c.down()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import time
 
-from onceproof.backends.base import STOPPED
+from onceproof.backends.base import GONE, STOPPED, ZOMBIE
 from onceproof.nemesis import targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 from onceproof.sinks.base import TRANSACTIONS
@@ -134,7 +134,8 @@ class KillBroker(_BrokerFault):
         if ctx.teardown.is_set():
             return Outcome(SKIPPED, f"{target}: broker {choice.nodes}", {**ev, "reason": "run interrupted"})
         ev["rejoined_after_s"] = restart(ctx, choice.nodes)
-        ok = all(k["status_after"] == "gone" for k in ev["killed"].values())
+        # exited: reaped (gone), or a zombie whose parent is another process (a warm cluster's owner reaps it)
+        ok = all(k["status_after"] in (GONE, ZOMBIE) for k in ev["killed"].values())
         return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"{target}: broker {choice.nodes}", ev, exercised=moved)
 
     def heal(self, ctx: NemesisContext) -> None:

@@ -306,8 +306,22 @@ class ToxiproxyServer:
 
     @property
     def running(self) -> bool:
-        """True while the server process is alive."""
+        """True while the server process is alive; for an :meth:`attached` server, while its API answers."""
+        if self._proc is None and self._port is not None:
+            try:
+                self.client.version()
+                return True
+            except ToxiproxyError:
+                return False
         return self._proc is not None and self._proc.poll() is None
+
+    @classmethod
+    def attached(cls, port: int) -> ToxiproxyServer:
+        """A handle on a server another process started and owns (a warm cluster's, ``harness/warm.py``),
+        its API on ``127.0.0.1:port``: its client works, :meth:`stop` and :meth:`kill` leave it running."""
+        srv = cls()
+        srv._port = port
+        return srv
 
     @property
     def pid(self) -> int | None:

@@ -69,6 +69,20 @@ class ProxyNetwork:
                 self._add(c, f"ctrl-{n.node_id}-{j}", port, self.spec.node(j).controller_port)
         return self
 
+    def attach(self, api_port: int) -> ProxyNetwork:
+        """Use the toxiproxy server (API on ``127.0.0.1:api_port``) and proxies that another process started for
+        this cluster (a warm cluster's owner, ``harness/warm.py``) instead of starting them: :meth:`stop` and
+        :meth:`kill` then leave them running, with what this network cut or dropped removed."""
+        self.server = ToxiproxyServer.attached(api_port)
+        self.names = [name for n in self.spec.node_specs for name in (
+            f"client-{n.node_id}", f"internal-{n.node_id}", *(f"ctrl-{n.node_id}-{j}" for j, _ in n.controller_proxy))]
+        return self
+
+    @property
+    def api_port(self) -> int:
+        """The toxiproxy server's API port (for :meth:`attach` in another process)."""
+        return self.server.port
+
     def _add(self, c: ToxiproxyClient, name: str, listen: int, upstream: int) -> None:
         c.create_proxy(name, f"127.0.0.1:{listen}", f"127.0.0.1:{upstream}")
         self.names.append(name)

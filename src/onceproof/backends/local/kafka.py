@@ -590,7 +590,7 @@ class KafkaCluster(LayerLoss):
     def save_state(self) -> None:
         """Persist ports and pids to ``data_dir/cluster.json`` for ``onceproof cluster status|down``."""
         state = {"bootstrap": self.bootstrap, "cluster_id": self.cluster_id, "version": self.version,
-                 "owner": self.owner,
+                 "owner": self.owner, "own_groups": self.own_groups, "group_error": self.group_error,
                  "node_versions": {str(n): v for n, v in self.node_versions.items()},
                  "spec": {"nodes": self.spec.nodes, "base_port": self.spec.base_port,
                           "heap_mb": self.spec.heap_mb, "log_dir": str(self.spec.logs),
@@ -624,7 +624,7 @@ class KafkaCluster(LayerLoss):
         sp["log_dir"] = Path(sp["log_dir"]) if sp.get("log_dir") else None
         spec = ClusterSpec(data_dir, **sp)
         c = cls(spec, tie_to_parent=False, cluster_id=st["cluster_id"], version=st.get("version", ""),
-                owner=st.get("owner", ""),
+                owner=st.get("owner", ""), own_groups=bool(st.get("own_groups")), group_error=st.get("group_error"),
                 node_versions={int(n): v for n, v in (st.get("node_versions") or {}).items()})
         for i, b in st["brokers"].items():
             ns = spec.node(int(i))
