@@ -2,11 +2,13 @@
 
 Issue 7's acceptance: ``--sink eos --nemesis all`` over seeds 1–10 must give 10 × ``valid`` (no false
 alarm, every fault family and target exercised) and ``--sink at-least-once`` over the same seeds 10 ×
-``invalid``. Each run is the real CLI on a fresh local cluster, one after the other (2 cores: never two
-clusters at once). Writes ``<results>/soak-<time>.md`` and ``.json`` and prints the table as it goes;
+``invalid``. Each run is the real CLI, one after the other (2 cores: never two clusters at once), on one
+warm cluster the soak starts behind toxiproxy with its brokers in cgroups of their own (``harness/warm.py``;
+``--fresh-cluster``: a cluster per run); the table says which each ran on, and the platform findings.
+Writes ``<results>/soak-<time>.md`` and ``.json`` and prints the table as it goes;
 exit code 0 only when every eos run is valid and every at-least-once run invalid.
 
-Usage: ``python soak/soak.py [--seeds 1-10] [--sinks eos,at-least-once] [--time-limit 120]``
+Usage: ``python soak/soak.py [--seeds 1-10] [--sinks eos,at-least-once] [--time-limit 120] [--fresh-cluster]``
 (measured on 2 cores: eos 7.4–8.1 min a run, at-least-once 5.5 min; ``make soak`` is about 2 h 15 min).
 """
 
@@ -20,7 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from onceproof.sinks import registry as sinks  # noqa: E402 - after the path: soak.py runs as a script
+from onceproof.backends import registry  # noqa: E402 - after the path: soak.py runs as a script
+from onceproof.harness import warm  # noqa: E402
+from onceproof.sinks import registry as sinks  # noqa: E402
 
 EXPECT = {s.name: s.expect for s in sinks.entries()}
 
@@ -40,7 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nemesis", default="all")
     ap.add_argument("--time-limit", default="120")
     ap.add_argument("--results", type=Path, default=Path("results"))
+    ap.add_argument("--fresh-cluster", action="store_true", help="a cluster per run, not one warm cluster")
     a = ap.parse_args(argv)
+    owned = None if a.fresh_cluster else warm.start(registry.get("local"), a.results.absolute() / "soak-warm-cluster",
+                                                    proxied=True, own_groups=True)
+    try:
+        return _soak(a, ["--warm-cluster", str(owned.data_dir)] if owned else [])
+    finally:
+        if owned is not None:
+            owned.stop()
+
+
+def _soak(a, on: list[str]) -> int:
+    """Every (sink, seed) run, the table rewritten after each; the exit code."""
     rows, t0 = [], time.time()
     stamp = time.strftime("%Y%m%dT%H%M%S")
     out_md, out_json = a.results / f"soak-{stamp}.md", a.results / f"soak-{stamp}.json"
@@ -50,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.time()
             p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--sink", sink,
                                 "--nemesis", a.nemesis, "--time-limit", a.time_limit, "--seed", str(seed),
-                                "--results", str(a.results), "--test-name", f"soak-{sink}"],
+                                "--results", str(a.results), "--test-name", f"soak-{sink}", *on],
                                capture_output=True, text=True)
             run_dir = (a.results / f"soak-{sink}" / "latest").resolve()
             try:
@@ -62,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                    "expected": EXPECT.get(sink), "minutes": round((time.time() - t) / 60, 1),
                    "exercised": f"{sum(1 for c in cov if c['exercised'])}/{len(cov)}",
                    "anomalies": {k: v for k, v in (r.get("counts") or {}).items() if v},
-                   "why": (r.get("unknown_reasons") or [r.get("error")] or [""])[:2], "run_dir": str(run_dir)}
+                   "why": (r.get("unknown_reasons") or [r.get("error")] or [""])[:2], "run_dir": str(run_dir),
+                   "cluster": "warm" if (r.get("cluster") or {}).get("warm") else "fresh",
+                   "platform": (r.get("platform_findings") or {}).get("counts") or {}}
             rows.append(row)
             why = "" if row["verdict"] == row["expected"] else row["why"]
             print(f"{sink:14} seed {seed:2}: {row['verdict']:8} exercised {row['exercised']:6} "
@@ -76,11 +94,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write_md(path: Path, rows: list[dict], a, elapsed: float) -> None:
     lines = [f"# soak: --nemesis {a.nemesis} --time-limit {a.time_limit}, {elapsed / 60:.0f} min", "",
-             "| sink | seed | verdict | expected | exercised | anomalies | min |", "|---|---|---|---|---|---|---|"]
+             "| sink | seed | verdict | expected | exercised | anomalies | platform findings | why not as expected "
+             "| cluster | min |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         an = ", ".join(f"{k}={v}" for k, v in r["anomalies"].items())
+        pf = ", ".join(f"{k}={v}" for k, v in r["platform"].items() if v)
+        why = "" if r["verdict"] == r["expected"] else "; ".join(str(w) for w in r["why"] if w)
         lines.append(f"| {r['sink']} | {r['seed']} | {r['verdict']} | {r['expected']} | {r['exercised']} | {an} | "
-                     f"{r['minutes']} |")
+                     f"{pf} | {why} | {r['cluster']} | {r['minutes']} |")
     path.write_text("\n".join(lines) + "\n")
 
 
