@@ -61,7 +61,7 @@ def test_a_missing_broker_and_a_short_isr_are_named():
     assert out[0] == "brokers registered [1, 3], expected [1, 2, 3]"
     assert "t-0: replicas [1, 2, 3] ISR [1, 3]" in out
     assert "t-1: replicas [2] ISR [] no leader" in out
-    assert warm.out_of_isr(out) == [2]
+    assert warm.out_of_isr(m) == [2]
 
 
 def test_only_a_backend_with_warm_clusters_attaches(tmp_path):

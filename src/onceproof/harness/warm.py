@@ -29,7 +29,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from onceproof.backends.base import Backend, Cluster, ClusterError, ClusterShape, FaultNetwork, SharedNetwork
@@ -100,8 +100,7 @@ class Gate:
 
     def record(self) -> dict:
         """The gate as ``results.json`` holds it."""
-        return {"seconds": self.seconds, "problems": self.problems, "restarted": self.restarted,
-                "whole_restart": self.whole_restart, "deleted_topics": self.deleted_topics}
+        return asdict(self)
 
 
 def replicas_out(metadata, nodes: list[int]) -> list[str]:
@@ -123,18 +122,14 @@ def replicas_out(metadata, nodes: list[int]) -> list[str]:
     return out
 
 
-def out_of_isr(problems: list[str]) -> list[int]:
-    """The broker ids that :func:`replicas_out`'s sentences name as missing from an ISR."""
+def out_of_isr(metadata) -> list[int]:
+    """From ``list_topics`` metadata: the broker ids missing from the ISR of some partition they replicate."""
     ids: set[int] = set()
-    for line in problems:
-        if " ISR " in line:
-            reps, isr = line.split(": replicas ", 1)[1].split(" ISR ")
-            ids |= set(_ints(reps)) - set(_ints(isr.split(" no leader")[0]))
+    for t in metadata.topics.values():
+        if t.error is None:
+            for pm in t.partitions.values():
+                ids |= set(pm.replicas) - set(pm.isrs)
     return sorted(ids)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.strip("[] ").split(",") if x.strip()]
 
 
 class WarmCluster:
@@ -203,20 +198,20 @@ class WarmCluster:
             if dirty:
                 g.problems.append(f"proxies left cut or slowed: {', '.join(dirty)} (reset)")
             net.heal()
-        left = self._wait_healthy(timeout_s)
+        left, lagging = self._wait_healthy(timeout_s)
         if left:
             g.problems += left
-            bad = out_of_isr(left) or list(c.nodes)
+            bad = lagging or list(c.nodes)
             for n in bad:
                 c.stop(n)
                 c.start(n)
             g.restarted += bad
-            left = self._wait_healthy(timeout_s)
+            left, _ = self._wait_healthy(timeout_s)
         if left:
             g.whole_restart = True
             c.down(graceful=True)
             c.up()
-            left = self._wait_healthy(timeout_s)
+            left, _ = self._wait_healthy(timeout_s)
             if left:
                 raise ClusterError(f"the warm cluster in {self.data_dir} is still unhealthy after a restart: "
                                    f"{'; '.join(left[:3])} (logs: {c.log_dir}); `onceproof cluster down --dir "
@@ -225,16 +220,18 @@ class WarmCluster:
         g.seconds = round(time.monotonic() - t0, 1)
         return g
 
-    def _wait_healthy(self, timeout_s: float) -> list[str]:
+    def _wait_healthy(self, timeout_s: float) -> tuple[list[str], list[int]]:
+        """Poll metadata until :func:`replicas_out` finds nothing or ``timeout_s`` s passed; returns its last
+        findings and :func:`out_of_isr`'s brokers of the same metadata (``[]`` when it did not answer)."""
         deadline = time.monotonic() + timeout_s
-        left = ["not checked"]
         while True:
             try:
-                left = replicas_out(topics.admin(self.cluster.bootstrap).list_topics(timeout=5), self.cluster.nodes)
+                md = topics.admin(self.cluster.bootstrap).list_topics(timeout=5)
+                left, lagging = replicas_out(md, self.cluster.nodes), out_of_isr(md)
             except Exception as e:  # noqa: BLE001 - a restarting cluster does not answer yet
-                left = [f"cluster not answering: {e}"]
+                left, lagging = [f"cluster not answering: {e}"], []
             if not left or time.monotonic() > deadline:
-                return left
+                return left, lagging
             time.sleep(0.5)
 
     def _offsets(self, topic: str, tries: int = 10) -> tuple[dict[int, int], dict[int, int]]:
