@@ -14,6 +14,9 @@ under the commit-window kill alone):
 * ``--output files`` (``tests/jobs/files_job.py``): Spark's file sink, its ``_spark_metadata`` log
   committing each batch's files and skipping a replay; naive: ``df.write.json`` from ``foreachBatch``,
   no log, so the directory is read as Spark's batch reader lists it and a replay is there twice.
+* ``--output iceberg`` (``tests/jobs/iceberg_job.py``, on PySpark 3.5 with Iceberg's 3.5 runtime in
+  ``{jars}``): ``MERGE INTO`` on ``(key, seq)`` per micro-batch, so a replay inserts nothing; naive:
+  ``writeTo(...).append()``, on PySpark 4.1.
 
 The tables have only the jobs' own columns (``key``, ``seq``, ``in_partition``, ``in_offset``): the
 readers take what the contract asks for. One run per test, about 2 minutes each on 2 cores.
@@ -35,6 +38,7 @@ JOBS = {
     "postgres-upsert": "{python} tests/jobs/postgres_upsert_job.py --dsn {postgres_dsn} --table {output_table}",
     "delta": "{python} tests/jobs/delta_job.py --path {output_path}",
     "files": "{python} tests/jobs/files_job.py --path {output_path}",
+    "iceberg": "{python} tests/jobs/iceberg_job.py --table {output_table} --iceberg-conf {iceberg_conf}",
 }
 SPARK_35 = "3.5.9"
 """The newest PySpark 3.5 on PyPI (2026-11-29): a Spark 3.5 user's job."""
@@ -185,3 +189,34 @@ def test_a_users_foreachbatch_file_writer_on_spark_3_5_is_invalid_with_duplicate
     fs = naive["file_sink"]
     assert fs["read"] == "listing (no log)" and fs["committed_records"] > naive["stats"]["input_records"], fs
     assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev  # the batch's files landed
+
+
+@pytest.mark.timeout(1200)
+def test_a_users_iceberg_merge_job_on_spark_3_5_is_valid(warm_cluster, tmp_path):
+    """The job takes its catalog from ``{iceberg_conf}`` and its table from ``{output_table}``, and runs on
+    PySpark 3.5 (``--pipeline-python``), whose ``{jars}`` carry Iceberg's runtime built for Spark 3.5
+    (Scala 2.12)."""
+    from onceproof.backends.local import runtimes
+
+    rt = runtimes.ensure(SPARK_35)
+    ok, ev, out = _run(tmp_path, "iceberg", "", ("--pipeline-python", str(rt.python), *warm_cluster))
+    assert ok["verdict"] == "valid", _why(ok, out)
+    ic = ok["iceberg"]
+    assert ic["rows"] == ok["stats"]["input_records"] > 0 and ic["snapshots"] > 1, ic
+    assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev  # the batch's snapshot
+    assert "iceberg table read at snapshot" in out, out[-3000:]
+    driver_log = (tmp_path / "latest" / "logs" / "driver-1.log").read_text()
+    assert f"iceberg_job: pyspark {SPARK_35}; Iceberg in --jars: iceberg-spark-runtime-3.5_2.12-" in driver_log, \
+        driver_log[-2000:]
+
+
+@pytest.mark.extended  # about 2 minutes; make test's 50 minutes: the bundled iceberg-no-idempotence is caught
+@pytest.mark.timeout(1200)  # there (tests/cluster/test_iceberg_sink.py)
+def test_a_users_iceberg_append_job_is_invalid_with_duplicate_rows(tmp_path):
+    from onceproof.backends.local import runtimes
+    from onceproof.sinks.iceberg import RUNTIME
+
+    rt = runtimes.ensure(RUNTIME)
+    naive, _, out = _run(tmp_path, "iceberg", " --naive", ("--pipeline-python", str(rt.python)))
+    assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
+    assert naive["iceberg"]["rows"] > naive["stats"]["input_records"], naive["iceberg"]

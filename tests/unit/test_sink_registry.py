@@ -17,7 +17,8 @@ from onceproof.sinks.base import CAPABILITIES, COMMITTED, OutputLocation
 
 def test_the_registry_keeps_the_sink_names_and_their_order():
     assert sinks.names() == ["eos", "at-least-once", *mutants.MUTANTS, "file", "postgres", "postgres-autocommit",
-                             "delta", "delta-foreachbatch", "delta-no-txn"]
+                             "delta", "delta-foreachbatch", "delta-no-txn", "iceberg", "iceberg-foreachbatch",
+                             "iceberg-no-idempotence"]
     assert [s.name for s in sinks.entries()] == sinks.names() and sinks.DEFAULT == "eos"
     with pytest.raises(ValueError, match="choose one of eos, at-least-once"):
         sinks.get("nope")

@@ -152,7 +152,8 @@ class PipelineArgs:
     workers' and the PySpark whose connector jars ``{jars}`` names); "" = this interpreter. ``runtime``:
     the PySpark version the bundled pipeline's sink needs (``Sink.spark_runtime``, a cached runtime the
     backend builds), "" = the harness's own. ``jars``: classpaths of ``deps/`` the sink needs beyond the
-    Kafka connector (``Sink.jars``: ``"delta"``).
+    Kafka connector (``Sink.jars``: ``"delta"``). ``output_values``: ``(placeholder, value)`` pairs a
+    user's ``--output`` gives its command (``Sink.job_values``: ``{iceberg_conf}``, ``{output_table}``).
     """
 
     bootstrap: str
@@ -180,6 +181,7 @@ class PipelineArgs:
     python: str = ""
     runtime: str = ""
     jars: tuple[str, ...] = ()
+    output_values: tuple[tuple[str, str], ...] = ()
 
     def argv(self) -> list[str]:
         """The options as ``onceproof.job`` arguments (a backend adds where the connector jars are)."""

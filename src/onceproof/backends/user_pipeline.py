@@ -29,7 +29,11 @@ PLACEHOLDERS: dict[str, str] = {
     "jars": "Spark's Kafka connector classpath, comma-separated, for spark.jars",
     "output_path": "--output files or delta: the directory the job's file sink or Delta table writes",
     "postgres_dsn": "--output postgres: the libpq connection string of the run's PostgreSQL database",
-    "output_table": "--output postgres: the table the job writes (named like the output topic)",
+    "output_table": "--output postgres or iceberg: the table the job writes (postgres: named like the output "
+                    "topic; iceberg: <catalog>.<namespace>.<table>, onceproof.db.output)",
+    "iceberg_conf": "--output iceberg: a JSON object of the Spark settings that define the catalog (its "
+                    "spark.sql.catalog.<name> keys and spark.sql.extensions); apply each with "
+                    "SparkSession.builder.config(key, value)",
 }
 """Every placeholder ``CMD`` may use, with what it is replaced by."""
 

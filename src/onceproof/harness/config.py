@@ -12,11 +12,13 @@ and carried by :meth:`TestConfig.replay_command` (whenever it differs from its d
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import math
 import os
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,9 +271,10 @@ class TestConfig:
                           f"unknown file reader {v!r}; choose committed or listing", example="listing")
     pipeline_cmd: str = _opt("", "run your own PySpark pipeline instead of the bundled one: its command line, "
                                  "with the placeholders {python} {bootstrap} {input_topic} {output_topic} "
-                                 "{checkpoint} {master} {jars}, and {output_path} or {postgres_dsn} "
-                                 "{output_table} for its --output (docs/pipeline-contract.md); restarted with "
-                                 "the same values after every crash", check=_check_pipeline_cmd,
+                                 "{checkpoint} {master} {jars}, and {output_path}, {postgres_dsn} "
+                                 "{output_table} or {iceberg_conf} {output_table} for its --output "
+                                 "(docs/pipeline-contract.md); restarted with the same values after every crash",
+                             check=_check_pipeline_cmd,
                              example="{python} examples/user_pipeline.py --bootstrap {bootstrap} "
                                      "--input-topic {input_topic} --output-topic {output_topic} "
                                      "--checkpoint {checkpoint} --jars {jars}")
@@ -282,14 +285,17 @@ class TestConfig:
     output: str = _opt(user_outputs.DEFAULT, "--pipeline-cmd: what your job writes, read at its commit point: "
                                              "kafka ({output_topic}, at read_committed), files (Spark's file sink "
                                              "in {output_path}, through its _spark_metadata log), delta (a Delta "
-                                             "table in {output_path}, at its latest committed version) or postgres "
+                                             "table in {output_path}, at its latest committed version), postgres "
                                              "({output_table} in {postgres_dsn}, a server the run starts; at "
-                                             "REPEATABLE READ). docs/pipeline-contract.md",
+                                             "REPEATABLE READ) or iceberg ({output_table} in the catalog "
+                                             "{iceberg_conf} defines, at its current snapshot). "
+                                             "docs/pipeline-contract.md",
                        check=lambda v: None if v in user_outputs.OUTPUTS else
                        f"unknown output {v!r}; choose one of {', '.join(user_outputs.names())}", example="postgres")
-    order_column: str = _opt("", "--output postgres or delta: the table's column that gives the rows' commit or "
-                                 "insertion order (an integer or a timestamp), by which the order per key is "
-                                 "judged; default: id when the table has one, else the order is not judged",
+    order_column: str = _opt("", "--output postgres, delta or iceberg: the table's column that gives the "
+                                 "rows' commit or insertion order (an integer or a timestamp), by which the "
+                                 "order per key is judged; default: id when the table has one, else the order "
+                                 "is not judged",
                              check=lambda v: None if not v or v.replace("_", "").isalnum() else
                              f"{v!r} is not a column name: letters, digits and _ only", example="committed_at")
     nemesis: list[str] = _opt(help="comma-separated faults (name or name:target), 'all' or 'none'. "
@@ -562,6 +568,11 @@ class TestConfig:
         if not self.pipeline_cmd and self.output != user_outputs.DEFAULT:
             raise ConfigError("--output", "--output says what a --pipeline-cmd job writes; the bundled pipeline "
                                           "writes its --sink (e.g. --sink postgres): drop --output")
+        if self.pipeline_cmd and not self.pipeline_python and self.output in user_outputs.OUTPUTS:
+            why = interpreter.jars_only_refusal(sys.executable, importlib.metadata.version("pyspark"),
+                                                user_outputs.get(self.output).entry().jars)
+            if why:
+                raise ConfigError("--output", why)
         if self.pipeline_cmd and self.output in user_outputs.OUTPUTS:
             used = PipelineCommand.parse(self.pipeline_cmd).used
             wrong = user_outputs.misplaced(self.output, used)

@@ -204,6 +204,8 @@ def _setup(r: _Run) -> None:
                             input_contiguous=producers.client_class(cfg.producer).contiguous_input,
                             database_dsn=r.db.job_dsn if r.db else "", python=cfg.pipeline_python,
                             runtime=pipeline_runtime(cfg, r.sink), jars=r.sink.jars,
+                            output_values=tuple((r.sink.job_values(r.file_sink) if r.sink.job_values else {})
+                                                .items()),
                             clock_file=(r.rd.path / "driver-clock-offset"
                                         if catalog.needs_driver_clock([f for _, f in r.plan]) else None))
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)

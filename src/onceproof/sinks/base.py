@@ -200,7 +200,8 @@ class Sink:
     :class:`OutputLocation`. ``spark_runtime``: the PySpark version its writer needs when the harness's
     own will not do (Delta's connector supports older Sparks), run in a cached runtime the backend builds;
     ``None``: the harness's. ``jars``: classpaths of ``onceproof/deps/`` its writer needs beyond the Kafka
-    connector (``"delta"``).
+    connector (``"delta"``). ``job_values``: for a user's ``--output``, the placeholder values it gives
+    the job's command beyond the run's own, from its output directory (Iceberg's ``{iceberg_conf}``).
     """
 
     name: str
@@ -222,6 +223,7 @@ class Sink:
     committed_end: str = "onceproof.sinks.kafka_topic:OutputEnds"
     spark_runtime: str | None = None
     jars: tuple[str, ...] = ()
+    job_values: Callable[[Path | None], Mapping[str, str]] | None = None
 
     def read(self, location: OutputLocation) -> OutputView:
         """The output at ``location`` through :attr:`reader` (imported now). Raises as the reader does."""

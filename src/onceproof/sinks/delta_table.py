@@ -100,19 +100,6 @@ def _in_commit_order(dt: DeltaTable, path: Path, version: int, columns: list[str
     return pa.concat_tables(parts, promote_options="permissive"), "commit", rank
 
 
-def _as_rank(col: pa.ChunkedArray) -> np.ndarray:
-    """A declared order column as int64 ranks: integers as they are, timestamps and dates as epoch
-    microseconds, nulls as -1 (no rank)."""
-    t = col.type
-    if pa.types.is_timestamp(t):
-        col = col.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64())
-    elif pa.types.is_date(t):
-        col = col.cast(pa.timestamp("us")).cast(pa.int64())
-    else:
-        col = col.cast(pa.int64())
-    return col.fill_null(-1).to_numpy().astype(np.int64)
-
-
 def _data_files(path: Path) -> set[str]:
     """Every parquet file under ``path`` outside ``_delta_log``, relative to it."""
     found = set()
@@ -149,7 +136,7 @@ def read_output(location: OutputLocation) -> OutputView:
         cols = [c for c in table_rows.COLUMNS if c in have and c != declared]
         table, order, rank = _in_commit_order(dt, path, version, cols + ([declared] if declared else []))
         if declared:  # the declared order: its values rank the rows (ties unordered), not the commits
-            rank = _as_rank(table[declared])
+            rank = table_rows.as_rank(table[declared])
             table, order = table.drop_columns([c for c in (declared, "id") if c in table.column_names]), declared
         committed = {os.path.relpath(u.removeprefix("file://"), path) for u in dt.file_uris()}
     except TableNotFoundError as e:

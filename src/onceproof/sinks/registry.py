@@ -21,6 +21,9 @@ SINKS: dict[str, str] = {
     "delta": "onceproof.sinks.delta:DELTA",
     "delta-foreachbatch": "onceproof.sinks.delta:DELTA_FOREACHBATCH",
     "delta-no-txn": "onceproof.sinks.delta:DELTA_NO_TXN",
+    "iceberg": "onceproof.sinks.iceberg:ICEBERG",
+    "iceberg-foreachbatch": "onceproof.sinks.iceberg:ICEBERG_FOREACHBATCH",
+    "iceberg-no-idempotence": "onceproof.sinks.iceberg:ICEBERG_NO_IDEMPOTENCE",
 }
 DEFAULT = "eos"
 """The default sink, and the control that ``test-all --mutants`` runs against every package it uses."""

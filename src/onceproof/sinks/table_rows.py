@@ -33,6 +33,19 @@ def rank_column(rank: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.maximum(r, 0), r < 0)
 
 
+def as_rank(col: pa.ChunkedArray) -> np.ndarray:
+    """A declared order column (``--order-column``) as int64 ranks: integers as they are, timestamps and
+    dates as epoch microseconds, nulls as -1 (no rank)."""
+    t = col.type
+    if pa.types.is_timestamp(t):
+        col = col.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64())
+    elif pa.types.is_date(t):
+        col = col.cast(pa.timestamp("us")).cast(pa.int64())
+    else:
+        col = col.cast(pa.int64())
+    return col.fill_null(-1).to_numpy().astype(np.int64)
+
+
 def frame(table: pa.Table, rank: np.ndarray | None = None) -> pd.DataFrame:
     """A read of a table (``key``, ``seq``, and any other of :data:`COLUMNS`) as the checker's output
     frame, as a Kafka record's decoded JSON value would give it: ``partition`` 0 and ``offset`` = ``id``

@@ -10,6 +10,9 @@ command that name where it is (``backends/user_pipeline.py``).
   ``_delta_log`` (``sinks/delta_table.py``).
 * ``postgres``: the table ``{output_table}`` in the database ``{postgres_dsn}``, a server the run starts
   (``backends/common/postgres.py``), read in one ``REPEATABLE READ`` snapshot (``sinks/postgres_table.py``).
+* ``iceberg``: the Apache Iceberg table ``{output_table}`` in the catalog whose Spark settings
+  ``{iceberg_conf}`` holds (a Hadoop catalog whose warehouse is in the run directory), read at its
+  current snapshot with pyiceberg (``sinks/iceberg_table.py``).
 
 ``docs/pipeline-contract.md`` says what a job must keep for each.
 """
@@ -47,6 +50,9 @@ OUTPUTS: dict[str, Output] = {
     "postgres": Output("onceproof.sinks.postgres:USER_TABLE", "a PostgreSQL table, {output_table} in "
                        "{postgres_dsn} (a server the run starts), read at REPEATABLE READ",
                        frozenset({"postgres_dsn", "output_table"})),
+    "iceberg": Output("onceproof.sinks.iceberg:USER_TABLE", "an Apache Iceberg table, {output_table} in the catalog "
+                      "{iceberg_conf} defines (a file-system catalog in the run directory), read at its current "
+                      "snapshot", frozenset({"iceberg_conf", "output_table"})),
 }
 DEFAULT = "kafka"
 OWN_PLACEHOLDERS = frozenset().union(*(o.placeholders for o in OUTPUTS.values()))

@@ -24,6 +24,9 @@ from onceproof.backends.common import jars
 DEPS_PACKAGES = {"delta": "delta-spark"}
 """``deps/`` library → the Python distribution that pins its version in a job's environment: a job's
 delta-spark package calls into Delta's jars of the same version."""
+JARS_ONLY = {"iceberg": "Iceberg's Spark runtime"}
+"""``deps/`` libraries a job reaches through its ``{jars}`` alone (no Python package pins them), by how
+messages name them: their build for the job's Spark line is always needed."""
 
 PROBE = ("import json, pathlib, sys\n"
          "from importlib import metadata\n"
@@ -150,17 +153,40 @@ def refusal(i: Interpreter) -> str | None:
     return None
 
 
+def jars_only_refusal(python: str, pyspark_version: str, libraries: tuple[str, ...]) -> str | None:
+    """Why a job on ``python`` (PySpark ``pyspark_version``) cannot have the :data:`JARS_ONLY` ones of
+    ``libraries`` in its ``{jars}`` (no build for its Spark line: ``jars.spark_line``), naming the fix;
+    ``None`` when it can. Pure but for reading the pom."""
+    for lib in libraries:
+        if lib not in JARS_ONLY:
+            continue
+        try:
+            jars.spark_line(lib, pyspark_version)
+        except jars.NoBuildForSpark:
+            lines = jars.spark_lines(lib)
+            return (f"{python} has PySpark {pyspark_version}, and {JARS_ONLY[lib]}, which onceproof puts in "
+                    f"{{jars}}, is built for Spark {', '.join(lines)} only: run the job on one of those "
+                    f"(--pipeline-python with an environment of pyspark {lines[-1]}.x)")
+    return None
+
+
 def deps_refusal(i: Interpreter, libraries: tuple[str, ...]) -> str | None:
     """Why the ``deps/`` ``libraries`` a job's ``{jars}`` carry (``Sink.jars``: ``("delta",)`` for
     ``--output delta``) cannot match ``i``, naming the fix; ``None`` when they can. Only a library whose
     package the job's environment has (:data:`DEPS_PACKAGES`) is checked, for two things: the package's own
     ``pyspark`` requirement holds for ``i``'s PySpark (PEP 440, as pip would check it), and the library
     builds for ``i``'s Spark line (``jars.spark_line``). A job without the package (a Delta table written
-    with delta-rs) needs no jars and is not refused."""
+    with delta-rs) needs no jars and is not refused. A library of :data:`JARS_ONLY` (Iceberg's runtime)
+    is always checked for a build for ``i``'s Spark line."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     have = {d: (v, reqs) for d, v, reqs in i.packages}
     for lib in libraries:
+        if lib in JARS_ONLY:
+            why = jars_only_refusal(i.python, i.pyspark_version, (lib,))
+            if why:
+                return why
+            continue
         dist = DEPS_PACKAGES.get(lib)
         if dist not in have:
             continue

@@ -314,13 +314,23 @@ def deps_classpath(name: str, pyspark_jars: Path | None = None, spark_version: s
     pom = DEPS / name / "pom.xml"
     if not pom.is_file():
         raise ResolveError(f"no classpath named {name!r}: {pom} is missing")
-    props = {f"{name}.version": version or _pom_property(pom, f"{name}.version")}
-    label = props[f"{name}.version"]
     line = spark_line(name, spark_version) if spark_version is not None else None
+    per_line = _line_properties(pom, name, line) if line is not None else {}
+    props = {f"{name}.version": version or per_line.pop(f"{name}.version", None)
+             or _pom_property(pom, f"{name}.version"), **per_line}
+    label = props[f"{name}.version"]
     if line is not None:
         props[f"{name}.spark"] = line
         label = f"{label}-spark{line}"
     return _minus_shipped(_resolve(name, label, pom, props), pyspark_jars)
+
+
+def _line_properties(pom: Path, name: str, line: str) -> dict[str, str]:
+    """The pom's properties for one Spark line: ``<name.key.<line>>`` as ``{"name.key": value}`` (e.g.
+    ``<iceberg.version.4.0>1.11.0</iceberg.version.4.0>``: Iceberg's last build for Spark 4.0 is older
+    than its pin; ``<iceberg.scala.3.5>``: Spark 3.5's builds are Scala 2.12). Pure but for the read."""
+    found = re.findall(rf"<({re.escape(name)}\.[a-z]+)\.{re.escape(line)}>([^<]+)</", pom.read_text())
+    return dict(found)
 
 
 def _minus_shipped(cp: Classpath, pyspark_jars: Path | None) -> Classpath:

@@ -248,7 +248,7 @@ def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars:
              "master": pipeline.master, "jars": connector_jars(pyspark_jars, spark_version, pipeline.jars, versions),
              # an output's own placeholders (sinks/user_outputs.py): config refuses those of another output
              "output_path": str(pipeline.file_sink or ""), "postgres_dsn": pipeline.database_dsn,
-             "output_table": pipeline.output_topic})
+             "output_table": pipeline.output_topic, **dict(pipeline.output_values)})
     return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars",
             connector_jars(pyspark_jars, spark_version, pipeline.jars, versions)]
 

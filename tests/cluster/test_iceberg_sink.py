@@ -1,0 +1,83 @@
+"""The bundled Apache Iceberg sinks on the real local cluster, written through Iceberg's Spark runtime
+(iceberg-spark-runtime-4.1_2.13 1.12.0 on the PySpark 4.1 runtime the run builds once) into a Hadoop
+catalog in the run directory, and read at the table's current snapshot with pyiceberg, under
+``kill-driver-in-commit-window`` (the driver killed after batch N's snapshot and before Spark's
+``commits/N``) and ``kill-broker``:
+
+* ``iceberg`` (Iceberg's streaming write: the query id and epoch id in each snapshot's summary) is
+  ``valid``, its commit window watched through the table's metadata files (the sink has no hook), and no
+  epoch is in two snapshots: Iceberg skipped the replayed one;
+* ``iceberg-no-idempotence`` (``foreachBatch`` appends, never checked) is ``invalid`` with ``duplicate``
+  rows, and a stored-run ``check`` agrees.
+
+Both lease the session's warm cluster. ``make test``; ``iceberg-foreachbatch`` (the batch-id snapshot
+property) is in ``make test-extended``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import load_run, our_processes, run_cli
+
+pytestmark = pytest.mark.cluster
+
+FAULTS = "kill-driver-in-commit-window,kill-broker"
+
+
+def _run(results: Path, sink: str, warm: list[str]) -> tuple[Path, dict, dict, str]:
+    p = run_cli(["run", "--sink", sink, "--nemesis", FAULTS, "--seed", "1", "--time-limit", "40",
+                 "--results", str(results), *warm], timeout=1200)
+    out = p.stdout + p.stderr
+    assert p.returncode != 254, out[-3000:]
+    run_dir, result, ops = load_run(results)
+    assert not our_processes(str(run_dir)), "a process of the run outlived it"
+    cw = [o for o in ops if o.get("type") == "info" and o.get("f") == "kill-driver-in-commit-window"]
+    assert cw and cw[0]["outcome"] == "effective" and cw[0]["exercised"], (cw, out[-3000:])
+    assert not cw[0]["evidence"]["commit_logged_after_kill"], cw[0]["evidence"]
+    kb = [o for o in ops if o.get("type") == "info" and o.get("f") == "kill-broker"]
+    assert kb and kb[0]["exercised"], (kb, out[-3000:])
+    return run_dir, result, cw[0]["evidence"], out
+
+
+def _epochs(summaries: list[dict]) -> list[str]:
+    return [s["epoch_id"] for s in summaries if "epoch_id" in s]
+
+
+@pytest.mark.timeout(2400)
+def test_icebergs_streaming_write_is_valid_and_appends_without_a_check_are_caught(warm_cluster, tmp_path):
+    run_dir, result, ev, out = _run(tmp_path / "ok", "iceberg", warm_cluster)
+    assert result["verdict"] == "valid", (result["counts"], out[-3000:])
+    ic = result["iceberg"]
+    assert ic["rows"] == result["stats"]["input_records"] > 0 and ic["order"] == "commit", ic
+    assert ev["mode"] == "watch" and ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev
+    query_id = json.loads((run_dir / "checkpoint" / "metadata").read_text().splitlines()[0])["id"]
+    shown = ic["snapshot_summaries"]
+    assert {s.get("query_id") for s in shown if "epoch_id" in s} == {query_id}, shown
+    assert len(_epochs(shown)) == len(set(_epochs(shown))), shown  # the replayed epoch was skipped
+    assert "iceberg table read at snapshot" in out and result["cluster"]["warm"] is True, result["cluster"]
+
+    mut_dir, mut, _, out = _run(tmp_path / "mutant", "iceberg-no-idempotence", warm_cluster)
+    assert mut["verdict"] == "invalid" and mut["counts"]["duplicate"] > 0, (mut["counts"], out[-3000:])
+    assert mut["iceberg"]["rows"] > mut["stats"]["input_records"], mut["iceberg"]
+    batches = [s["batch_id"] for s in mut["iceberg"]["snapshot_summaries"] if "batch_id" in s]
+    assert len(batches) > len(set(batches)), batches  # the replayed batch's second snapshot
+    again = run_cli(["check", str(mut_dir), "--json"], timeout=300)
+    assert again.returncode == 1 and json.loads(again.stdout)["counts"]["duplicate"] == mut["counts"]["duplicate"]
+
+
+@pytest.mark.extended  # about 3 minutes; make test's 50 minutes: its idempotence is the streaming write's kind
+@pytest.mark.timeout(1500)
+def test_foreachbatch_appends_that_check_the_batch_property_are_valid(tmp_path):
+    run_dir, result, ev, out = _run(tmp_path, "iceberg-foreachbatch", [])
+    assert result["verdict"] == "valid", (result["counts"], out[-3000:])
+    ic = result["iceberg"]
+    assert ic["rows"] == result["stats"]["input_records"] > 0, ic
+    assert ev["mode"] == "hook", ev  # the sink's after-commit hook: killed after the snapshot
+    skips = [json.loads(line) for line in (run_dir / "sink.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "skip" for e in skips), "the replayed batch was not skipped"
+    sink_id = json.loads((run_dir / "test.json").read_text())["sink_id"]
+    assert {s.get("sink_id") for s in ic["snapshot_summaries"] if "batch_id" in s} == {sink_id}, ic
