@@ -128,6 +128,7 @@ bench-real-read: setup
 bench-tables: setup postgres-prereqs
 	$(BIN)/python bench/table_read_bench.py --table postgres
 	$(BIN)/python bench/table_read_bench.py --table delta
+	$(BIN)/python bench/table_read_bench.py --table iceberg
 
 bench-spark-checker: setup
 	$(BIN)/python bench/spark_checker_bench.py --records 50000000 --engines spark --history none --timeout 3600

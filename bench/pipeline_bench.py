@@ -9,8 +9,8 @@ Phases, one after another on this machine (each a real ``onceproof run`` with ``
 KRaft cluster and Spark ``local-cluster``; the run's stored ``output.parquet`` carries, per output
 record, its append time ``timestamp`` and its input record's append time ``in_ts``, both ms; a table
 sink's record is timed at its commit instead, see :func:`_output`). ``--sinks`` names the sinks each
-phase runs (default ``eos,at-least-once``; the table sinks ``delta``, ``delta-foreachbatch`` and
-``postgres`` too, each also reported as a ratio to eos's throughput):
+phase runs (default ``eos,at-least-once``; the table sinks ``delta``, ``delta-foreachbatch``,
+``iceberg``, ``iceberg-foreachbatch`` and ``postgres`` too, each also reported as a ratio to eos's throughput):
 
 1. **saturate** ``eos`` and ``at-least-once``: ``--rate`` (default 8,000 records/s) offered for
    ``--saturate-s`` (60 s) with ``maxOffsetsPerTrigger`` lifted (``--max-offsets`` 1,000,000, so the
@@ -125,7 +125,9 @@ def _output(run_dir: Path) -> pd.DataFrame:
 
     A topic's record: its append time (``output.parquet``). A Delta table's row: the modification time of
     the ``_delta_log/<version>.json`` that added its file (the commit is visible once that file exists;
-    ``delta_table.added_in``). A PostgreSQL row: the time of its batch's ``commit`` event in
+    ``delta_table.added_in``). An Iceberg table's row: the modification time of the first
+    ``metadata/v<N>.metadata.json`` whose current snapshot holds its file (the Hadoop catalog's commit is
+    that file's rename). A PostgreSQL row: the time of its batch's ``commit`` event in
     ``sink.jsonl`` (logged when the database's ``COMMIT`` returned), joined on (incarnation, batchId).
     Raises ``RuntimeError`` when a table sink's run has none of these."""
     cols = pd.read_parquet(run_dir / "output.parquet").columns
@@ -134,6 +136,8 @@ def _output(run_dir: Path) -> pd.DataFrame:
     table = run_dir / "delta-table"
     if (table / "_delta_log").is_dir():
         return _delta_visible(table)
+    if (run_dir / "iceberg-warehouse").is_dir():
+        return _iceberg_visible(run_dir / "iceberg-warehouse")
     if {"op.batch", "op.incarnation", "in_ts"} <= set(cols) and (run_dir / "sink.jsonl").exists():
         return _commit_event_visible(run_dir)
     raise RuntimeError(f"{run_dir}: no way to time this output's visibility (no timestamp, Delta log or commit events)")
@@ -153,6 +157,29 @@ def _delta_visible(table: Path) -> pd.DataFrame:
         mtime_ms = (table / "_delta_log" / f"{v:020d}.json").stat().st_mtime_ns // 1_000_000
         in_ts = pq.read_table(table / f, columns=["in_ts"])["in_ts"].to_numpy()
         parts.append(pd.DataFrame({"timestamp": np.full(len(in_ts), mtime_ms, dtype=np.int64), "in_ts": in_ts}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"timestamp": [], "in_ts": []})
+
+
+def _iceberg_visible(warehouse: Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+    from pyiceberg.table import StaticTable
+
+    from onceproof.sinks.iceberg_table import METADATA, current_metadata, metadata_versions, table_dir
+
+    meta = table_dir(warehouse) / METADATA
+    became_current: dict[int, int] = {}  # snapshot id -> ms of the first metadata file naming it current
+    for v in metadata_versions(warehouse):
+        f = meta / f"v{v}.metadata.json"
+        snap = StaticTable.from_metadata(str(f)).current_snapshot()
+        if snap is not None:
+            became_current.setdefault(snap.snapshot_id, f.stat().st_mtime_ns // 1_000_000)
+    entries = StaticTable.from_metadata(str(current_metadata(warehouse))).inspect.entries()
+    paths = entries.column("data_file").combine_chunks().field("file_path").to_pylist()
+    parts = []
+    for path, snap_id in zip(paths, entries.column("snapshot_id").to_pylist(), strict=True):
+        in_ts = pq.read_table(path.removeprefix("file:"), columns=["in_ts"])["in_ts"].to_numpy()
+        parts.append(pd.DataFrame({"timestamp": np.full(len(in_ts), became_current[snap_id], dtype=np.int64),
+                                   "in_ts": in_ts}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"timestamp": [], "in_ts": []})
 
 

@@ -8,6 +8,8 @@ unless the checker reports exactly those as ``duplicate``.
 * ``--table postgres``: a real server (``backends/common/postgres.py``), one ``COPY``.
 * ``--table delta``: a table written by delta-rs in commits of ``--batch`` rows (a micro-batch each, so
   the reader walks one ``_delta_log`` commit per batch), the duplicates in one more commit.
+* ``--table iceberg``: an Iceberg table written by pyiceberg in snapshots of ``--batch`` rows, the
+  duplicates in one more, read at its current snapshot (``sinks/iceberg_table.py``).
 
 Writes ``bench/<table>_read.json``: rows, seconds to load, to read, to check, and the read's peak RSS
 growth (MiB).
@@ -15,6 +17,7 @@ growth (MiB).
     .venv/bin/python bench/table_read_bench.py --table postgres      # 1M rows, about 30 s
     .venv/bin/python bench/table_read_bench.py --table delta         # 1M rows in 100 commits
     .venv/bin/python bench/table_read_bench.py --table delta --rows 100000
+    .venv/bin/python bench/table_read_bench.py --table iceberg       # 1M rows in 101 snapshots
 
 Why our own script rather than a benchmark framework: the setup (a server, a table of a million rows) is
 the bench's own, and each measurement is one call timed once.
@@ -107,7 +110,42 @@ class Delta:
         return read_output(location)
 
 
-TABLES = {"postgres": lambda a: Postgres(), "delta": lambda a: Delta(a.batch)}
+class Iceberg:
+    """A table written by pyiceberg, one snapshot per ``batch`` rows and one for the duplicates, in the
+    layout of the Hadoop catalog the Iceberg sinks use (``<warehouse>/db/output``, each commit's metadata
+    published as the next ``metadata/v<N>.metadata.json``); pyiceberg's SQL catalog (SQLite) does the
+    writing, as it has no Hadoop catalog."""
+
+    def __init__(self, batch: int):
+        self.batch = batch
+
+    @contextlib.contextmanager
+    def load(self, work: Path, rows: pa.Table, dups: pa.Table) -> Iterator[OutputLocation]:
+        import shutil
+
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        from onceproof.sinks.iceberg_table import METADATA, table_dir
+
+        warehouse = work / "iceberg-warehouse"
+        catalog = SqlCatalog("bench", uri=f"sqlite:///{work / 'catalog.db'}", warehouse=f"file://{warehouse}")
+        catalog.create_namespace("db")
+        table = catalog.create_table("db.output", schema=rows.schema, location=str(table_dir(warehouse)))
+        batches = [rows.slice(s, self.batch) for s in range(0, rows.num_rows, self.batch)] + [dups]
+        for version, batch in enumerate([None, *batches], start=1):
+            if batch is not None:
+                table.append(batch)
+            shutil.copy(table.metadata_location.removeprefix("file://"),
+                        table_dir(warehouse) / METADATA / f"v{version}.metadata.json")
+        yield OutputLocation(directory=warehouse)
+
+    def read(self, location: OutputLocation) -> OutputView:
+        from onceproof.sinks.iceberg_table import read_output
+
+        return read_output(location)
+
+
+TABLES = {"postgres": lambda a: Postgres(), "delta": lambda a: Delta(a.batch), "iceberg": lambda a: Iceberg(a.batch)}
 
 
 def records(rows: int, keys: int, dups: int) -> tuple[pa.Table, pa.Table]:
@@ -129,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--dups", type=int, default=1_000)
-    ap.add_argument("--batch", type=int, default=10_000, help="rows per Delta commit (a micro-batch)")
+    ap.add_argument("--batch", type=int, default=10_000, help="rows per Delta commit or Iceberg snapshot (a "
+                                                              "micro-batch)")
     ap.add_argument("--json", help="default: bench/<table>_read.json")
     a = ap.parse_args(argv)
     table: Table = TABLES[a.table](a)

@@ -67,7 +67,8 @@ def _duplicate(result: dict) -> Advice:
                       "Spark's Structured Streaming Programming Guide, Recovering from Failures with Checkpointing")
     near = [f for f in _nearby(exs) if f in KILLS]
     fix = ("make the write idempotent on the micro-batch: skip a batchId already committed (a progress row or "
-           "marker committed with the data, Delta's txnAppId/txnVersion), or upsert on the record's identity")
+           "marker committed with the data, Delta's txnAppId/txnVersion, a batch id in an Iceberg snapshot's "
+           "summary), or upsert on the record's identity (a MERGE)")
     if same_batch:
         return Advice("a replayed micro-batch was written again (copies name the same batchId)", fix, FOREACH_BATCH)
     if near:
