@@ -106,7 +106,8 @@ def test_a_users_postgres_job_with_its_progress_row_is_valid(tmp_path):
     assert end > ev["output_end_at_offsets_logged"]["0"], ev  # the batch's rows were committed at the kill
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.extended  # 86 s; make test's 50 minutes: the upsert job runs on the real server there, and the
+@pytest.mark.timeout(900)  # bundled iceberg-no-idempotence and the certificate's naive job are caught there
 def test_a_users_postgres_job_without_it_is_invalid_with_duplicate_rows(warm_cluster, tmp_path):
     naive, _, out = _run(tmp_path, "postgres", " --naive", tuple(warm_cluster))
     assert naive["verdict"] == "invalid" and naive["counts"]["duplicate"] > 0, _why(naive, out)
@@ -127,7 +128,8 @@ def test_a_users_postgres_upsert_job_without_an_order_column_is_valid(warm_clust
     assert ev["output_end_at_kill"]["0"] > ev["output_end_at_offsets_logged"]["0"], ev  # rows upserted at the kill
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.extended  # 130 s; make test's 50 minutes: the Iceberg MERGE job runs there on another interpreter
+@pytest.mark.timeout(1200)  # with its line's jars; the Delta reader's unit tests (unit/test_delta_output.py)
 def test_a_users_delta_job_with_its_txn_action_is_valid(warm_cluster, tmp_path):
     """Run on another interpreter with another PySpark (``--pipeline-python``; the cached previous-minor
     runtime, ``backends/local/runtimes.py``, stands for a user's venv): its driver and Python workers run

@@ -137,3 +137,22 @@ def test_the_bundled_sinks_run_on_the_iceberg_runtime_and_the_mutant_targets_the
     mutant = sinks.get("iceberg-no-idempotence")
     assert mutant.mutant and mutant.expect == "invalid" and mutant.targeted_by == "commit"
     assert sinks.get("iceberg").expect == sinks.get("iceberg-foreachbatch").expect == "valid"
+
+
+def test_the_report_lists_the_snapshots_read_and_names_the_latest_marker():
+    from onceproof.sinks import iceberg, user_outputs
+
+    summary = {"snapshot_id": 9, "metadata": "v3.metadata.json", "snapshots": 2, "rows": 5, "files": 2,
+               "orphan_files": 1, "snapshot_summaries": [
+                   {"snapshot_id": 8, "sequence_number": 1, "timestamp_ms": 1, "operation": "append",
+                    "added_records": "3", "query_id": "q", "epoch_id": "0"},
+                   {"snapshot_id": 9, "sequence_number": 2, "timestamp_ms": 2, "operation": "append",
+                    "added_records": "2", "query_id": "q", "epoch_id": "1"}]}
+    line = iceberg.report_line(summary)
+    assert "snapshot 9 (v3.metadata.json, 2 snapshots): 5 rows in 2 files, orphan-files=1" in line, line
+    assert line.endswith("latest snapshot: epoch 1 of query q"), line
+    [(title, rows)] = user_outputs.output_tables({"iceberg": summary})
+    assert "the latest 2 of 2; current 9" in title
+    assert [list(r) for r in rows] == [["snapshot_id", "sequence_number", "operation", "added_records", "query_id",
+                                        "epoch_id"]] * 2 and [r["epoch_id"] for r in rows] == ["0", "1"]
+    assert user_outputs.output_tables({"delta": {"version": 1}}) == []

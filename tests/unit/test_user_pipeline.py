@@ -11,21 +11,22 @@ from onceproof.nemesis.commit_window_watch import CommitWindowWatch
 VALUES = {"python": "/venv/bin/python", "bootstrap": "127.0.0.1:9092,127.0.0.1:9093", "input_topic": "input",
           "output_topic": "output", "checkpoint": "/runs/a b/checkpoint", "master": "local-cluster[2,1,1024]",
           "jars": "/j/a.jar,/j/b.jar", "output_path": "/runs/a b/file-sink",
-          "postgres_dsn": "host=127.0.0.1 port=5 dbname=onceproof user=onceproof", "output_table": "output"}
+          "postgres_dsn": "host=127.0.0.1 port=5 dbname=onceproof user=onceproof", "output_table": "output",
+          "iceberg_conf": '{"spark.sql.catalog.onceproof.warehouse": "/runs/a b/iceberg-warehouse"}'}
 
 
 def test_every_placeholder_expands_to_one_word_without_a_shell():
     cmd = PipelineCommand.parse("{python} 'my pipe.py' --bootstrap={bootstrap} --in {input_topic} "
                                 "--out {output_topic} --checkpoint {checkpoint} --master {master} --jars {jars} "
                                 "--literal '{{not a placeholder}}' '$HOME;rm' --path {output_path} "
-                                "--dsn {postgres_dsn} --table {output_table}")
+                                "--dsn {postgres_dsn} --table {output_table} --conf {iceberg_conf}")
     assert cmd.used == set(PLACEHOLDERS)
     assert cmd.argv(VALUES) == ["/venv/bin/python", "my pipe.py", "--bootstrap=127.0.0.1:9092,127.0.0.1:9093",
                                 "--in", "input", "--out", "output", "--checkpoint", "/runs/a b/checkpoint",
                                 "--master", "local-cluster[2,1,1024]", "--jars", "/j/a.jar,/j/b.jar",
                                 "--literal", "{not a placeholder}", "$HOME;rm", "--path", "/runs/a b/file-sink",
                                 "--dsn", "host=127.0.0.1 port=5 dbname=onceproof user=onceproof",
-                                "--table", "output"]
+                                "--table", "output", "--conf", VALUES["iceberg_conf"]]
     assert cmd.argv(VALUES) == cmd.argv(dict(VALUES)), "a restart gets the same argv"
 
 

@@ -281,6 +281,15 @@ def _sink_html(run: Run) -> str:
     return f"<section><h2>sink events ({SINK})</h2>" + "".join(parts) + "</section>"
 
 
+def _output_html(run: Run) -> str:
+    """The sink entries' tables about the output (an Iceberg table's snapshots), or ""."""
+    tables = user_outputs.output_tables(run.results or {})
+    if not tables:
+        return ""
+    return ("<section><h2>output</h2>" + "".join(f"<h3>{esc(title)}</h3>{_table(rows)}" for title, rows in tables)
+            + "</section>")
+
+
 def _files_html(run: Run) -> str:
     recs = []
     for name, what in CONTENTS.items():
@@ -473,6 +482,7 @@ def render_report(run: Run, plotly_src: str | None = None, latest_src: str | Non
         f"<section id=recovery><h2>recovery</h2>{_recovery_html(run)}</section>",
         f"<section id=liveness><h2>liveness</h2>{_liveness_html(run)}</section>",
         _sink_html(run),
+        _output_html(run),
         _config_section(run),
         f"<section id=files><h2>files</h2>{_files_html(run)}</section>",
     ]

@@ -202,6 +202,8 @@ class Sink:
     ``None``: the harness's. ``jars``: classpaths of ``onceproof/deps/`` its writer needs beyond the Kafka
     connector (``"delta"``). ``job_values``: for a user's ``--output``, the placeholder values it gives
     the job's command beyond the run's own, from its output directory (Iceberg's ``{iceberg_conf}``).
+    ``report_rows``: the rows of a table the report shows about its output, from the reader's summary
+    (``(title, [row dict])``: an Iceberg table's snapshots), ``None`` for none.
     """
 
     name: str
@@ -224,6 +226,7 @@ class Sink:
     spark_runtime: str | None = None
     jars: tuple[str, ...] = ()
     job_values: Callable[[Path | None], Mapping[str, str]] | None = None
+    report_rows: Callable[[dict], tuple[str, list[dict]]] | None = None
 
     def read(self, location: OutputLocation) -> OutputView:
         """The output at ``location`` through :attr:`reader` (imported now). Raises as the reader does."""
@@ -240,3 +243,9 @@ class Sink:
         ``result[result_key]``), or none."""
         summary = result.get(self.result_key) if self.result_key else None
         return [self.report_line(summary)] if summary and self.report_line else []
+
+    def report_table(self, result: dict) -> tuple[str, list[dict]] | None:
+        """The table about this sink's output in ``result`` (:attr:`report_rows` of ``result[result_key]``),
+        or ``None``."""
+        summary = result.get(self.result_key) if self.result_key else None
+        return self.report_rows(summary) if summary and self.report_rows else None

@@ -42,6 +42,17 @@ def report_line(summary: dict) -> str:
             f"orphan-files={summary.get('orphan_files')}; latest snapshot: {marker}")
 
 
+def report_rows(summary: dict) -> tuple[str, list[dict]]:
+    """The report's table of the snapshots read (the latest ``iceberg_table.SHOWN``), one row each: id,
+    sequence number, operation, added records, and the streaming query and epoch or the batch property."""
+    shown = summary.get("snapshot_summaries") or []
+    title = (f"Iceberg snapshots (the latest {len(shown)} of {summary.get('snapshots')}; current "
+             f"{summary.get('snapshot_id')}, {summary.get('metadata')})")
+    cols = ("snapshot_id", "sequence_number", "operation", "added_records", "total_records", "query_id", "epoch_id",
+            "sink_id", "batch_id")
+    return title, [{c: s[c] for c in cols if c in s} for s in shown]
+
+
 def job_values(directory: Path | None) -> dict[str, str]:
     """The placeholders a user's ``--output iceberg`` job gets: ``iceberg_conf`` (the catalog's Spark
     settings as a JSON object, ``iceberg_sink.catalog_conf`` of the warehouse ``directory``) and
@@ -84,6 +95,7 @@ def write_without_check(df, job: JobContext):
 
 _TABLE = dict(reader="onceproof.sinks.iceberg_table:read_output", output_dir=OUTPUT_DIR,
               output_modes=frozenset({"append"}), result_key="iceberg", report_line=report_line,
+              report_rows=report_rows,
               committed_end="onceproof.sinks.iceberg_table:MetadataEnds", jars=("iceberg",))
 _BUNDLED = dict(spark_conf=iceberg_sink.SPARK_CONF, spark_runtime=RUNTIME, **_TABLE)
 

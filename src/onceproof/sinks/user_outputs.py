@@ -92,6 +92,16 @@ def output_lines(result: dict) -> list[str]:
     """The lines the sink entries (``--sink``'s and ``--output``'s) print about their output in a check's
     ``result`` (e.g. the file sink's files and orphans, a Delta table's version); ``[]`` when none has a
     summary there. One line per summary key."""
-    by_key = {s.result_key: s for s in [*registry.entries(), *(o.entry() for o in OUTPUTS.values())]
-              if s.result_key}
-    return [line for s in by_key.values() for line in s.report_lines(result)]
+    return [line for s in _by_result_key().values() for line in s.report_lines(result)]
+
+
+def output_tables(result: dict) -> list[tuple[str, list[dict]]]:
+    """The tables the sink entries show about their output in a check's ``result`` (an Iceberg table's
+    snapshots): ``[(title, rows)]``, ``[]`` when none has one."""
+    return [t for s in _by_result_key().values() if (t := s.report_table(result))]
+
+
+def _by_result_key() -> dict[str, Sink]:
+    """Every sink entry (``--sink``'s and ``--output``'s) that stores a summary, by its key (imports them)."""
+    return {s.result_key: s for s in [*registry.entries(), *(o.entry() for o in OUTPUTS.values())]
+            if s.result_key}
