@@ -164,7 +164,7 @@ def _iceberg_visible(warehouse: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
     from pyiceberg.table import StaticTable
 
-    from onceproof.sinks.iceberg_table import METADATA, current_metadata, metadata_versions, table_dir
+    from onceproof.sinks.iceberg_table import METADATA, current_metadata, local_path, metadata_versions, table_dir
 
     meta = table_dir(warehouse) / METADATA
     became_current: dict[int, int] = {}  # snapshot id -> ms of the first metadata file naming it current
@@ -174,10 +174,12 @@ def _iceberg_visible(warehouse: Path) -> pd.DataFrame:
         if snap is not None:
             became_current.setdefault(snap.snapshot_id, f.stat().st_mtime_ns // 1_000_000)
     entries = StaticTable.from_metadata(str(current_metadata(warehouse))).inspect.entries()
-    paths = entries.column("data_file").combine_chunks().field("file_path").to_pylist()
+    data = entries.column("data_file").combine_chunks()
+    rows = zip(data.field("file_path").to_pylist(), data.field("content").to_pylist(),
+               entries.column("status").to_pylist(), entries.column("snapshot_id").to_pylist(), strict=True)
     parts = []
-    for path, snap_id in zip(paths, entries.column("snapshot_id").to_pylist(), strict=True):
-        in_ts = pq.read_table(path.removeprefix("file:"), columns=["in_ts"])["in_ts"].to_numpy()
+    for path, snap_id in ((p, s) for p, c, st, s in rows if st != 2 and c == 0):  # live data files
+        in_ts = pq.read_table(local_path(path), columns=["in_ts"])["in_ts"].to_numpy()
         parts.append(pd.DataFrame({"timestamp": np.full(len(in_ts), became_current[snap_id], dtype=np.int64),
                                    "in_ts": in_ts}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"timestamp": [], "in_ts": []})

@@ -23,13 +23,14 @@ class _Hadoop:
     """A table written through pyiceberg's SQL catalog (SQLite) at the Hadoop layout's location, whose
     every metadata file is published as the next ``v<N>.metadata.json``."""
 
-    def __init__(self, warehouse, schema: pa.Schema):
+    def __init__(self, warehouse, schema: pa.Schema, version: int = 2):
         self.warehouse = warehouse
         self.catalog = SqlCatalog("t", uri=f"sqlite:///{warehouse.parent / (warehouse.name + '.db')}",
                                   warehouse=f"file://{warehouse}")
         self.catalog.create_namespace("db")
         self.table = self.catalog.create_table("db.output", schema=schema,
-                                               location=str(iceberg_table.table_dir(warehouse)))
+                                               location=str(iceberg_table.table_dir(warehouse)),
+                                               properties={"format-version": str(version)})
         self.version = 0
         self._publish()
 
@@ -156,3 +157,48 @@ def test_the_report_lists_the_snapshots_read_and_names_the_latest_marker():
     assert [list(r) for r in rows] == [["snapshot_id", "sequence_number", "operation", "added_records", "query_id",
                                         "epoch_id"]] * 2 and [r["epoch_id"] for r in rows] == ["0", "1"]
     assert user_outputs.output_tables({"delta": {"version": 1}}) == []
+
+
+def test_a_table_with_no_snapshot_yet_reads_as_no_rows(tmp_path):
+    wh = tmp_path / "wh"
+    _Hadoop(wh, _rows([("a", 0)]).schema)  # created by the job, no batch committed
+    view = read_output(OutputLocation(directory=wh))
+    assert view.committed.empty and view.summary["snapshot_id"] is None and view.summary["rows"] == 0, view.summary
+    assert view.summary["files"] == view.summary["orphan_files"] == 0
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_commit_order_holds_in_both_format_versions_and_an_id_column_is_no_order(tmp_path, version):
+    """A format-v1 table's sequence numbers are all 0: the snapshots' commit order ranks the rows. An
+    ``id`` column is not read as the order (Iceberg numbers no rows as committed)."""
+    wh = tmp_path / "wh"
+    schema = _rows([("a", 0)]).append_column("id", pa.array([0], pa.int64())).schema
+    t = _Hadoop(wh, schema, version)
+    t.append(_rows([("a", 1)]).append_column("id", pa.array([1], pa.int64())))
+    t.append(_rows([("a", 0)]).append_column("id", pa.array([0], pa.int64())))  # seq going back: nonmonotonic
+    f = read_output(OutputLocation(directory=wh)).committed
+    assert list(zip(f["key"], f["seq"])) == [("a", 1), ("a", 0)] and list(f["order_rank"]) == [1, 2], f
+
+
+def test_files_count_the_live_ones_and_a_deleted_file_an_older_snapshot_holds_is_no_orphan(tmp_path):
+    wh = tmp_path / "wh"
+    t = _Hadoop(wh, _rows([("a", 0)]).schema)
+    t.append(_rows([("a", 0)]))
+    t.append(_rows([("b", 0)]))
+    t.delete("key == 'a'")
+    t.append(_rows([("c", 0)]))
+    s = read_output(OutputLocation(directory=wh)).summary
+    assert (s["files"], s["orphan_files"], s["rows"]) == (2, 0, 2), s
+
+
+def test_a_job_on_onceproofs_own_pyspark_is_refused_for_iceberg_before_anything_starts():
+    from onceproof.harness.config import ConfigError, TestConfig
+
+    job = ("{python} job.py --bootstrap {bootstrap} --input-topic {input_topic} --checkpoint {checkpoint} "
+           "--table {output_table} --iceberg-conf {iceberg_conf} --jars {jars}")
+    with pytest.raises(ConfigError) as e:
+        TestConfig(pipeline_cmd=job, output="iceberg", nemesis=["kill-driver"]).validate()
+    assert e.value.option == "--output" and "built for Spark 3.5, 4.0, 4.1 only" in str(e.value), str(e.value)
+    assert "--pipeline-python" in str(e.value) and "--spark-version" in str(e.value)
+    with pytest.raises(ConfigError, match="is for --output iceberg"):
+        TestConfig(pipeline_cmd=job, output="postgres", nemesis=["kill-driver"]).validate()

@@ -120,6 +120,6 @@ def test_an_order_column_is_for_a_table_output_and_must_be_a_column_name():
     assert cfg.order_column == "committed_at" and "--order-column committed_at" in cfg.replay_command()
     with pytest.raises(ConfigError) as e:
         TestConfig(order_column="committed_at", nemesis=["kill-driver"]).validate()
-    assert e.value.option == "--order-column" and "--output postgres or delta" in str(e.value)
+    assert e.value.option == "--order-column" and "--output postgres or delta or iceberg" in str(e.value)
     with pytest.raises(ConfigError, match="not a column name"):
         TestConfig(pipeline_cmd=JOB, output="postgres", order_column="a; drop", nemesis=["kill-driver"]).validate()

@@ -87,8 +87,9 @@ def _fmt_nemesis(faults: list[str]) -> str:
     return ",".join(faults) or "none"
 
 
-ORDERED_TABLES = ("postgres", "delta")
-"""The user outputs whose reader takes ``--order-column`` (``sinks/postgres_table.py``, ``sinks/delta_table.py``)."""
+ORDERED_TABLES = ("postgres", "delta", "iceberg")
+"""The user outputs whose reader takes ``--order-column`` (``sinks/postgres_table.py``, ``sinks/delta_table.py``,
+``sinks/iceberg_table.py``)."""
 
 
 def _check_sink(v: str) -> str | None:
@@ -244,8 +245,9 @@ class TestConfig:
 
     sink: str = _opt(sinks.DEFAULT, "eos (transactional sink), at-least-once (Spark's Kafka sink), eos-no-marker "
                             "(a mutant without the replay marker check), file (Spark's file sink, read "
-                            "through its _spark_metadata log), postgres, delta or delta-foreachbatch (a table "
-                            "read at its commit point), or a mutant of one (docs/cli.md lists them)",
+                            "through its _spark_metadata log), postgres, delta, delta-foreachbatch, iceberg or "
+                            "iceberg-foreachbatch (a table read at its commit point), or a mutant of one "
+                            "(docs/cli.md lists them)",
                      check=_check_sink, example="at-least-once",
                      always=True)
     workload: str = _opt("keyed", "what the input holds and the pipeline computes: keyed (every record once, in "
@@ -569,10 +571,7 @@ class TestConfig:
             raise ConfigError("--output", "--output says what a --pipeline-cmd job writes; the bundled pipeline "
                                           "writes its --sink (e.g. --sink postgres): drop --output")
         if self.pipeline_cmd and not self.pipeline_python and self.output in user_outputs.OUTPUTS:
-            why = interpreter.jars_only_refusal(sys.executable, importlib.metadata.version("pyspark"),
-                                                user_outputs.get(self.output).entry().jars)
-            if why:
-                raise ConfigError("--output", why)
+            self._check_output_jars()
         if self.pipeline_cmd and self.output in user_outputs.OUTPUTS:
             used = PipelineCommand.parse(self.pipeline_cmd).used
             wrong = user_outputs.misplaced(self.output, used)
@@ -676,6 +675,22 @@ class TestConfig:
         if own and own != chosen:
             raise ConfigError("--spark-version", f"{self.sink_entry.label} runs on PySpark {own} (its writer's "
                                                  f"library needs it), not {chosen}: drop --spark-version")
+
+    def _check_output_jars(self) -> None:
+        """A ``--pipeline-cmd`` job on onceproof's own interpreter runs on its PySpark, or on the release
+        ``--spark-version`` names: the libraries its ``--output`` reaches through ``{jars}`` alone (Iceberg's
+        runtime) must build for that Spark line (``interpreter.jars_only_refusal``).
+
+        Raises: ``ConfigError`` for ``--output`` naming the lines and the options that choose one."""
+        version = importlib.metadata.version("pyspark")
+        if self.spark_version:
+            try:
+                version = spark_release.release(self.spark_version)
+            except spark_release.SparkReleaseError:
+                return  # --spark-version's own check names that
+        why = interpreter.jars_only_refusal(sys.executable, version, user_outputs.get(self.output).entry().jars)
+        if why:
+            raise ConfigError("--output", why + ", or --spark-version with one of those lines")
 
     def _check_pipeline_python(self) -> None:
         """``--pipeline-python`` runs a ``--pipeline-cmd`` job, on a PySpark onceproof can resolve the Kafka

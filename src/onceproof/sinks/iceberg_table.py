@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -41,9 +42,10 @@ SUMMARY_KEYS = {"operation": "operation", "added-records": "added_records", "tot
 Summary"; the streaming keys: ``SparkWrite.StreamingAppend``)."""
 APPENDS = frozenset({"append"})
 """Snapshot operations that only add files: while every snapshot is one, each row's commit order is the
-sequence number of the snapshot that added its file, an order a reader sees (incremental reads by
-snapshot). A ``overwrite``, ``replace`` or ``delete`` (a ``MERGE``, a compaction) rewrites rows into new
-files, so the table has no commit order left and the per-key order is not judged."""
+place of the snapshot that added its file in commit order (:func:`commit_ranks`), an order a reader sees
+(incremental reads by snapshot). An ``overwrite``, ``replace`` or ``delete`` (a ``MERGE``, a compaction)
+rewrites rows into new files, so the table has no commit order left and the per-key order is not
+judged."""
 
 
 def table_dir(warehouse: str | os.PathLike) -> Path:
@@ -85,32 +87,59 @@ def snapshot_summaries(table) -> list[dict]:
     return out
 
 
-def _rows(table, columns: list[str], appends_only: bool) -> tuple[pa.Table, str, np.ndarray | None]:
-    """The current snapshot's rows: ``(rows, order, rank)``. Appends only: its data files in the order of
-    the sequence number of the snapshot that added each (then by path), each file's rows in file order,
-    ``"commit"``, and per row that sequence number. Else pyiceberg's scan, ``"scan"``, no rank."""
+def _rows(table, columns: list[str], appends_only: bool, added: dict[str, int]
+          ) -> tuple[pa.Table, str, np.ndarray | None]:
+    """The current snapshot's rows: ``(rows, order, rank)``. Appends only: its data files in the commit
+    order of the snapshot that added each (``added``, :func:`live_files`; then by path), each file's rows in
+    file order, ``"commit"``, and per row that rank. Else pyiceberg's scan, ``"scan"``, no rank."""
     from pyiceberg.io.pyarrow import ArrowScan  # lazy: pyiceberg is imported only when a table is read
 
     scan = table.scan(selected_fields=tuple(columns))
     if not appends_only:
         return scan.to_arrow(), "scan", None
-    seq = _sequence_numbers(table)
-    tasks = sorted(scan.plan_files(), key=lambda t: (seq.get(t.file.file_path, -1), t.file.file_path))
+    tasks = sorted(scan.plan_files(), key=lambda t: (added.get(t.file.file_path, -1), t.file.file_path))
+    if not tasks:  # no snapshot yet, or nothing appended: no rows, the table's columns
+        empty = pa.Table.from_batches([], schema=scan.projection().as_arrow())
+        return empty, "commit", np.zeros(0, np.int64)
     reader = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
     parts = [reader.to_table([t]) for t in tasks]
-    if not parts:
-        empty = scan.to_arrow()
-        return empty, "commit", np.full(empty.num_rows, -1, np.int64)
-    rank = np.repeat([seq.get(t.file.file_path, -1) for t in tasks], [p.num_rows for p in parts]).astype(np.int64)
+    rank = np.repeat([added.get(t.file.file_path, -1) for t in tasks], [p.num_rows for p in parts]).astype(np.int64)
     return pa.concat_tables(parts, promote_options="permissive"), "commit", rank
 
 
-def _sequence_numbers(table) -> dict[str, int]:
-    """``{data file path: the data sequence number of the snapshot that added it}`` for the current
-    snapshot's live files (pyiceberg's ``entries`` metadata table)."""
+def commit_ranks(table) -> dict[int, int]:
+    """``{snapshot id: its place in commit order, from 1}``: the snapshots by sequence number, then by
+    timestamp (a format-v1 table's sequence numbers are all 0), then as the metadata lists them."""
+    snaps = sorted(enumerate(table.metadata.snapshots), key=lambda x: (x[1].sequence_number or 0,
+                                                                        x[1].timestamp_ms, x[0]))
+    return {s.snapshot_id: i + 1 for i, (_, s) in enumerate(snaps)}
+
+
+def live_files(table) -> dict[str, int]:
+    """``{data file path: the commit rank (:func:`commit_ranks`) of the snapshot that added it}`` for the
+    current snapshot's live data files: pyiceberg's ``entries`` metadata table without the deleted entries
+    (status 2) and the delete files (content other than 0), Iceberg's spec, "Manifests". ``{}`` without a
+    current snapshot."""
+    if table.current_snapshot() is None:
+        return {}
+    ranks = commit_ranks(table)
     entries = table.inspect.entries()
-    paths = entries.column("data_file").combine_chunks().field("file_path").to_pylist()
-    return dict(zip(paths, entries.column("sequence_number").to_pylist(), strict=True))
+    data = entries.column("data_file").combine_chunks()
+    rows = zip(data.field("file_path").to_pylist(), data.field("content").to_pylist(),
+               entries.column("status").to_pylist(), entries.column("snapshot_id").to_pylist(), strict=True)
+    return {path: ranks.get(snap, -1) for path, content, status, snap in rows if status != 2 and content == 0}
+
+
+def referenced_files(table) -> set[str]:
+    """The local paths of the data files any snapshot references (pyiceberg's ``all_data_files``)."""
+    if not table.metadata.snapshots:
+        return set()
+    return {local_path(p) for p in table.inspect.all_data_files().column("file_path").to_pylist()}
+
+
+def local_path(path: str) -> str:
+    """A data file's path as the local file system names it (``file:/x``, ``file:///x`` → ``/x``)."""
+    return urlparse(path).path if path.startswith("file:") else path
 
 
 def data_files(warehouse: str | os.PathLike) -> set[str]:
@@ -124,16 +153,18 @@ def data_files(warehouse: str | os.PathLike) -> set[str]:
 def read_output(location: OutputLocation) -> OutputView:
     """The Iceberg table in the warehouse ``location.directory`` at its current snapshot into an
     :class:`~onceproof.sinks.base.OutputView`: ``committed`` = ``uncommitted`` = its rows, in commit order
-    (``order``: ``commit``, ranked by the sequence number of the snapshot that added each row, while every
-    snapshot is an append; ``scan``, not judged for order, once one rewrote rows; or the declared
-    ``location.order_column``, whose values rank the rows); ``summary``: the ``metadata`` file and
-    ``snapshot_id`` read, ``snapshots`` (their number) and the latest :data:`SHOWN` snapshots' summaries
-    (``snapshot_summaries``), ``rows``, committed ``files``, and ``orphan_files`` (data files no snapshot
-    references).
+    (``order``: ``commit``, ranked by the commit order of the snapshot that added each row's file, while
+    every snapshot is an append; ``scan``, not judged for order, once one rewrote rows; or the declared
+    ``location.order_column``, whose values rank the rows; an ``id`` column is not read: Iceberg has none
+    that numbers rows as committed); no rows for a table with no snapshot yet; ``summary``: the
+    ``metadata`` file and ``snapshot_id`` read (``None`` before the first snapshot), ``snapshots`` (their
+    number) and the latest :data:`SHOWN` snapshots' summaries (``snapshot_summaries``), ``rows``, the
+    current snapshot's live data ``files``, and ``orphan_files`` (data files in the table's directory that
+    no snapshot references).
 
     Raises: :class:`~onceproof.sinks.base.OutputError` when there is no table, it lacks ``key``/``seq``
-    or the declared order column, or pyiceberg cannot read it, naming which."""
-    from pyiceberg.exceptions import ValidationError
+    or the declared order column, or pyiceberg cannot read it (any of its errors: a damaged or moved table;
+    its metadata holds absolute paths), naming which."""
     from pyiceberg.table import StaticTable
 
     warehouse = Path(location.directory or "")
@@ -154,25 +185,26 @@ def read_output(location: OutputLocation) -> OutputView:
                               f"name one of {', '.join(sorted(have))}")
         snapshots = snapshot_summaries(table)
         appends_only = all(s.get("operation") in APPENDS for s in snapshots)
-        cols = [c for c in table_rows.COLUMNS if c in have and c != declared]
-        rows, order, rank = _rows(table, cols + ([declared] if declared else []), appends_only)
+        # no "id": Iceberg has no column that numbers rows as they are committed, so a table's id is no order
+        cols = [c for c in table_rows.COLUMNS if c in have and c not in (declared, "id")]
+        added = live_files(table)
+        rows, order, rank = _rows(table, cols + ([declared] if declared else []), appends_only, added)
         if declared:  # the declared order: its values rank the rows (ties unordered), not the snapshots
             rank = table_rows.as_rank(rows[declared])
-            rows, order = rows.drop_columns([c for c in (declared, "id") if c in rows.column_names]), declared
+            rows, order = rows.drop_columns([declared]), declared
         current = table.current_snapshot()
-        committed = set(_sequence_numbers(table)) if current else set()
-    except (ValidationError, OSError, ValueError, pa.ArrowException) as e:
-        if isinstance(e, OutputError):
-            raise
+        referenced = referenced_files(table)
+        frame = table_rows.frame(rows, rank)
+    except OutputError:
+        raise
+    except Exception as e:  # pyiceberg's errors share no base class (ValueError, OSError, ResolveError, ...)
         raise OutputError(f"the Iceberg table at {table_dir(warehouse)} cannot be read "
                           f"({type(e).__name__}: {e})") from e
-    local = {p.removeprefix("file:") for p in committed}
-    orphans = sorted(f for f in data_files(warehouse) if f not in local)
+    orphans = sorted(f for f in data_files(warehouse) if f not in referenced)
     summary = {"table": str(table_dir(warehouse)), "metadata": meta.name,
                "snapshot_id": current.snapshot_id if current else None, "snapshots": len(snapshots),
-               "order": order, "rows": rows.num_rows, "files": len(committed), "orphan_files": len(orphans),
+               "order": order, "rows": rows.num_rows, "files": len(added), "orphan_files": len(orphans),
                "snapshot_summaries": snapshots[-SHOWN:]}
-    frame = table_rows.frame(rows, rank)
     return OutputView(committed=frame, uncommitted=frame[["partition", "offset"]].copy(),
                       stats={"iceberg_rows": rows.num_rows, "iceberg_snapshots": len(snapshots)},
                       summary=summary, result_key="iceberg")

@@ -1,5 +1,5 @@
-"""A table's rows as the checker's output frame: what a sink that writes a table (PostgreSQL, Delta Lake)
-gives the exactly-once checker in place of a topic's decoded records.
+"""A table's rows as the checker's output frame: what a sink that writes a table (PostgreSQL, Delta Lake,
+Apache Iceberg) gives the exactly-once checker in place of a topic's decoded records.
 
 A row keeps its record's identity, ``key`` and ``seq`` (``docs/pipeline-contract.md``); the other columns
 are optional: ``id`` (the rows' order), ``in_partition``/``in_offset``/``in_ts`` (where the record was

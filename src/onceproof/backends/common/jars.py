@@ -316,8 +316,8 @@ def deps_classpath(name: str, pyspark_jars: Path | None = None, spark_version: s
         raise ResolveError(f"no classpath named {name!r}: {pom} is missing")
     line = spark_line(name, spark_version) if spark_version is not None else None
     per_line = _line_properties(pom, name, line) if line is not None else {}
-    props = {f"{name}.version": version or per_line.pop(f"{name}.version", None)
-             or _pom_property(pom, f"{name}.version"), **per_line}
+    line_version = per_line.pop(f"{name}.version", None)
+    props = {f"{name}.version": version or line_version or _pom_property(pom, f"{name}.version"), **per_line}
     label = props[f"{name}.version"]
     if line is not None:
         props[f"{name}.spark"] = line

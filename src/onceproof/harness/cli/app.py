@@ -54,8 +54,8 @@ class _App(typer.Typer):
 
 
 app = _App(add_completion=False, no_args_is_help=True,
-           help="Prove a PySpark streaming pipeline from Kafka to Kafka, files, Delta Lake or PostgreSQL "
-                "delivers every record exactly once while executors, "
+           help="Prove a PySpark streaming pipeline from Kafka to Kafka, files, Delta Lake, Apache Iceberg or "
+                "PostgreSQL delivers every record exactly once while executors, "
                 "drivers and brokers fail. Exit codes: 0 valid, 1 invalid, 2 unknown, 254 usage error, "
                 "255 crashed.")
 console = Console(width=None if sys.stdout.isatty() else 120)
