@@ -69,7 +69,7 @@ def test_icebergs_streaming_write_is_valid_and_appends_without_a_check_are_caugh
     assert again.returncode == 1 and json.loads(again.stdout)["counts"]["duplicate"] == mut["counts"]["duplicate"]
 
 
-@pytest.mark.extended  # about 3 minutes; make test's 50 minutes: its idempotence is the streaming write's kind
+@pytest.mark.extended  # 117 s; make test's 50 minutes: the streaming write's idempotence is judged there
 @pytest.mark.timeout(1500)
 def test_foreachbatch_appends_that_check_the_batch_property_are_valid(tmp_path):
     run_dir, result, ev, out = _run(tmp_path, "iceberg-foreachbatch", [])

@@ -212,7 +212,7 @@ def test_a_users_iceberg_merge_job_on_spark_3_5_is_valid(warm_cluster, tmp_path)
         driver_log[-2000:]
 
 
-@pytest.mark.extended  # about 2 minutes; make test's 50 minutes: the bundled iceberg-no-idempotence is caught
+@pytest.mark.extended  # 82 s; make test's 50 minutes: the bundled iceberg-no-idempotence is caught
 @pytest.mark.timeout(1200)  # there (tests/cluster/test_iceberg_sink.py)
 def test_a_users_iceberg_append_job_is_invalid_with_duplicate_rows(tmp_path):
     from onceproof.backends.local import runtimes
