@@ -211,6 +211,7 @@ def no_kafka(monkeypatch):
     """The metadata probe and the netem probe stood in (no Kafka, no tc here)."""
     monkeypatch.setattr(lossy, "probe", lambda address, timeout_s=3.0: {"ok": True, "ms": 1.0})
     monkeypatch.setattr(lossy.netem, "unavailable", lambda: "stand-in: no netem")
+    monkeypatch.setattr(lossy.targets, "partition_leaders", lambda bootstrap, topic: {})
 
 
 def test_drop_installs_counts_and_removes_the_loss(tmp_path):
@@ -220,6 +221,23 @@ def test_drop_installs_counts_and_removes_the_loss(tmp_path):
     n = out.evidence["node"]
     assert net.calls == [("drop", n, lossy.DROP_PROBABILITY), ("undrop",)] and net.loss == {}
     assert out.evidence["loss_ratio"] == 0.1 and out.evidence["netem"] == "stand-in: no netem"
+
+
+def test_drop_aims_at_a_broker_that_leads_an_output_partition(tmp_path, monkeypatch):
+    """Broker 2 was killed and came back leading nothing: the loss goes to 3, which leads the output's
+    partitions; with no leader known, to the broker drawn at random."""
+    monkeypatch.setattr(lossy.targets, "partition_leaders", lambda bootstrap, topic: {0: 3, 1: 3, 2: 1})
+    net = StandInNetwork([1, 2, 3])
+    out = LossyLink("drop").invoke(_ctx(tmp_path, net), random.Random(7))
+    assert out.evidence["node"] in (1, 3) and out.evidence["aim"]["target"] == "leader", out.evidence
+    assert out.evidence["aim"]["topic"] == "output" and net.calls[0][1] == out.evidence["node"]
+
+    def unknown(bootstrap, topic):
+        raise RuntimeError("broker transport failure")
+
+    monkeypatch.setattr(lossy.targets, "partition_leaders", unknown)
+    out = LossyLink("drop").invoke(_ctx(tmp_path, StandInNetwork([1, 2, 3])), random.Random(7))
+    assert out.evidence["aim"]["target"] == "random" and "transport failure" in out.evidence["aim"]["reason"]
 
 
 def test_drop_is_skipped_with_the_reason_when_iptables_cannot(tmp_path):

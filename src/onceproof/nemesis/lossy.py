@@ -11,7 +11,8 @@ Targets (toxics: toxiproxy README, "Toxics"; the statistic match: iptables-exten
 * ``limit-data`` – toxic ``limit_data`` (:data:`LIMIT_BYTES` bytes, towards the client): each connection is
   closed once that much has passed (more than a fetch of this workload: a batch is ~300 records of ~200 B);
 * ``drop`` – random packet loss, :data:`DROP_PROBABILITY` of the TCP packets to the broker's own client and
-  inter-broker ports (:class:`onceproof.backends.base.PacketLoss`; iptables on the local backend). Without
+  inter-broker ports (:class:`onceproof.backends.base.PacketLoss`; iptables on the local backend), on a
+  broker that leads a partition of the output topic when one is known (:func:`busy_broker`). Without
   iptables (not root, no binary, the kernel) the turn is ``skipped`` with that reason.
 
 netem (delay, reorder, duplicate) is not a target: ``backends/common/netem.py`` says why, and every turn's
@@ -38,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from onceproof.backends.base import PacketLoss
 from onceproof.backends.common import netem
+from onceproof.nemesis import targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold
 from onceproof.nemesis.network import _aim, probe, toxic_on
 
@@ -132,6 +134,23 @@ def _link_probes(variant: str, address: str) -> list[dict]:
     return [link_probe(address, max_s=5.0, interval_s=0.01, batch=50, until_bytes=LIMIT_BYTES)]
 
 
+def busy_broker(ctx: NemesisContext, rng: random.Random, node: int) -> tuple[int, dict]:
+    """The broker whose packets ``drop`` loses, and why: a live leader of a partition of the run's output
+    topic (``targets.choose("leader")``), where the sink's writes and the reads of it arrive, else ``node``
+    (the one drawn at random). A broker that leads nothing (one just restarted, before Kafka's preferred
+    leader election moves leaders back, ``leader.imbalance.check.interval.seconds``) gets almost no packets
+    on its ports, so a drop there would drop nothing and prove nothing."""
+    live = [n for n in ctx.cluster.nodes if ctx.cluster.state(n).alive]
+    try:
+        choice = targets.choose("leader", ctx.cluster.bootstrap, live, rng, output_topic=ctx.output_topic,
+                                sink_ids=ctx.sink_ids)
+    except Exception as e:  # librdkafka's KafkaException, a cluster mid-fault: the random one will do
+        return node, {"target": "random", "reason": f"leaders unknown ({type(e).__name__}: {e})"}
+    if choice.nodes:
+        return choice.nodes[0], {"target": "leader", **choice.why}
+    return node, {"target": "random", **choice.why}
+
+
 class LossyLink:
     """Reset, stall, cut or drop the packets of one broker's client and inter-broker paths for ``hold_s``."""
 
@@ -152,7 +171,8 @@ class LossyLink:
             return aim
         variant, node, address = aim
         if variant == "drop":
-            return self._drop(ctx, node, address)
+            node, aim_why = busy_broker(ctx, rng, node)
+            return self._drop(ctx, node, ctx.network.client_address(node), aim_why)
         typ, attrs, toxicity = TOXICS[variant]
         net = ctx.network
         paths = net.broker_paths(node)
@@ -167,7 +187,7 @@ class LossyLink:
         ev["probe_after"] = probe(address, timeout_s=10)
         return Outcome(EFFECTIVE if judge(variant, ev) else NOT_EFFECTIVE, f"{variant}: broker {node}", ev)
 
-    def _drop(self, ctx: NemesisContext, node: int, address: str) -> Outcome:
+    def _drop(self, ctx: NemesisContext, node: int, address: str, aim: dict) -> Outcome:
         net = ctx.network
         if not isinstance(net, PacketLoss):
             return Outcome(SKIPPED, f"drop: broker {node}", {"reason": "this backend's fault network cannot drop "
@@ -175,8 +195,8 @@ class LossyLink:
         why = net.loss_unavailable()
         if why:
             return Outcome(SKIPPED, f"drop: broker {node}", {"reason": why, "netem": netem.unavailable()})
-        ev = {"variant": "drop", "node": node, "probability": DROP_PROBABILITY, "netem": netem.unavailable(),
-              "probe_before": probe(address)}
+        ev = {"variant": "drop", "node": node, "aim": aim, "probability": DROP_PROBABILITY,
+              "netem": netem.unavailable(), "probe_before": probe(address)}
         try:
             ev.update(net.drop(node, DROP_PROBABILITY))
             ev["counters_start"] = net.dropped()
