@@ -164,7 +164,14 @@ def _iceberg_visible(warehouse: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
     from pyiceberg.table import StaticTable
 
-    from onceproof.sinks.iceberg_table import METADATA, current_metadata, local_path, metadata_versions, table_dir
+    from onceproof.sinks.iceberg_table import (
+        METADATA,
+        current_metadata,
+        live_entries,
+        local_path,
+        metadata_versions,
+        table_dir,
+    )
 
     meta = table_dir(warehouse) / METADATA
     became_current: dict[int, int] = {}  # snapshot id -> ms of the first metadata file naming it current
@@ -173,12 +180,8 @@ def _iceberg_visible(warehouse: Path) -> pd.DataFrame:
         snap = StaticTable.from_metadata(str(f)).current_snapshot()
         if snap is not None:
             became_current.setdefault(snap.snapshot_id, f.stat().st_mtime_ns // 1_000_000)
-    entries = StaticTable.from_metadata(str(current_metadata(warehouse))).inspect.entries()
-    data = entries.column("data_file").combine_chunks()
-    rows = zip(data.field("file_path").to_pylist(), data.field("content").to_pylist(),
-               entries.column("status").to_pylist(), entries.column("snapshot_id").to_pylist(), strict=True)
     parts = []
-    for path, snap_id in ((p, s) for p, c, st, s in rows if st != 2 and c == 0):  # live data files
+    for path, snap_id in live_entries(StaticTable.from_metadata(str(current_metadata(warehouse)))):
         in_ts = pq.read_table(local_path(path), columns=["in_ts"])["in_ts"].to_numpy()
         parts.append(pd.DataFrame({"timestamp": np.full(len(in_ts), became_current[snap_id], dtype=np.int64),
                                    "in_ts": in_ts}))

@@ -83,20 +83,17 @@ def committed(spark, sink_id: str, batch_id: int) -> bool:
     return bool(found.take(1))
 
 
-def foreach_batch(warehouse: str, sink_id: str, idempotent: bool, control: hooks.ControlDir, log):
+def foreach_batch(spark, warehouse: str, sink_id: str, idempotent: bool, control: hooks.ControlDir, log):
     """The ``foreachBatch`` body appending each micro-batch to :data:`TABLE`, its snapshot carrying
     ``sink_id`` and the batch id; when ``idempotent`` (``iceberg-foreachbatch``) a batch a snapshot already
     carries is skipped, else (``iceberg-no-idempotence``) appended again. ``log(event, **fields)`` records a
     ``commit`` (or ``skip``) in ``sink.jsonl``. Raises Spark's errors (the batch fails and the supervisor
-    restarts the driver). The catalog is defined on first call."""
-    ready = []
+    restarts the driver). The catalog is defined on ``spark`` and the table created now, before the query
+    starts (its session is cloned from ``spark`` then)."""
+    use_catalog(spark, warehouse)
 
     def write(batch_df, batch_id: int) -> None:
-        spark = batch_df.sparkSession
-        if not ready:
-            use_catalog(spark, warehouse)
-            ready.append(True)
-        if idempotent and committed(spark, sink_id, batch_id):
+        if idempotent and committed(batch_df.sparkSession, sink_id, batch_id):
             log("skip", batch=batch_id, sink_id=sink_id)
         else:
             (keyed_columns.rows_of(batch_df).writeTo(TABLE)

@@ -89,6 +89,13 @@ class JobContext:
         """The streaming query's name: ``onceproof-<sink>``."""
         return f"onceproof-{self.sink.name}"
 
+    def event_log(self) -> Callable[..., None]:
+        """``log(event, **fields)``: one ``sink.jsonl`` event of this sink and driver incarnation
+        (``onceproof.pipeline.transactional_sink.event_log``)."""
+        from onceproof.pipeline.transactional_sink import event_log  # the job's side only
+
+        return event_log(self.args.sink_log, self.incarnation, self.sink.name)
+
     def foreach_batch(self, df: Any, body: Callable[[Any, int], None]) -> Any:
         """Start ``df``'s query with ``body(batch_df, batch_id)`` as its ``foreachBatch`` (the Kafka sinks'
         shape), in the workload's output mode, on the job's checkpoint and trigger; returns the query."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 from onceproof.pipeline import delta_sink
-from onceproof.pipeline.transactional_sink import event_log
 from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
 
 OUTPUT_DIR = "delta-table"
@@ -38,10 +37,6 @@ def _path(job: JobContext) -> str:
     return job.args.file_sink_path
 
 
-def _log(job: JobContext):
-    """``log(event, **fields)``: one ``sink.jsonl`` event of this sink and driver incarnation."""
-    return event_log(job.args.sink_log, job.incarnation, job.sink.name)
-
 
 def write_streaming(df, job: JobContext):
     """The ``delta`` :class:`~onceproof.sinks.base.Writer`: Delta's streaming sink. Raises ``SystemExit``
@@ -54,12 +49,12 @@ def write_streaming(df, job: JobContext):
 def write_idempotent(df, job: JobContext):
     """The ``delta-foreachbatch`` Writer: appends with ``txnAppId`` = the run's sink id, ``txnVersion`` =
     the batch id (raises as :func:`write_streaming`)."""
-    return job.foreach_batch(df, delta_sink.foreach_batch(_path(job), job.sink_id, job.control, _log(job)))
+    return job.foreach_batch(df, delta_sink.foreach_batch(_path(job), job.sink_id, job.control, job.event_log()))
 
 
 def write_without_txn(df, job: JobContext):
     """The ``delta-no-txn`` mutant's Writer: the same appends without the txn options."""
-    return job.foreach_batch(df, delta_sink.foreach_batch(_path(job), None, job.control, _log(job)))
+    return job.foreach_batch(df, delta_sink.foreach_batch(_path(job), None, job.control, job.event_log()))
 
 
 _TABLE = dict(reader="onceproof.sinks.delta_table:read_output", output_dir=OUTPUT_DIR,

@@ -125,14 +125,8 @@ def read_output(location: OutputLocation) -> OutputView:
         dt = DeltaTable(str(path))
         version = dt.version()
         have = {f.name for f in dt.schema().fields}
-        missing = [c for c in ("key", "seq") if c not in have]
-        if missing:
-            raise OutputError(f"Delta table {path} has no column {' or '.join(missing)}: each row must keep its "
-                              f"record's key and seq (docs/pipeline-contract.md, --output delta)")
         declared = location.order_column
-        if declared and declared not in have:
-            raise OutputError(f"Delta table {path} has no column {declared} (--order-column): name one of "
-                              f"{', '.join(sorted(have))}")
+        table_rows.check_columns(have, declared, f"Delta table {path}", "delta")
         cols = [c for c in table_rows.COLUMNS if c in have and c != declared]
         table, order, rank = _in_commit_order(dt, path, version, cols + ([declared] if declared else []))
         if declared:  # the declared order: its values rank the rows (ties unordered), not the commits

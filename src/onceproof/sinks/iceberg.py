@@ -21,7 +21,6 @@ import json
 from pathlib import Path
 
 from onceproof.pipeline import iceberg_sink
-from onceproof.pipeline.transactional_sink import event_log
 from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
 
 OUTPUT_DIR = "iceberg-warehouse"
@@ -67,10 +66,6 @@ def _warehouse(job: JobContext) -> str:
     return job.args.file_sink_path
 
 
-def _log(job: JobContext):
-    """``log(event, **fields)``: one ``sink.jsonl`` event of this sink and driver incarnation."""
-    return event_log(job.args.sink_log, job.incarnation, job.sink.name)
-
 
 def write_streaming(df, job: JobContext):
     """The ``iceberg`` :class:`~onceproof.sinks.base.Writer`: Iceberg's streaming write. Raises
@@ -80,17 +75,20 @@ def write_streaming(df, job: JobContext):
                                   name=job.query_name)
 
 
+def _appends(df, job: JobContext, idempotent: bool):
+    return job.foreach_batch(df, iceberg_sink.foreach_batch(df.sparkSession, _warehouse(job), job.sink_id, idempotent,
+                                                            job.control, job.event_log()))
+
+
 def write_idempotent(df, job: JobContext):
     """The ``iceberg-foreachbatch`` Writer: appends whose snapshot carries the run's sink id and the batch
     id, skipping a batch a snapshot already carries (raises as :func:`write_streaming`)."""
-    return job.foreach_batch(df, iceberg_sink.foreach_batch(_warehouse(job), job.sink_id, True, job.control,
-                                                            _log(job)))
+    return _appends(df, job, True)
 
 
 def write_without_check(df, job: JobContext):
     """The ``iceberg-no-idempotence`` mutant's Writer: the same appends, never checked."""
-    return job.foreach_batch(df, iceberg_sink.foreach_batch(_warehouse(job), job.sink_id, False, job.control,
-                                                            _log(job)))
+    return _appends(df, job, False)
 
 
 _TABLE = dict(reader="onceproof.sinks.iceberg_table:read_output", output_dir=OUTPUT_DIR,

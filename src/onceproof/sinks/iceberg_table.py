@@ -53,24 +53,26 @@ def table_dir(warehouse: str | os.PathLike) -> Path:
     return Path(warehouse) / NAMESPACE / TABLE_NAME
 
 
-def metadata_versions(warehouse: str | os.PathLike) -> list[int]:
-    """The committed metadata versions (``v<N>.metadata.json``) of the table in ``warehouse``, ascending;
-    ``[]`` before the table exists. One directory listing: cheap enough to poll."""
+def _committed(warehouse: str | os.PathLike) -> list[tuple[int, str]]:
+    """``(version, file name)`` of each committed metadata file of the table in ``warehouse``, ascending;
+    ``[]`` before the table exists. One directory listing."""
     try:
         names = os.listdir(table_dir(warehouse) / METADATA)
     except OSError:
         return []
-    return sorted(int(m.group(1)) for n in names if (m := _VERSION.match(n)))
+    return sorted((int(m.group(1)), n) for n in names if (m := _VERSION.match(n)))
+
+
+def metadata_versions(warehouse: str | os.PathLike) -> list[int]:
+    """The committed metadata versions (``v<N>.metadata.json``) of the table in ``warehouse``, ascending;
+    ``[]`` before the table exists. One directory listing: cheap enough to poll."""
+    return [v for v, _ in _committed(warehouse)]
 
 
 def current_metadata(warehouse: str | os.PathLike) -> Path | None:
     """The table's current metadata file (the highest committed version), or ``None`` when there is none."""
-    meta = table_dir(warehouse) / METADATA
-    versions = metadata_versions(warehouse)
-    if not versions:
-        return None
-    top = f"v{versions[-1]}."
-    return next(meta / n for n in sorted(os.listdir(meta)) if n.startswith(top) and _VERSION.match(n))
+    committed = _committed(warehouse)
+    return table_dir(warehouse) / METADATA / committed[-1][1] if committed else None
 
 
 def snapshot_summaries(table) -> list[dict]:
@@ -115,19 +117,24 @@ def commit_ranks(table) -> dict[int, int]:
     return {s.snapshot_id: i + 1 for i, (_, s) in enumerate(snaps)}
 
 
-def live_files(table) -> dict[str, int]:
-    """``{data file path: the commit rank (:func:`commit_ranks`) of the snapshot that added it}`` for the
-    current snapshot's live data files: pyiceberg's ``entries`` metadata table without the deleted entries
-    (status 2) and the delete files (content other than 0), Iceberg's spec, "Manifests". ``{}`` without a
-    current snapshot."""
+def live_entries(table) -> list[tuple[str, int]]:
+    """``(data file path, id of the snapshot that added it)`` for the current snapshot's live data files:
+    pyiceberg's ``entries`` metadata table without the deleted entries (status 2) and the delete files
+    (content other than 0), Iceberg's spec, "Manifests". ``[]`` without a current snapshot."""
     if table.current_snapshot() is None:
-        return {}
-    ranks = commit_ranks(table)
+        return []
     entries = table.inspect.entries()
     data = entries.column("data_file").combine_chunks()
     rows = zip(data.field("file_path").to_pylist(), data.field("content").to_pylist(),
                entries.column("status").to_pylist(), entries.column("snapshot_id").to_pylist(), strict=True)
-    return {path: ranks.get(snap, -1) for path, content, status, snap in rows if status != 2 and content == 0}
+    return [(path, snap) for path, content, status, snap in rows if status != 2 and content == 0]
+
+
+def live_files(table) -> dict[str, int]:
+    """``{data file path: the commit rank (:func:`commit_ranks`) of the snapshot that added it}`` for the
+    current snapshot's live data files (:func:`live_entries`)."""
+    ranks = commit_ranks(table)
+    return {path: ranks.get(snap, -1) for path, snap in live_entries(table)}
 
 
 def referenced_files(table) -> set[str]:
@@ -175,14 +182,8 @@ def read_output(location: OutputLocation) -> OutputView:
     try:
         table = StaticTable.from_metadata(str(meta))
         have = {f.name for f in table.schema().fields}
-        missing = [c for c in ("key", "seq") if c not in have]
-        if missing:
-            raise OutputError(f"Iceberg table {table_dir(warehouse)} has no column {' or '.join(missing)}: each "
-                              f"row must keep its record's key and seq (docs/pipeline-contract.md, --output iceberg)")
         declared = location.order_column
-        if declared and declared not in have:
-            raise OutputError(f"Iceberg table {table_dir(warehouse)} has no column {declared} (--order-column): "
-                              f"name one of {', '.join(sorted(have))}")
+        table_rows.check_columns(have, declared, f"Iceberg table {table_dir(warehouse)}", "iceberg")
         snapshots = snapshot_summaries(table)
         appends_only = all(s.get("operation") in APPENDS for s in snapshots)
         # no "id": Iceberg has no column that numbers rows as they are committed, so a table's id is no order

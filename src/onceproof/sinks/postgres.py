@@ -10,15 +10,10 @@ snapshot (``onceproof.sinks.postgres_table``).
 from __future__ import annotations
 
 from onceproof.pipeline import postgres_sink
-from onceproof.pipeline.transactional_sink import event_log
 from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
 
 READER = "onceproof.sinks.postgres_table:read_output"
 
-
-def _log(job: JobContext):
-    """``log(event, **fields)``: one ``sink.jsonl`` event of this sink and driver incarnation."""
-    return event_log(job.args.sink_log, job.incarnation, job.sink.name)
 
 
 def _start(df, job: JobContext, body):
@@ -34,7 +29,7 @@ def write_transactional(df, job: JobContext):
     ``--database-dsn``, psycopg's errors when the database cannot be reached."""
     a = job.args
     body = postgres_sink.transactional_batch(a.database_dsn, a.output_topic, job.sink_id, job.incarnation,
-                                             job.control, _log(job))
+                                             job.control, job.event_log())
     return _start(df, job, body)
 
 
@@ -43,7 +38,7 @@ def write_autocommit(df, job: JobContext):
     :func:`write_transactional`)."""
     a = job.args
     body = postgres_sink.autocommit_partitions(a.database_dsn, a.output_topic, job.incarnation, job.control,
-                                               _log(job))
+                                               job.event_log())
     return _start(df, job, body)
 
 

@@ -66,13 +66,7 @@ def _columns(conn: psycopg.Connection, table: str, order_column: str = "") -> tu
     if not have:
         raise OutputError(f"table {table} is not in the database: the job wrote nothing there (does it write "
                           f"{{output_table}}?)")
-    missing = [c for c in ("key", "seq") if c not in have]
-    if missing:
-        raise OutputError(f"table {table} has no column {' or '.join(missing)}: each row must keep its record's "
-                          f"key and seq (docs/pipeline-contract.md, --output postgres)")
-    if order_column and order_column not in have:
-        raise OutputError(f"table {table} has no column {order_column} (--order-column): name one of "
-                          f"{', '.join(sorted(have))}")
+    table_rows.check_columns(have, order_column, f"table {table}", "postgres")
     return [c for c in table_rows.COLUMNS if c in have], ((order_column, types[order_column]) if order_column
                                                            else None)
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from onceproof.pipeline import provenance
-from onceproof.sinks.base import ORDER_RANK
+from onceproof.sinks.base import ORDER_RANK, OutputError
 
 VALUE_COLUMNS = ("key", "seq", "in_partition", "in_offset", "in_ts")
 """Columns read into the record's value when the table has them (``key`` and ``seq`` it must have)."""
@@ -31,6 +31,21 @@ def rank_column(rank: np.ndarray) -> pd.arrays.IntegerArray:
     column of an output frame: NA where a rank is negative."""
     r = np.asarray(rank, dtype=np.int64)
     return pd.arrays.IntegerArray(np.maximum(r, 0), r < 0)
+
+
+def check_columns(have: set[str], order_column: str, table: str, output: str) -> None:
+    """Refuse a table whose columns ``have`` lack ``key`` or ``seq`` or the declared ``order_column``
+    (``--order-column``; "" = none). ``table`` names it in the message ("Delta table /x"), ``output`` is
+    its ``--output`` (the contract section the message points to).
+
+    Raises: :class:`~onceproof.sinks.base.OutputError` naming the missing columns and the fix."""
+    missing = [c for c in ("key", "seq") if c not in have]
+    if missing:
+        raise OutputError(f"{table} has no column {' or '.join(missing)}: each row must keep its record's key and "
+                          f"seq (docs/pipeline-contract.md, --output {output})")
+    if order_column and order_column not in have:
+        raise OutputError(f"{table} has no column {order_column} (--order-column): name one of "
+                          f"{', '.join(sorted(have))}")
 
 
 def as_rank(col: pa.ChunkedArray) -> np.ndarray:
