@@ -104,10 +104,11 @@ def _log(ck, kind, n):
     (ck / kind / str(n)).write_text("v1\n{}\n")
 
 
-def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_commit(tmp_path):
+def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_commit(tmp_path, monkeypatch):
     import random
 
     from onceproof.nemesis.commit_window import KillDriverInCommitWindow
+    monkeypatch.setattr("onceproof.nemesis.commit_window.SETTLE_S", 0.0)  # polls 1 ms apart: no settle
     from tests.stand_in_backend import StandInSpark
 
     ck = tmp_path / "ck"
@@ -196,10 +197,11 @@ def test_executor_logs_are_collected_for_applications_seen_only_on_executor_comm
     assert sorted(p.name for p in (spark_home / "work").iterdir()) == ["app-other"]  # another run's: kept
 
 
-def test_a_window_that_closed_before_the_freeze_is_thawed_and_the_next_batch_is_taken(tmp_path):
+def test_a_window_that_closed_before_the_freeze_is_thawed_and_the_next_batch_is_taken(tmp_path, monkeypatch):
     import random
 
     from onceproof.nemesis.commit_window import KillDriverInCommitWindow
+    monkeypatch.setattr("onceproof.nemesis.commit_window.SETTLE_S", 0.0)  # polls 1 ms apart: no settle
     from tests.stand_in_backend import StandInSpark
 
     ck = tmp_path / "ck"
@@ -277,3 +279,16 @@ def test_a_driver_that_keeps_exiting_before_its_query_starts_is_named_with_its_l
     why = _early_exits(Spark())
     assert why.startswith("the Spark driver exited 3 times before its query started")
     assert "No module named 'pandas'" in why and str(log) in why
+
+
+def test_the_previous_batchs_late_markers_are_not_taken_for_the_next_batchs_output():
+    """Batch 1's commit markers land on partitions 0 and 4 after offsets/2 is logged (Kafka writes them
+    after commit_transaction() returns): within the settle that growth joins the baseline; batch 2's own
+    growth after it opens the window."""
+    w = CommitWindowWatch(settle_s=0.5)
+    assert w.observe(2, 1, {0: 0, 1: 201, 4: 0}, now=10.0) is None
+    assert w.observe(2, 1, {0: 162, 1: 201, 4: 165}, now=10.2) is None  # batch 1's markers, late
+    assert w.baseline == {0: 162, 1: 201, 4: 165}
+    assert w.observe(2, 1, {0: 162, 1: 201, 4: 165}, now=10.7) is None
+    assert w.observe(2, 1, {0: 170, 1: 201, 4: 165}, now=11.4) == 2  # batch 2's records
+    assert CommitWindowWatch().observe(2, 1, {0: 0}, now=1.0) is None

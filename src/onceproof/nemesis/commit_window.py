@@ -30,6 +30,11 @@ from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisCo
 from onceproof.pipeline import hooks
 from onceproof.store import checkpoint
 
+SETTLE_S = 0.5
+"""The watch's settle after ``offsets/N`` appears, s (``commit_window_watch``): long enough for the previous
+batch's commit markers to land on 2 loaded cores, short beside a micro-batch (≥ 1 s trigger, a collect
+and a commit)."""
+
 
 class KillDriverInCommitWindow:
     name = "kill-driver-in-commit-window"
@@ -98,7 +103,7 @@ class KillDriverInCommitWindow:
                 close()
 
     def _watch(self, ctx: NemesisContext, ends, poll_s: float) -> Outcome:
-        watch = CommitWindowWatch()
+        watch = CommitWindowWatch(settle_s=SETTLE_S)
         misses = 0
         deadline = time.monotonic() + self.window_timeout_s
         polls, errors = 0, 0
@@ -112,7 +117,7 @@ class KillDriverInCommitWindow:
                 time.sleep(poll_s)
                 continue
             polls += 1
-            batch = watch.observe(off, com, out)
+            batch = watch.observe(off, com, out, time.monotonic())
             if batch is not None and pid is not None:
                 # freeze the driver (its whole process group), then look again: a commits/N written
                 # between the poll and the freeze means the window closed; thaw and watch the next batch
@@ -121,7 +126,7 @@ class KillDriverInCommitWindow:
                     if frozen:
                         ctx.spark.thaw_driver(pid)
                     misses += 1
-                    watch = CommitWindowWatch()
+                    watch = CommitWindowWatch(settle_s=SETTLE_S)
                     continue
                 ev = {"mode": "watch", "batch": batch, "pid": pid, "frozen": frozen, "windows_missed": misses,
                       "offsets_logged": checkpoint.has_offsets(ctx.checkpoint, batch),

@@ -15,7 +15,15 @@ nothing never opens a window (there is nothing to replay visibly), and neither d
 landed before the first poll that saw its ``offsets/N``: poll faster than a batch commits (the bundled
 pipeline's batches take ≥ 1 s; 0.1–0.2 s polls are enough), and a missed window is reported as such.
 
-Pure: no file, topic or clock is read here; the nemesis polls and feeds it.
+The previous batch's output can still be landing when ``offsets/N`` appears: Kafka's
+``commit_transaction()`` returns once the coordinator has logged the commit, and it writes the commit
+markers to the partitions after that (KIP-98, "Transactional Messaging in Kafka", the two-phase commit),
+so batch N-1's records can become visible at read_committed after Spark wrote ``commits/N-1`` and
+``offsets/N``. Growth in the first :attr:`CommitWindowWatch.settle_s` after ``offsets/N`` is first seen is
+taken into the baseline, not counted as batch N's: a batch that commits within that time is missed (and
+reported as such), never mistaken.
+
+Pure: no file, topic or clock is read here; the nemesis polls and feeds it (the time too).
 """
 
 from __future__ import annotations
@@ -34,9 +42,12 @@ class CommitWindowWatch:
 
     pending: int | None = None
     baseline: dict[int, int] = field(default_factory=dict)
+    settle_s: float = 0.0
+    """How long after ``offsets/N`` is first seen growth still counts as the previous batch's, s."""
+    since: float | None = None
 
     def observe(self, latest_offsets: int | None, latest_commit: int | None,
-                output_end: dict[int, int]) -> int | None:
+                output_end: dict[int, int], now: float | None = None) -> int | None:
         """Feed one poll; returns the batch N whose commit window is open now, else ``None``.
 
         Args:
@@ -44,12 +55,17 @@ class CommitWindowWatch:
             latest_commit: highest N with ``commits/N`` (``onceproof.store.checkpoint.latest_commit``).
             output_end: the output topic's end offsets at read_committed, ``{partition: offset}``
                 (``onceproof.clients.topics.end_offsets(..., committed=True)``); partitions may be missing.
+            now: the poll's monotonic time, s; ``None``: no settle (every growth counts).
         """
         if latest_offsets is None or (latest_commit is not None and latest_commit >= latest_offsets):
             self.pending, self.baseline = None, {}  # no batch in flight
             return None
         if self.pending != latest_offsets:  # a new batch in flight: its output starts from here
-            self.pending, self.baseline = latest_offsets, dict(output_end)
+            self.pending, self.baseline, self.since = latest_offsets, dict(output_end), now
+            return None
+        if now is not None and self.since is not None and now - self.since < self.settle_s:
+            for p, off in output_end.items():  # the previous batch's markers landing: not batch N's output
+                self.baseline[p] = max(off, self.baseline.get(p, 0))
             return None
         grew = any(off > self.baseline.get(p, 0) for p, off in output_end.items())
         return self.pending if grew else None
