@@ -19,8 +19,9 @@ def test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expect
     """A user's test file in its own pytest process: the mutant transactional sink without its replay
     marker (``eos-no-marker``), with the driver killed after the sink committed a batch and before Spark
     logged its commit, must be caught (verdict invalid, the replayed batch committed twice), so a test
-    expecting ``invalid`` passes, with the verdict in its JUnit entry and no JVM left behind. (Spark's
-    at-least-once sink is caught the same way in ``tests/test_docker_backend.py``.)"""
+    expecting ``invalid`` passes, with the verdict in its JUnit entry and no JVM left behind. The run leases
+    the session's warm cluster (``--onceproof-warm-cluster``), whose brokers are gone with the session.
+    (Spark's at-least-once sink is caught the same way in ``tests/test_docker_backend.py``.)"""
     pytester.makepyfile(test_mutant="""
         import pytest
 
@@ -35,7 +36,8 @@ def test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expect
     junit = pytester.path / "junit.xml"
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--onceproof-results={results}",
-                                        f"--junitxml={junit}", *plugin_args(), timeout=1400)
+                                        f"--junitxml={junit}", "--onceproof-warm-cluster", *plugin_args(),
+                                        timeout=1400)
     res.assert_outcomes(passed=1)
     props = properties(junit_cases(junit)["test_the_mutant_is_caught"])
     assert (props["onceproof.verdict"], props["onceproof.expected"]) == ("invalid", "invalid"), props
@@ -45,11 +47,13 @@ def test_a_real_mutant_run_killed_in_its_commit_window_passes_a_test_that_expect
     # made Spark replay is among the duplicated copies, named by its batchId, and both copies were
     # committed transactions (fencing alone does not stop a replay from committing again)
     _, result, ops = load_run_dir(Path(props["onceproof.report"]).parent)
+    assert result["cluster"]["warm"] is True, result["cluster"]
     replayed = {str(o["evidence"]["batch"]) for o in ops if o.get("outcome") == "effective"}
     assert replayed, ops
     copies = [c for ex in result["anomalies"]["duplicate"] for c in ex["copies"]]
     assert {c["batch"] for c in copies} & replayed, (copies, replayed)
     assert all(c.get("sink") == "eos" and c.get("txn_id") for c in copies), copies
     assert not our_jvms(str(results)), "JVMs of the run outlived it"
+    assert not our_jvms(str(pytester.path)), "the warm cluster's brokers outlived the session"
 
 

@@ -479,3 +479,66 @@ def test_the_ci_example_collects_with_strict_markers(pytester):
 # ------------------------------------------------------------------------------------------ a real run
 
 
+
+
+# ------------------------------------------------------------------------------------------ the warm cluster
+
+
+class StandInWarm:
+    """Replaces ``runs.start_warm``: records each start (backend, directory) and stop; the directory gets a
+    ``cluster.json`` so that ``--warm-cluster`` validates as for a real warm cluster."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, backend: str, data_dir: Path):
+        self.calls.append(("start", backend))
+        (data_dir / "cluster.json").write_text("{}")
+        calls = self.calls
+
+        class Owned:
+            def stop(self) -> None:
+                calls.append(("stop",))
+
+        owned = Owned()
+        owned.data_dir = data_dir
+        return owned
+
+
+WARM_TESTS = """
+    def test_first(onceproof_run):
+        onceproof_run()
+
+    def test_second(onceproof_run):
+        onceproof_run(nemesis="kill-executor")
+
+    def test_chooses_fresh(onceproof_run):
+        onceproof_run(warm_cluster="")
+
+    def test_no_run(onceproof_results_dir):
+        pass
+"""
+
+
+@pytest.mark.parametrize("option", [True, False], ids=["warm-cluster", "fresh-clusters"])
+def test_the_warm_cluster_option_gives_every_run_one_cluster_started_once(pytester, stand_in, monkeypatch, option):
+    warm = StandInWarm()
+    monkeypatch.setattr(runs, "start_warm", warm)
+    pytester.makepyfile(test_w=textwrap.dedent(WARM_TESTS))
+    args = ["--onceproof-warm-cluster"] if option else []
+    pytester.runpytest(*args, *plugin_args()).assert_outcomes(passed=4)
+    dirs = [cfg.warm_cluster for cfg in stand_in.configs]
+    if option:
+        assert warm.calls == [("start", "local"), ("stop",)], warm.calls
+        assert dirs[0] and dirs[0] == dirs[1] and dirs[2] == "", dirs
+        assert (Path(dirs[0]) / "cluster.json").is_file()
+    else:
+        assert warm.calls == [] and dirs == ["", "", ""], (warm.calls, dirs)
+
+
+def test_the_warm_cluster_option_on_a_backend_without_one_is_a_usage_error(pytester, stand_in):
+    pytester.makepyfile(test_w="def test_it(onceproof_run):\n    onceproof_run()\n")
+    res = pytester.runpytest("--onceproof-warm-cluster", "--onceproof-backend", "docker", *plugin_args())
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()
+    res.stderr.fnmatch_lines(["*--onceproof-warm-cluster: the docker backend keeps no warm cluster*"])
+    assert stand_in.configs == []

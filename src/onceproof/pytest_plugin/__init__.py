@@ -4,12 +4,13 @@ Installed with onceproof and loaded by pytest through the ``pytest11`` entry poi
 (``pyproject.toml``); ``-p no:onceproof`` turns it off. It gives:
 
 * ``onceproof_run`` – a callable ``onceproof_run(**config) -> RunResult``: one whole ``onceproof run``
-  (its own fresh cluster, workload, faults, check, report), config keys being
+  (its own fresh cluster or the session's warm one, workload, faults, check, report), config keys being
   :class:`onceproof.harness.config.TestConfig` fields validated as the CLI validates them;
 * ``onceproof_cluster`` – a running Kafka cluster of the chosen backend for a module (or the session),
   for checking your own pipeline against it, stopped on every exit path;
 * ``@pytest.mark.onceproof(**config, expect=...)`` – the run's config for a test, a class or a module;
-* options ``--onceproof-backend NAME``, ``--onceproof-results DIR``, ``--onceproof-cluster-scope``;
+* options ``--onceproof-backend NAME``, ``--onceproof-results DIR``, ``--onceproof-cluster-scope``, and
+  ``--onceproof-warm-cluster`` (the runs lease one warm cluster for the session: ``onceproof_warm_cluster``);
 * in the JUnit XML (``--junitxml``), each test's run verdict, anomaly counts and report path as
   ``<properties>``, and a one-paragraph failure when the verdict is not the one the test expects.
 

@@ -50,6 +50,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "basetemp); upload it from CI: each run's report.html, results.json and logs")
     g.addoption("--onceproof-cluster-scope", default="module", choices=("module", "session"),
                 help="how long one onceproof_cluster lives (default: module)")
+    g.addoption("--onceproof-warm-cluster", action="store_true",
+                help="onceproof_run's runs lease one warm cluster for the session (brokers kept up across runs, "
+                     "started at the first run, stopped at the session's end) instead of each starting its own; "
+                     "a run of another shape (a clock or disk fault, another broker count or Kafka release) "
+                     "starts its own, and its results.json says why")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,6 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if name is not None and name not in registry.names():
         raise pytest.UsageError(f"--onceproof-backend: unknown backend {name!r}; choose one of "
                                 f"{', '.join(registry.names())}")
+    if config.getoption("onceproof_warm_cluster") and not registry.get(name or registry.DEFAULT).warm_clusters:
+        raise pytest.UsageError(f"--onceproof-warm-cluster: the {name} backend keeps no warm cluster; leave the "
+                                "option out, or use --onceproof-backend local")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -151,7 +159,7 @@ def onceproof_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     ``parametrize("onceproof_cluster", ["local"], indirect=True)``; default ``local``, 3 brokers, the pinned
     release. Stopped on every exit path: the test's end, its failure, Ctrl-C, and
     SIGTERM (routed to an interrupt while the cluster lives). Data and logs under pytest's basetemp.
-    ``onceproof_run`` does not use it: each run builds its own fresh cluster.
+    ``onceproof_run`` does not use it: each run builds its own cluster, or leases ``onceproof_warm_cluster``.
     """
     given = _settings(request, CLUSTER_KEYS)
     data = tmp_path_factory.mktemp("onceproof-cluster")
@@ -169,13 +177,36 @@ def onceproof_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
             cluster.clean()
 
 
+@pytest.fixture(scope="session")
+def onceproof_warm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """With ``--onceproof-warm-cluster``: the directory (``Path``) of the warm cluster ``onceproof_run``'s runs
+    lease (``onceproof.harness.warm``: 3 brokers of the pinned release on ``--onceproof-backend``'s backend,
+    behind toxiproxy, each in a cgroup of its own), started when the session's first run asks for it and
+    stopped, with its reaper, at the session's end; a SIGKILLed pytest's reaper sweeps its brokers.
+    Without the option: ``None``, and nothing starts.
+
+    Raises: the cluster's start errors (``ClusterError``), which fail the test that asked first."""
+    if not request.config.getoption("onceproof_warm_cluster"):
+        yield None
+        return
+    backend = request.config.getoption("onceproof_backend") or registry.DEFAULT
+    with runs.Interrupts():
+        owned = runs.start_warm(backend, tmp_path_factory.mktemp("onceproof-warm-cluster"))
+        try:
+            yield owned.data_dir
+        finally:
+            owned.stop()
+
+
 @pytest.fixture
-def onceproof_run(request: pytest.FixtureRequest, onceproof_results_dir: Path) -> Callable[..., Any]:
-    """``onceproof_run(**config) -> RunResult``: one whole onceproof run (its own fresh cluster, workload,
-    faults, check, report) with the config of ``--onceproof-backend``, the ``onceproof`` markers, an
-    indirect parameter and the call's keywords (``TestConfig`` fields, validated as ``onceproof run``
-    validates them; a bad key or value raises ``OnceproofConfigError`` naming the fix; ``expect``: the
-    verdict(s) wanted, default ``valid``).
+def onceproof_run(request: pytest.FixtureRequest, onceproof_results_dir: Path,
+                  onceproof_warm_cluster: Path | None) -> Callable[..., Any]:
+    """``onceproof_run(**config) -> RunResult``: one whole onceproof run (its own fresh cluster, or with
+    ``--onceproof-warm-cluster`` the session's warm one, workload, faults, check, report) with the config of
+    ``--onceproof-backend``, the ``onceproof`` markers, an indirect parameter and the call's keywords
+    (``TestConfig`` fields, validated as ``onceproof run`` validates them; a bad key or value raises
+    ``OnceproofConfigError`` naming the fix; ``expect``: the verdict(s) wanted, default ``valid``). A run
+    given ``warm_cluster=`` itself, or on another backend than the session's, keeps its own choice.
 
     Returns ``RunResult`` (``verdict``, ``exit_code``, ``counts``, ``coverage``, ``run_dir``, ``report``).
     The run's verdict, counts and report path go to the test's JUnit properties (``onceproof.*``). A
@@ -188,6 +219,9 @@ def onceproof_run(request: pytest.FixtureRequest, onceproof_results_dir: Path) -
         __tracebackhide__ = True  # a config error or a failed verdict points at the test's own line
         given = {"results_root": runs.Setting(onceproof_results_dir, source), **base}
         given.update({k: runs.Setting(v, "onceproof_run()") for k, v in config.items()})
+        if onceproof_warm_cluster is not None and "warm_cluster" not in given and runs.backend_of(given) == (
+                request.config.getoption("onceproof_backend") or registry.DEFAULT):
+            given["warm_cluster"] = runs.Setting(str(onceproof_warm_cluster), "--onceproof-warm-cluster")
         expect = runs.parse_expect(given.pop(runs.EXPECT, runs.Setting("valid", "the default")))
         cfg = runs.config_from_kwargs(given)
         result, interrupted = runs.run_one(cfg)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from onceproof.backends import registry
 from onceproof.harness import signals
 from onceproof.store.runfiles import RESULTS, RunFiles
 
@@ -304,6 +305,23 @@ class Interrupts:
         for s, h in self._prev.items():
             if h is not None:  # None: a handler not set from Python, which cannot be put back
                 signal.signal(s, h)
+
+
+def backend_of(given: dict[str, Setting]) -> str:
+    """The backend a run of ``given`` settings runs on: its ``backend`` key, else the harness's default."""
+    return str(given["backend"].value) if "backend" in given else registry.DEFAULT
+
+
+def start_warm(backend: str, data_dir: Path):
+    """Start the warm cluster ``onceproof_run``'s runs lease (``onceproof.harness.warm.start``: 3 brokers of
+    the pinned release behind toxiproxy, each in a cgroup of its own, so that runs with network faults and
+    isolations lease it too) in ``data_dir``; returns its ``warm.Owned`` (``.data_dir``, ``.stop()``). The
+    plugin's unit tests replace this function with a stand-in.
+
+    Raises: ``ClusterError`` or toxiproxy's start errors (what was started is stopped again)."""
+    from onceproof.harness import warm  # lazy: see module doc
+
+    return warm.start(registry.get(backend), data_dir, proxied=True, own_groups=True)
 
 
 def execute(cfg: TestConfig, console) -> tuple[int, Path]:
