@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -15,7 +16,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from onceproof.backends.common import interpreter
 from onceproof.sinks import iceberg_table
-from onceproof.sinks.base import OutputError, OutputLocation
+from onceproof.sinks.base import JobPlace, OutputError, OutputLocation
 from onceproof.sinks.iceberg_table import MetadataEnds, read_output
 
 
@@ -109,7 +110,7 @@ def test_a_users_job_gets_the_catalog_as_json_and_the_table_name():
     from onceproof.sinks import iceberg, user_outputs
 
     entry = user_outputs.get("iceberg").entry()
-    values = entry.job_values("/runs/x/iceberg-warehouse")
+    values = entry.job_values(JobPlace(directory=Path("/runs/x/iceberg-warehouse"), output_topic="output"))
     conf = json.loads(values["iceberg_conf"])
     assert conf["spark.sql.catalog.onceproof.warehouse"] == "/runs/x/iceberg-warehouse"
     assert conf["spark.sql.catalog.onceproof.type"] == "hadoop"

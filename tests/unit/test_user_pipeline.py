@@ -3,10 +3,16 @@ seen from outside the driver (no hook in the user's code). Synthetic inputs only
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from onceproof.backends.base import PipelineArgs
+from onceproof.backends.common import supervisor
 from onceproof.backends.user_pipeline import PLACEHOLDERS, PipelineCommand, PipelineCommandError
 from onceproof.nemesis.commit_window_watch import CommitWindowWatch
+from onceproof.sinks import user_outputs
+from onceproof.sinks.base import JobPlace
 
 VALUES = {"python": "/venv/bin/python", "bootstrap": "127.0.0.1:9092,127.0.0.1:9093", "input_topic": "input",
           "output_topic": "output", "checkpoint": "/runs/a b/checkpoint", "master": "local-cluster[2,1,1024]",
@@ -292,3 +298,34 @@ def test_the_previous_batchs_late_markers_are_not_taken_for_the_next_batchs_outp
     assert w.observe(2, 1, {0: 162, 1: 201, 4: 165}, now=10.7) is None
     assert w.observe(2, 1, {0: 170, 1: 201, 4: 165}, now=11.4) == 2  # batch 2's records
     assert CommitWindowWatch().observe(2, 1, {0: 0}, now=1.0) is None
+
+
+@pytest.mark.parametrize("output", sorted(user_outputs.OUTPUTS))
+def test_each_output_gives_its_job_exactly_its_own_placeholders(output, tmp_path, monkeypatch):
+    """``Sink.job_values`` is the one source of an output's placeholders: it gives a value to each one
+    ``user_outputs`` lists for that output and to no other, and the driver's command gets them."""
+    out = user_outputs.OUTPUTS[output]
+    entry = out.entry()
+    place = JobPlace(directory=tmp_path / "out dir", output_topic="warm-ab12cd34-output",
+                     dsn="host=127.0.0.1 port=5 dbname=onceproof user=onceproof")
+    values = dict(entry.job_values(place)) if entry.job_values else {}
+    assert set(values) == set(out.placeholders), (output, values)
+    monkeypatch.setattr(supervisor, "connector_jars", lambda *a, **k: "/j/kafka.jar")  # no Maven here
+    words = [w for p in sorted(out.placeholders) for w in (f"--{p}", "{" + p + "}")]
+    pipeline = PipelineArgs(bootstrap="h:1", sink=output, checkpoint=tmp_path / "ck", control=tmp_path / "ctl",
+                            sink_log=tmp_path / "sink.jsonl", input_topic="warm-ab12cd34-input",
+                            output_topic=place.output_topic, progress_topic="p", sink_id="s", trigger_ms=1000,
+                            max_offsets=10, txn_timeout_ms=10000, pool_size=2, master="local[2]",
+                            command=" ".join(["{python}", "job.py", "--out", "{output_topic}", *words]),
+                            output_values=tuple(values.items()))
+    argv = supervisor.driver_argv(pipeline, python="/venv/bin/python")
+    got = dict(zip(argv[4::2], argv[5::2], strict=True))
+    assert argv[:4] == ["/venv/bin/python", "job.py", "--out", place.output_topic], argv
+    want = {"files": {"--output_path": str(place.directory)}, "delta": {"--output_path": str(place.directory)},
+            "postgres": {"--postgres_dsn": place.dsn, "--output_table": place.output_topic}, "kafka": {}}
+    if output == "iceberg":
+        conf = json.loads(got.pop("--iceberg_conf"))
+        assert conf["spark.sql.catalog.onceproof.warehouse"] == str(place.directory), conf
+        assert got == {"--output_table": "onceproof.db.output"}, got
+    else:
+        assert got == want[output], got

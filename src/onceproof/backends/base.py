@@ -153,7 +153,8 @@ class PipelineArgs:
     the PySpark version the bundled pipeline's sink needs (``Sink.spark_runtime``, a cached runtime the
     backend builds), "" = the harness's own. ``jars``: classpaths of ``deps/`` the sink needs beyond the
     Kafka connector (``Sink.jars``: ``"delta"``). ``output_values``: ``(placeholder, value)`` pairs a
-    user's ``--output`` gives its command (``Sink.job_values``: ``{iceberg_conf}``, ``{output_table}``).
+    user's ``--output`` gives its command (``Sink.job_values``: ``{output_path}``, ``{postgres_dsn}``,
+    ``{output_table}``, ``{iceberg_conf}``).
     """
 
     bootstrap: str

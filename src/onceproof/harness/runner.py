@@ -60,7 +60,7 @@ from onceproof.pipeline.identity import default_sink_id
 from onceproof.report.html import build_report
 from onceproof.report.index import build_index
 from onceproof.report.junit import write_junit
-from onceproof.sinks.base import DRIVER_HOOKS, OutputLocation
+from onceproof.sinks.base import DRIVER_HOOKS, JobPlace, OutputLocation
 from onceproof.store import checkpoint, retention
 from onceproof.store.compact import compact
 from onceproof.store.history import HistoryWriter
@@ -204,8 +204,7 @@ def _setup(r: _Run) -> None:
                             input_contiguous=producers.client_class(cfg.producer).contiguous_input,
                             database_dsn=r.db.job_dsn if r.db else "", python=cfg.pipeline_python,
                             runtime=pipeline_runtime(cfg, r.sink), jars=r.sink.jars,
-                            output_values=tuple((r.sink.job_values(r.file_sink) if r.sink.job_values else {})
-                                                .items()),
+                            output_values=_output_values(r),
                             clock_file=(r.rd.path / "driver-clock-offset"
                                         if catalog.needs_driver_clock([f for _, f in r.plan]) else None))
     r.spark = spark = r.backend.spark(pipeline, r.rd.logs)
@@ -249,6 +248,14 @@ def _setup(r: _Run) -> None:
     warm = f", its warm-up job {ready['warm_up_s']:.1f}s" if isinstance(ready.get("warm_up_s"), (int, float)) else ""
     console.print(f"spark query up in {r.timings['spark_start_s']}s{' (started with Kafka)' if early else ''}{warm}; "
                   f"setup {r.timings['setup_s']}s")
+
+
+def _output_values(r: _Run) -> tuple[tuple[str, str], ...]:
+    """The placeholders of a user's ``--output`` (``Sink.job_values``), as ``PipelineArgs.output_values``."""
+    if not r.sink.job_values:
+        return ()
+    place = JobPlace(directory=r.file_sink, output_topic=r.names.output, dsn=r.db.job_dsn if r.db else "")
+    return tuple(r.sink.job_values(place).items())
 
 
 def _start_database(r: _Run) -> None:

@@ -114,6 +114,25 @@ class Writer(Protocol):
 
 
 @dataclass(frozen=True)
+class JobPlace:
+    """Where a user's ``--pipeline-cmd`` job writes its ``--output``, for the placeholders
+    :attr:`Sink.job_values` gives it: ``directory``, the output directory under the run directory
+    (:attr:`Sink.output_dir`; ``None`` for none); ``output_topic``, the run's output topic, which a
+    database table is named after; ``dsn``, the libpq connection string of the database the run started
+    ("" for none)."""
+
+    directory: Path | None = None
+    output_topic: str = ""
+    dsn: str = ""
+
+
+def path_values(place: JobPlace) -> dict[str, str]:
+    """The placeholder of a user's ``--output files`` or ``delta`` job: ``{output_path}``, its output
+    directory."""
+    return {"output_path": str(place.directory or "")}
+
+
+@dataclass(frozen=True)
 class OutputLocation:
     """Where a run's output is: the Kafka cluster and output topic, and ``directory`` (the sink's
     output directory, :attr:`Sink.output_dir` under the run directory; ``None`` for a topic).
@@ -208,7 +227,8 @@ class Sink:
     own will not do (Delta's connector supports older Sparks), run in a cached runtime the backend builds;
     ``None``: the harness's. ``jars``: classpaths of ``onceproof/deps/`` its writer needs beyond the Kafka
     connector (``"delta"``). ``job_values``: for a user's ``--output``, the placeholder values it gives
-    the job's command beyond the run's own, from its output directory (Iceberg's ``{iceberg_conf}``).
+    the job's command beyond the run's own, from its :class:`JobPlace` (``{output_path}``, ``{postgres_dsn}``,
+    ``{output_table}``, Iceberg's ``{iceberg_conf}``).
     ``report_rows``: the rows of a table the report shows about its output, from the reader's summary
     (``(title, [row dict])``: an Iceberg table's snapshots), ``None`` for none.
     """
@@ -232,7 +252,7 @@ class Sink:
     committed_end: str = "onceproof.sinks.kafka_topic:OutputEnds"
     spark_runtime: str | None = None
     jars: tuple[str, ...] = ()
-    job_values: Callable[[Path | None], Mapping[str, str]] | None = None
+    job_values: Callable[[JobPlace], Mapping[str, str]] | None = None
     report_rows: Callable[[dict], tuple[str, list[dict]]] | None = None
 
     def read(self, location: OutputLocation) -> OutputView:

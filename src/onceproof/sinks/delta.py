@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from onceproof.pipeline import delta_sink
-from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
+from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink, path_values
 
 OUTPUT_DIR = "delta-table"
 """The table's directory in the run directory (``results/<test>/<stamp>/delta-table``)."""
@@ -76,7 +76,7 @@ DELTA_NO_TXN = dataclasses.replace(
     writer=write_without_txn, label="the delta-no-txn mutant", targeted_by="commit", mutant=True)
 
 USER_TABLE = Sink("delta", "your job's Delta table", frozenset(), "valid", writer=None,
-                  label="your job's Delta table", jars=("delta",), **_TABLE)
+                  label="your job's Delta table", jars=("delta",), job_values=path_values, **_TABLE)
 """``--pipeline-cmd ... --output delta``: the Delta table a user's job writes in ``{output_path}``. Its
 ``{jars}`` carry Delta's Spark connector built for the job's Spark line (``deps/delta/pom.xml``,
 ``jars.deps_classpath``), at the version of the job's own delta-spark package when it has one."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from onceproof.pipeline import file_sink
-from onceproof.sinks.base import COMMITTED, WRITE_HOLD, JobContext, Sink
+from onceproof.sinks.base import COMMITTED, WRITE_HOLD, JobContext, Sink, path_values
 
 OUTPUT_DIR = "file-sink"
 """The output directory in the run directory (``results/<test>/<stamp>/file-sink``)."""
@@ -42,6 +42,7 @@ FILE = Sink(
     report_line=report_line, committed_end="onceproof.sinks.file_log:MetadataLogEnds")
 
 USER_FILES = dataclasses.replace(FILE, name="files", summary="your job's file sink", capabilities=frozenset(),
-                                 writer=None, label="your job's file sink", spark_conf={})
+                                 writer=None, label="your job's file sink", spark_conf={},
+                                 job_values=path_values)
 """``--pipeline-cmd ... --output files``: Spark's file sink a user's job writes in ``{output_path}``
 (``sinks/user_outputs.py``); read as :data:`FILE`, no fault hook."""

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 from onceproof.pipeline import iceberg_sink
-from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
+from onceproof.sinks.base import DRIVER_HOOKS, JobContext, JobPlace, Sink
 
 OUTPUT_DIR = "iceberg-warehouse"
 """The catalog's warehouse in the run directory (``results/<test>/<stamp>/iceberg-warehouse``)."""
@@ -52,11 +51,11 @@ def report_rows(summary: dict) -> tuple[str, list[dict]]:
     return title, [{c: s[c] for c in cols if c in s} for s in shown]
 
 
-def job_values(directory: Path | None) -> dict[str, str]:
+def job_values(place: JobPlace) -> dict[str, str]:
     """The placeholders a user's ``--output iceberg`` job gets: ``iceberg_conf`` (the catalog's Spark
-    settings as a JSON object, ``iceberg_sink.catalog_conf`` of the warehouse ``directory``) and
+    settings as a JSON object, ``iceberg_sink.catalog_conf`` of the warehouse, ``place.directory``) and
     ``output_table`` (``<catalog>.<namespace>.<table>``)."""
-    return {"iceberg_conf": json.dumps(iceberg_sink.catalog_conf(str(directory or ""))),
+    return {"iceberg_conf": json.dumps(iceberg_sink.catalog_conf(str(place.directory or ""))),
             "output_table": iceberg_sink.TABLE}
 
 

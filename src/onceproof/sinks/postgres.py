@@ -10,7 +10,7 @@ snapshot (``onceproof.sinks.postgres_table``).
 from __future__ import annotations
 
 from onceproof.pipeline import postgres_sink
-from onceproof.sinks.base import DRIVER_HOOKS, JobContext, Sink
+from onceproof.sinks.base import DRIVER_HOOKS, JobContext, JobPlace, Sink
 
 READER = "onceproof.sinks.postgres_table:read_output"
 
@@ -61,7 +61,13 @@ AUTOCOMMIT = Sink("postgres-autocommit", "a mutant: autocommit inserts per execu
                   frozenset({DRIVER_HOOKS}), "invalid", writer=write_autocommit,
                   label="the postgres-autocommit mutant", targeted_by="commit", mutant=True, **_COMMON)
 
+def job_values(place: JobPlace) -> dict[str, str]:
+    """The placeholders a user's ``--output postgres`` job gets: ``postgres_dsn`` (the run's server) and
+    ``output_table`` (named like the run's output topic, as the bundled sinks' table)."""
+    return {"postgres_dsn": place.dsn, "output_table": place.output_topic}
+
+
 USER_TABLE = Sink("postgres", "your job's PostgreSQL table", frozenset(), "valid", writer=None,
-                  label="your job's PostgreSQL table", **_COMMON)
+                  label="your job's PostgreSQL table", job_values=job_values, **_COMMON)
 """``--pipeline-cmd ... --output postgres``: the table a user's job writes, ``{output_table}`` in
 ``{postgres_dsn}`` (``sinks/user_outputs.py``); read as :data:`POSTGRES`."""

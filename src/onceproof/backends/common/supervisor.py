@@ -246,9 +246,8 @@ def driver_argv(pipeline: PipelineArgs, python: str | None = None, pyspark_jars:
             {"python": python, "bootstrap": pipeline.bootstrap, "input_topic": pipeline.input_topic,
              "output_topic": pipeline.output_topic, "checkpoint": str(pipeline.checkpoint),
              "master": pipeline.master, "jars": connector_jars(pyspark_jars, spark_version, pipeline.jars, versions),
-             # an output's own placeholders (sinks/user_outputs.py): config refuses those of another output
-             "output_path": str(pipeline.file_sink or ""), "postgres_dsn": pipeline.database_dsn,
-             "output_table": pipeline.output_topic, **dict(pipeline.output_values)})
+             # its output's own placeholders (Sink.job_values): config refuses those of another output
+             **dict(pipeline.output_values)})
     return [python, "-m", "onceproof.job", *pipeline.argv(), "--jars",
             connector_jars(pyspark_jars, spark_version, pipeline.jars, versions)]
 
