@@ -19,25 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_run, our_processes, run_cli
+from tests.conftest import run_cli, run_table_sink
 
 pytestmark = [pytest.mark.cluster, pytest.mark.extended]
-
-FAULTS = "kill-driver-in-commit-window,kill-broker"
-
-
-def _run(results: Path, sink: str) -> tuple[Path, dict, dict, str]:
-    p = run_cli(["run", "--sink", sink, "--nemesis", FAULTS, "--seed", "1", "--time-limit", "40",
-                 "--results", str(results)], timeout=1200)
-    out = p.stdout + p.stderr
-    assert p.returncode != 254, out[-3000:]
-    run_dir, result, ops = load_run(results)
-    assert not our_processes(str(run_dir)), "a process of the run outlived it"
-    cw = [o for o in ops if o.get("type") == "info" and o.get("f") == "kill-driver-in-commit-window"]
-    assert cw and cw[0]["outcome"] == "effective" and cw[0]["exercised"], (cw, out[-3000:])
-    assert not cw[0]["evidence"]["commit_logged_after_kill"], cw[0]["evidence"]
-    return run_dir, result, cw[0]["evidence"], out
-
 
 def _txn_app_ids(table: Path) -> set[str]:
     ids = set()
@@ -51,7 +35,7 @@ def _txn_app_ids(table: Path) -> set[str]:
 
 @pytest.mark.timeout(1500)
 def test_deltas_streaming_sink_is_valid_its_commit_window_watched_through_the_log(tmp_path):
-    run_dir, result, ev, out = _run(tmp_path, "delta")
+    run_dir, result, ev, out = run_table_sink(tmp_path, "delta")
     assert result["verdict"] == "valid", (result["counts"], out[-3000:])
     d = result["delta"]
     assert d["rows"] == result["stats"]["input_records"] > 0, d
@@ -63,7 +47,7 @@ def test_deltas_streaming_sink_is_valid_its_commit_window_watched_through_the_lo
 
 @pytest.mark.timeout(2400)
 def test_idempotent_foreachbatch_appends_are_valid_and_appends_without_txn_are_caught(tmp_path):
-    run_dir, result, ev, out = _run(tmp_path / "ok", "delta-foreachbatch")
+    run_dir, result, ev, out = run_table_sink(tmp_path / "ok", "delta-foreachbatch")
     assert result["verdict"] == "valid", (result["counts"], out[-3000:])
     d = result["delta"]
     assert d["rows"] == result["stats"]["input_records"] > 0 and d["txn_count"] == d["version"] + 1, d
@@ -71,7 +55,7 @@ def test_idempotent_foreachbatch_appends_are_valid_and_appends_without_txn_are_c
     assert _txn_app_ids(run_dir / "delta-table") == {sink_id} == set(d["txn_latest"]), d
     assert ev["mode"] == "hook", ev  # the sink's after-commit hook: killed after the Delta commit
 
-    mut_dir, mut, _, out = _run(tmp_path / "mutant", "delta-no-txn")
+    mut_dir, mut, _, out = run_table_sink(tmp_path / "mutant", "delta-no-txn")
     assert mut["verdict"] == "invalid" and mut["counts"]["duplicate"] > 0, (mut["counts"], out[-3000:])
     assert mut["delta"]["rows"] > mut["stats"]["input_records"] and mut["delta"]["txn_count"] == 0, mut["delta"]
     again = run_cli(["check", str(mut_dir), "--json"], timeout=300)

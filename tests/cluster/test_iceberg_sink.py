@@ -17,31 +17,12 @@ property) is in ``make test-extended``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_run, our_processes, run_cli
+from tests.conftest import run_cli, run_table_sink
 
 pytestmark = pytest.mark.cluster
-
-FAULTS = "kill-driver-in-commit-window,kill-broker"
-
-
-def _run(results: Path, sink: str, warm: list[str]) -> tuple[Path, dict, dict, str]:
-    p = run_cli(["run", "--sink", sink, "--nemesis", FAULTS, "--seed", "1", "--time-limit", "40",
-                 "--results", str(results), *warm], timeout=1200)
-    out = p.stdout + p.stderr
-    assert p.returncode != 254, out[-3000:]
-    run_dir, result, ops = load_run(results)
-    assert not our_processes(str(run_dir)), "a process of the run outlived it"
-    cw = [o for o in ops if o.get("type") == "info" and o.get("f") == "kill-driver-in-commit-window"]
-    assert cw and cw[0]["outcome"] == "effective" and cw[0]["exercised"], (cw, out[-3000:])
-    assert not cw[0]["evidence"]["commit_logged_after_kill"], cw[0]["evidence"]
-    kb = [o for o in ops if o.get("type") == "info" and str(o.get("f")).startswith("kill-broker")]
-    assert kb and kb[0]["exercised"], (kb, out[-3000:])
-    return run_dir, result, cw[0]["evidence"], out
-
 
 def _epochs(summaries: list[dict]) -> list[str]:
     return [s["epoch_id"] for s in summaries if "epoch_id" in s]
@@ -49,7 +30,7 @@ def _epochs(summaries: list[dict]) -> list[str]:
 
 @pytest.mark.timeout(2400)
 def test_icebergs_streaming_write_is_valid_and_appends_without_a_check_are_caught(warm_cluster, tmp_path):
-    run_dir, result, ev, out = _run(tmp_path / "ok", "iceberg", warm_cluster)
+    run_dir, result, ev, out = run_table_sink(tmp_path / "ok", "iceberg", warm_cluster)
     assert result["verdict"] == "valid", (result["counts"], out[-3000:])
     ic = result["iceberg"]
     assert ic["rows"] == result["stats"]["input_records"] > 0 and ic["order"] == "commit", ic
@@ -60,7 +41,7 @@ def test_icebergs_streaming_write_is_valid_and_appends_without_a_check_are_caugh
     assert len(_epochs(shown)) == len(set(_epochs(shown))), shown  # the replayed epoch was skipped
     assert "iceberg table read at snapshot" in out and result["cluster"]["warm"] is True, result["cluster"]
 
-    mut_dir, mut, _, out = _run(tmp_path / "mutant", "iceberg-no-idempotence", warm_cluster)
+    mut_dir, mut, _, out = run_table_sink(tmp_path / "mutant", "iceberg-no-idempotence", warm_cluster)
     assert mut["verdict"] == "invalid" and mut["counts"]["duplicate"] > 0, (mut["counts"], out[-3000:])
     assert mut["iceberg"]["rows"] > mut["stats"]["input_records"], mut["iceberg"]
     batches = [s["batch_id"] for s in mut["iceberg"]["snapshot_summaries"] if "batch_id" in s]
@@ -72,7 +53,7 @@ def test_icebergs_streaming_write_is_valid_and_appends_without_a_check_are_caugh
 @pytest.mark.extended  # 117 s; make test's 50 minutes: the streaming write's idempotence is judged there
 @pytest.mark.timeout(1500)
 def test_foreachbatch_appends_that_check_the_batch_property_are_valid(tmp_path):
-    run_dir, result, ev, out = _run(tmp_path, "iceberg-foreachbatch", [])
+    run_dir, result, ev, out = run_table_sink(tmp_path, "iceberg-foreachbatch")
     assert result["verdict"] == "valid", (result["counts"], out[-3000:])
     ic = result["iceberg"]
     assert ic["rows"] == result["stats"]["input_records"] > 0, ic
