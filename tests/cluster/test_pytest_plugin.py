@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import REPO, load_run_dir, our_jvms
 from tests.unit.test_pytest_plugin import junit_cases, plugin_args, properties  # noqa: F401 (fixtures are used by name)
 
+pytest_plugins = ["pytester"]  # also when this module runs without tests/unit (make test-extended)
+
 
 @pytest.mark.cluster
 @pytest.mark.extended  # 107 s; make test's 50 minutes: the plugin's expectations are unit-tested, and
