@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: probe-kafka17754 setup run test unit lint postgres-prereqs clock-prereqs fuse-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: probe-kafka17754 setup run test unit lint postgres-prereqs clock-prereqs fuse-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-spark-start bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -136,6 +136,10 @@ bench-spark-checker: setup
 # issue 11: the default run's wall time − time limit, median of 3 (see docs/performance.md)
 bench-overhead: setup
 	$(BIN)/python bench/overhead.py --json bench/overhead.json
+
+# what a Spark master and workers kept up across drivers would save a driver start (issue 42, item 2; 2 min)
+bench-spark-start: setup
+	$(BIN)/python bench/spark_start.py --samples 3
 
 # issue 7's acceptance: seeds 1-10 × {eos, at-least-once} under --nemesis all (eos about 8 min a run,
 # at-least-once about 6: about 2 h 15 min)
