@@ -114,7 +114,6 @@ def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_
     import random
 
     from onceproof.nemesis.commit_window import KillDriverInCommitWindow
-    monkeypatch.setattr("onceproof.nemesis.commit_window.SETTLE_S", 0.0)  # polls 1 ms apart: no settle
     from tests.stand_in_backend import StandInSpark
 
     ck = tmp_path / "ck"
@@ -133,7 +132,7 @@ def test_the_watch_kills_the_driver_only_once_the_batch_output_shows_before_its_
     assert ev["offsets_logged"] and not ev["commit_logged_at_kill"] and not ev["commit_logged_after_kill"]
     assert ev["output_end_at_offsets_logged"] == {"0": 10, "1": 20} and ev["output_end_at_kill"] == {"0": 10, "1": 27}
     assert spark.calls == [("freeze_driver", 4242), ("kill_driver", 4242)]
-    assert ev["frozen"] and ev["windows_missed"] == 0
+    assert ev["frozen"] and ev["windows_missed"] == 0 and (ev["settle_s"], ev["settled_polls"]) == (0.0, 0)
 
 
 def test_the_watch_never_kills_a_driver_whose_batches_are_all_committed(tmp_path):
@@ -207,7 +206,6 @@ def test_a_window_that_closed_before_the_freeze_is_thawed_and_the_next_batch_is_
     import random
 
     from onceproof.nemesis.commit_window import KillDriverInCommitWindow
-    monkeypatch.setattr("onceproof.nemesis.commit_window.SETTLE_S", 0.0)  # polls 1 ms apart: no settle
     from tests.stand_in_backend import StandInSpark
 
     ck = tmp_path / "ck"
@@ -297,7 +295,23 @@ def test_the_previous_batchs_late_markers_are_not_taken_for_the_next_batchs_outp
     assert w.baseline == {0: 162, 1: 201, 4: 165}
     assert w.observe(2, 1, {0: 162, 1: 201, 4: 165}, now=10.7) is None
     assert w.observe(2, 1, {0: 170, 1: 201, 4: 165}, now=11.4) == 2  # batch 2's records
+    assert w.absorbed == 1
     assert CommitWindowWatch().observe(2, 1, {0: 0}, now=1.0) is None
+
+
+def test_only_a_kafka_outputs_committed_end_settles():
+    """Kafka's commit markers land after the commit returned; a table's, a file log's and a database's
+    commit is visible at once, so their watch keeps no settle (it would miss fast batches for nothing)."""
+    import pkgutil
+
+    from onceproof.sinks import registry as sinks
+    from onceproof.sinks.kafka_topic import OutputEnds
+
+    assert OutputEnds.settle_s == 0.5
+    ends = {s.committed_end for s in sinks.entries()} - {"onceproof.sinks.kafka_topic:OutputEnds"}
+    assert ends, "no other committed end to compare"
+    for where in ends:
+        assert getattr(pkgutil.resolve_name(where), "settle_s", 0.0) == 0.0, where
 
 
 @pytest.mark.parametrize("output", sorted(user_outputs.OUTPUTS))

@@ -30,11 +30,6 @@ from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisCo
 from onceproof.pipeline import hooks
 from onceproof.store import checkpoint
 
-SETTLE_S = 0.5
-"""The watch's settle after ``offsets/N`` appears, s (``commit_window_watch``): long enough for the previous
-batch's commit markers to land on 2 loaded cores, short beside a micro-batch (≥ 1 s trigger, a collect
-and a commit)."""
-
 
 class KillDriverInCommitWindow:
     name = "kill-driver-in-commit-window"
@@ -103,8 +98,9 @@ class KillDriverInCommitWindow:
                 close()
 
     def _watch(self, ctx: NemesisContext, ends, poll_s: float) -> Outcome:
-        watch = CommitWindowWatch(settle_s=SETTLE_S)
-        misses = 0
+        settle_s = float(getattr(ends, "settle_s", 0.0))
+        watch = CommitWindowWatch(settle_s=settle_s)
+        misses, absorbed = 0, 0
         deadline = time.monotonic() + self.window_timeout_s
         polls, errors = 0, 0
         while time.monotonic() < deadline and not ctx.stop.is_set():
@@ -126,9 +122,11 @@ class KillDriverInCommitWindow:
                     if frozen:
                         ctx.spark.thaw_driver(pid)
                     misses += 1
-                    watch = CommitWindowWatch(settle_s=SETTLE_S)
+                    absorbed += watch.absorbed
+                    watch = CommitWindowWatch(settle_s=settle_s)
                     continue
                 ev = {"mode": "watch", "batch": batch, "pid": pid, "frozen": frozen, "windows_missed": misses,
+                      "settle_s": settle_s, "settled_polls": absorbed + watch.absorbed,
                       "offsets_logged": checkpoint.has_offsets(ctx.checkpoint, batch),
                       "commit_logged_at_kill": False,
                       "output_end_at_offsets_logged": {str(p): o for p, o in sorted(watch.baseline.items())},
@@ -139,7 +137,8 @@ class KillDriverInCommitWindow:
                 ok = ev["offsets_logged"] and not ev["commit_logged_after_kill"] and ev["driver_gone"]
                 return Outcome(EFFECTIVE if ok else NOT_EFFECTIVE, f"driver (batch {batch})", ev)
             time.sleep(poll_s)
-        reason = {"polls": polls, "poll_errors": errors, "mode": "watch", "windows_missed": misses}
+        reason = {"polls": polls, "poll_errors": errors, "mode": "watch", "windows_missed": misses,
+                  "settle_s": settle_s, "settled_polls": absorbed + watch.absorbed}
         if ctx.stop.is_set():
             return Outcome(SKIPPED, "driver", {**reason, "reason": "the run ended before a batch reached the window"})
         return Outcome(NOT_EFFECTIVE, "driver",

@@ -15,13 +15,17 @@ nothing never opens a window (there is nothing to replay visibly), and neither d
 landed before the first poll that saw its ``offsets/N``: poll faster than a batch commits (the bundled
 pipeline's batches take ≥ 1 s; 0.1–0.2 s polls are enough), and a missed window is reported as such.
 
-The previous batch's output can still be landing when ``offsets/N`` appears: Kafka's
+A Kafka output's previous batch can still be landing when ``offsets/N`` appears: Kafka's
 ``commit_transaction()`` returns once the coordinator has logged the commit, and it writes the commit
 markers to the partitions after that (KIP-98, "Transactional Messaging in Kafka", the two-phase commit),
 so batch N-1's records can become visible at read_committed after Spark wrote ``commits/N-1`` and
 ``offsets/N``. Growth in the first :attr:`CommitWindowWatch.settle_s` after ``offsets/N`` is first seen is
-taken into the baseline, not counted as batch N's: a batch that commits within that time is missed (and
-reported as such), never mistaken.
+taken into the baseline, not counted as batch N's, and counted in :attr:`CommitWindowWatch.absorbed`. The
+settle is the output's own (``CommittedEnd.settle_s``: a Kafka topic's 0.5 s; a table, a file log or a
+database commits atomically before ``commits/N-1`` and settles for 0 s). A batch N that commits within the
+settle is missed, and the nemesis watches the next one. A marker later than the settle (its partition's
+leader down for longer, under ``kill-broker``) can still be taken for batch N's output: the run's evidence
+names the baseline and the end at the kill, so such a kill can be told apart afterwards.
 
 Pure: no file, topic or clock is read here; the nemesis polls and feeds it (the time too).
 """
@@ -45,6 +49,8 @@ class CommitWindowWatch:
     settle_s: float = 0.0
     """How long after ``offsets/N`` is first seen growth still counts as the previous batch's, s."""
     since: float | None = None
+    absorbed: int = 0
+    """How many polls saw growth within the settle (taken into the baseline), over the watch's life."""
 
     def observe(self, latest_offsets: int | None, latest_commit: int | None,
                 output_end: dict[int, int], now: float | None = None) -> int | None:
@@ -64,8 +70,11 @@ class CommitWindowWatch:
             self.pending, self.baseline, self.since = latest_offsets, dict(output_end), now
             return None
         if now is not None and self.since is not None and now - self.since < self.settle_s:
+            grew = False
             for p, off in output_end.items():  # the previous batch's markers landing: not batch N's output
+                grew = grew or off > self.baseline.get(p, 0)
                 self.baseline[p] = max(off, self.baseline.get(p, 0))
+            self.absorbed += grew
             return None
         grew = any(off > self.baseline.get(p, 0) for p, off in output_end.items())
         return self.pending if grew else None

@@ -187,8 +187,10 @@ class CommittedEnd(Protocol):
     (``onceproof.nemesis.commit_window``) to see a micro-batch's output become visible before Spark's
     ``commits/N``: ``read()`` returns ``{partition: end}`` (a Kafka partition's LSO; the batches in a file
     sink's log; a table's committed rows), growing exactly when the sink commits. ``poll_s``: the interval
-    it is cheap enough to be polled at, s. ``read`` may raise while a fault is under way; ``close`` ends
-    the polling."""
+    it is cheap enough to be polled at, s. An optional ``settle_s`` (default 0): how long after a batch's
+    ``offsets/N`` appears growth may still be the previous batch's, s (a Kafka topic's commit markers land
+    after the commit returned: ``sinks/kafka_topic.OutputEnds``). ``read`` may raise while a fault is under
+    way; ``close`` ends the polling."""
 
     poll_s: float
 

@@ -42,6 +42,11 @@ class OutputEnds:
     ``confluent_kafka.KafkaException`` when the topic's metadata cannot be read."""
 
     poll_s = 0.05
+    settle_s = 0.5
+    """The previous batch's commit markers land after its ``commit_transaction()`` returned (KIP-98's
+    two-phase commit): growth this long after ``offsets/N`` appears is not batch N's
+    (``nemesis/commit_window_watch.py``). Long enough for the markers on 2 loaded cores, short beside a
+    micro-batch's read, write and commit."""
 
     def __init__(self, location: OutputLocation):
         self.topic = topics.partitions(location.bootstrap, location.topic)
