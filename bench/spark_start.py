@@ -61,16 +61,31 @@ def _env() -> dict[str, str]:
                 **{jvm.LAUNCHER_ENV: jvm.spark_java_options(os.environ)})
 
 
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # already gone
+        pass
+
+
 def _sample(master: str) -> dict:
-    p = subprocess.run([sys.executable, "-c", DRIVER, master], env=_env(), capture_output=True, text=True,
-                       timeout=300)
+    """One fresh driver process (its own process group: its JVM and a local-cluster's executors with it),
+    killed as a group on a timeout (300 s) or an interrupt."""
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, master], env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            _killpg(p.pid, signal.SIGKILL)
+            p.wait()
     if p.returncode != 0:
-        raise RuntimeError(f"driver on {master} failed: {p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"driver on {master} failed: {err[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 class Standalone:
-    """A standalone master and ``workers`` workers on 127.0.0.1, in one process group, stopped by
+    """A standalone master and ``workers`` workers on 127.0.0.1, each in a process group of its own, stopped by
     :meth:`stop` (SIGTERM, then SIGKILL after 10 s)."""
 
     def __init__(self, workers: int, work: Path):
@@ -80,9 +95,18 @@ class Standalone:
         port = _port()
         self.url = f"spark://127.0.0.1:{port}"
         self.log = work / "master.log"
+        self.procs: list[subprocess.Popen] = []
+        self.files: list = []
+        try:
+            self._start(spark_class, port, workers, work)
+        except BaseException:  # an interrupt or a failed start: nothing started stays up
+            self.stop()
+            raise
+
+    def _start(self, spark_class: str, port: int, workers: int, work: Path) -> None:
         self.procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host",
                                         "127.0.0.1", "--port", str(port), "--webui-port", str(_port())],
-                                       env=_env(), stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                       env=_env(), stdout=self._file(self.log), stderr=subprocess.STDOUT,
                                        start_new_session=True)]
         for i in range(workers):
             wdir = work / f"worker-{i}"
@@ -90,27 +114,34 @@ class Standalone:
             self.procs.append(subprocess.Popen(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
                  "--memory", "1g", "--webui-port", str(_port()), "--work-dir", str(wdir), self.url],
-                env=_env(), stdout=open(work / f"worker-{i}.log", "w"), stderr=subprocess.STDOUT,
+                env=_env(), stdout=self._file(work / f"worker-{i}.log"), stderr=subprocess.STDOUT,
                 start_new_session=True))
-        t0, self.workers = time.monotonic(), workers
+        t0 = time.monotonic()
         while self.log.read_text().count("Registering worker") < workers:
             if time.monotonic() - t0 > 120 or any(p.poll() is not None for p in self.procs):
-                self.stop()
                 raise RuntimeError(f"the standalone cluster did not come up: {self.log.read_text()[-2000:]}")
             time.sleep(0.2)
         self.up_s = round(time.monotonic() - t0, 2)
 
+    def _file(self, path: Path):
+        f = open(path, "w")  # noqa: SIM115 - closed by stop()
+        self.files.append(f)
+        return f
+
     def stop(self) -> None:
+        """Stop the daemons (their process groups), then close their log files."""
         for p in self.procs:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
+                _killpg(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for p in self.procs:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+                _killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        for f in self.files:
+            f.close()
 
 
 def main() -> int:

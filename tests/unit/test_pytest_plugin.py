@@ -506,17 +506,17 @@ class StandInWarm:
 
 
 WARM_TESTS = """
+    def test_chooses_fresh(onceproof_run):
+        onceproof_run(warm_cluster="")
+
+    def test_asks_for_no_run(onceproof_run):
+        pass
+
     def test_first(onceproof_run):
         onceproof_run()
 
     def test_second(onceproof_run):
         onceproof_run(nemesis="kill-executor")
-
-    def test_chooses_fresh(onceproof_run):
-        onceproof_run(warm_cluster="")
-
-    def test_no_run(onceproof_results_dir):
-        pass
 """
 
 
@@ -528,17 +528,26 @@ def test_the_warm_cluster_option_gives_every_run_one_cluster_started_once(pytest
     args = ["--onceproof-warm-cluster"] if option else []
     pytester.runpytest(*args, *plugin_args()).assert_outcomes(passed=4)
     dirs = [cfg.warm_cluster for cfg in stand_in.configs]
-    if option:
+    if option:  # started by the first run that leases it, once
         assert warm.calls == [("start", "local"), ("stop",)], warm.calls
-        assert dirs[0] and dirs[0] == dirs[1] and dirs[2] == "", dirs
-        assert (Path(dirs[0]) / "cluster.json").is_file()
+        assert dirs[0] == "" and dirs[1] and dirs[1] == dirs[2], dirs
+        assert (Path(dirs[1]) / "cluster.json").is_file()
     else:
         assert warm.calls == [] and dirs == ["", "", ""], (warm.calls, dirs)
 
 
-def test_the_warm_cluster_option_on_a_backend_without_one_is_a_usage_error(pytester, stand_in):
+def test_a_warm_cluster_asked_for_by_no_run_never_starts(pytester, stand_in, monkeypatch):
+    warm = StandInWarm()
+    monkeypatch.setattr(runs, "start_warm", warm)
+    pytester.makepyfile(test_w="def test_it(onceproof_run):\n    onceproof_run(warm_cluster='')\n")
+    pytester.runpytest("--onceproof-warm-cluster", *plugin_args()).assert_outcomes(passed=1)
+    assert warm.calls == [], warm.calls
+
+
+@pytest.mark.parametrize("backend", ["docker", "external", "ssh"])
+def test_the_warm_cluster_option_on_a_backend_without_one_is_a_usage_error(pytester, stand_in, backend):
     pytester.makepyfile(test_w="def test_it(onceproof_run):\n    onceproof_run()\n")
-    res = pytester.runpytest("--onceproof-warm-cluster", "--onceproof-backend", "docker", *plugin_args())
+    res = pytester.runpytest("--onceproof-warm-cluster", "--onceproof-backend", backend, *plugin_args())
     assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()
-    res.stderr.fnmatch_lines(["*--onceproof-warm-cluster: the docker backend keeps no warm cluster*"])
+    res.stderr.fnmatch_lines([f"*--onceproof-warm-cluster: the {backend} backend keeps no warm cluster*"])
     assert stand_in.configs == []

@@ -68,7 +68,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if name is not None and name not in registry.names():
         raise pytest.UsageError(f"--onceproof-backend: unknown backend {name!r}; choose one of "
                                 f"{', '.join(registry.names())}")
-    if config.getoption("onceproof_warm_cluster") and not registry.get(name or registry.DEFAULT).warm_clusters:
+    warm = config.getoption("onceproof_warm_cluster")
+    if warm and not registry.backend_class(name or registry.DEFAULT).warm_clusters:
         raise pytest.UsageError(f"--onceproof-warm-cluster: the {name} backend keeps no warm cluster; leave the "
                                 "option out, or use --onceproof-backend local")
 
@@ -178,29 +179,28 @@ def onceproof_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
 
 
 @pytest.fixture(scope="session")
-def onceproof_warm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """With ``--onceproof-warm-cluster``: the directory (``Path``) of the warm cluster ``onceproof_run``'s runs
-    lease (``onceproof.harness.warm``: 3 brokers of the pinned release on ``--onceproof-backend``'s backend,
-    behind toxiproxy, each in a cgroup of its own), started when the session's first run asks for it and
-    stopped, with its reaper, at the session's end; a SIGKILLed pytest's reaper sweeps its brokers.
-    Without the option: ``None``, and nothing starts.
-
-    Raises: the cluster's start errors (``ClusterError``), which fail the test that asked first."""
+def onceproof_warm_cluster(request: pytest.FixtureRequest,
+                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[runs.WarmLease | None]:
+    """With ``--onceproof-warm-cluster``: the session's :class:`~onceproof.pytest_plugin.runs.WarmLease`,
+    the warm cluster ``onceproof_run``'s runs lease (``onceproof.harness.warm``: 3 brokers of the pinned
+    release on ``--onceproof-backend``'s backend, behind toxiproxy, each in a cgroup of its own). It starts
+    when the first run that leases it starts (a failed start fails that test, and the next run tries
+    again) and stops, with its reaper, at the session's end; a SIGKILLed pytest's reaper sweeps its
+    brokers. Without the option: ``None``, and nothing starts."""
     if not request.config.getoption("onceproof_warm_cluster"):
         yield None
         return
-    backend = request.config.getoption("onceproof_backend") or registry.DEFAULT
-    with runs.Interrupts():
-        owned = runs.start_warm(backend, tmp_path_factory.mktemp("onceproof-warm-cluster"))
-        try:
-            yield owned.data_dir
-        finally:
-            owned.stop()
+    lease = runs.WarmLease(request.config.getoption("onceproof_backend") or registry.DEFAULT,
+                           lambda: tmp_path_factory.mktemp("onceproof-warm-cluster"))
+    try:
+        yield lease
+    finally:
+        lease.stop()
 
 
 @pytest.fixture
 def onceproof_run(request: pytest.FixtureRequest, onceproof_results_dir: Path,
-                  onceproof_warm_cluster: Path | None) -> Callable[..., Any]:
+                  onceproof_warm_cluster: runs.WarmLease | None) -> Callable[..., Any]:
     """``onceproof_run(**config) -> RunResult``: one whole onceproof run (its own fresh cluster, or with
     ``--onceproof-warm-cluster`` the session's warm one, workload, faults, check, report) with the config of
     ``--onceproof-backend``, the ``onceproof`` markers, an indirect parameter and the call's keywords
@@ -219,9 +219,9 @@ def onceproof_run(request: pytest.FixtureRequest, onceproof_results_dir: Path,
         __tracebackhide__ = True  # a config error or a failed verdict points at the test's own line
         given = {"results_root": runs.Setting(onceproof_results_dir, source), **base}
         given.update({k: runs.Setting(v, "onceproof_run()") for k, v in config.items()})
-        if onceproof_warm_cluster is not None and "warm_cluster" not in given and runs.backend_of(given) == (
-                request.config.getoption("onceproof_backend") or registry.DEFAULT):
-            given["warm_cluster"] = runs.Setting(str(onceproof_warm_cluster), "--onceproof-warm-cluster")
+        lease = onceproof_warm_cluster
+        if lease is not None and "warm_cluster" not in given and runs.backend_of(given) == lease.backend:
+            given["warm_cluster"] = runs.Setting(str(lease.data_dir()), "--onceproof-warm-cluster")
         expect = runs.parse_expect(given.pop(runs.EXPECT, runs.Setting("valid", "the default")))
         cfg = runs.config_from_kwargs(given)
         result, interrupted = runs.run_one(cfg)

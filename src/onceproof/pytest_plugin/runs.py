@@ -324,6 +324,32 @@ def start_warm(backend: str, data_dir: Path):
     return warm.start(registry.get(backend), data_dir, proxied=True, own_groups=True)
 
 
+class WarmLease:
+    """The session's warm cluster (``--onceproof-warm-cluster``), started by the first run that leases it
+    (:meth:`data_dir`) through :func:`start_warm` on ``backend`` in the directory ``make_dir()`` gives, and
+    stopped by :meth:`stop`. A start that fails raises to that run and is tried again by the next."""
+
+    def __init__(self, backend: str, make_dir: typing.Callable[[], Path]):
+        self.backend = backend
+        self._make_dir = make_dir
+        self._owned = None
+
+    def data_dir(self) -> Path:
+        """The warm cluster's directory (``run --warm-cluster DIR``), starting it on the first call; SIGINT
+        and SIGTERM during the start end it through its cleanup and are raised as ``KeyboardInterrupt``.
+        Raises: as :func:`start_warm`."""
+        if self._owned is None:
+            with Interrupts():
+                self._owned = start_warm(self.backend, self._make_dir())
+        return self._owned.data_dir
+
+    def stop(self) -> None:
+        """Stop the cluster when one was started (brokers, proxies, reaper); idempotent."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.stop()
+
+
 def execute(cfg: TestConfig, console) -> tuple[int, Path]:
     """Run ``cfg`` (``onceproof.harness.runner.run``): the one call here that starts a cluster. Returns ``(exit
     code, run directory)``. The plugin's unit tests replace this function with a stand-in."""
