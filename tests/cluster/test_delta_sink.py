@@ -23,6 +23,7 @@ from tests.conftest import run_cli, run_table_sink
 
 pytestmark = [pytest.mark.cluster, pytest.mark.extended]
 
+
 def _txn_app_ids(table: Path) -> set[str]:
     ids = set()
     for f in (table / "_delta_log").glob("*.json"):

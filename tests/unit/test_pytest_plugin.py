@@ -21,6 +21,7 @@ import textwrap
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -476,11 +477,6 @@ def test_the_ci_example_collects_with_strict_markers(pytester):
     res.stdout.fnmatch_lines(["*2 tests collected*"])
 
 
-# ------------------------------------------------------------------------------------------ a real run
-
-
-
-
 # ------------------------------------------------------------------------------------------ the warm cluster
 
 
@@ -494,15 +490,7 @@ class StandInWarm:
     def __call__(self, backend: str, data_dir: Path):
         self.calls.append(("start", backend))
         (data_dir / "cluster.json").write_text("{}")
-        calls = self.calls
-
-        class Owned:
-            def stop(self) -> None:
-                calls.append(("stop",))
-
-        owned = Owned()
-        owned.data_dir = data_dir
-        return owned
+        return SimpleNamespace(data_dir=data_dir, stop=lambda: self.calls.append(("stop",)))
 
 
 WARM_TESTS = """

@@ -37,7 +37,6 @@ def _path(job: JobContext) -> str:
     return job.args.file_sink_path
 
 
-
 def write_streaming(df, job: JobContext):
     """The ``delta`` :class:`~onceproof.sinks.base.Writer`: Delta's streaming sink. Raises ``SystemExit``
     without ``--file-sink-path``."""

@@ -65,7 +65,6 @@ def _warehouse(job: JobContext) -> str:
     return job.args.file_sink_path
 
 
-
 def write_streaming(df, job: JobContext):
     """The ``iceberg`` :class:`~onceproof.sinks.base.Writer`: Iceberg's streaming write. Raises
     ``SystemExit`` without ``--file-sink-path``."""

@@ -15,7 +15,6 @@ from onceproof.sinks.base import DRIVER_HOOKS, JobContext, JobPlace, Sink
 READER = "onceproof.sinks.postgres_table:read_output"
 
 
-
 def _start(df, job: JobContext, body):
     a = job.args
     if not a.database_dsn:
@@ -60,6 +59,7 @@ POSTGRES = Sink("postgres", "a PostgreSQL table: one transaction per micro-batch
 AUTOCOMMIT = Sink("postgres-autocommit", "a mutant: autocommit inserts per executor partition, no progress row",
                   frozenset({DRIVER_HOOKS}), "invalid", writer=write_autocommit,
                   label="the postgres-autocommit mutant", targeted_by="commit", mutant=True, **_COMMON)
+
 
 def job_values(place: JobPlace) -> dict[str, str]:
     """The placeholders a user's ``--output postgres`` job gets: ``postgres_dsn`` (the run's server) and
