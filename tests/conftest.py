@@ -57,13 +57,17 @@ def run_cli(args: list[str], timeout: float = 900, env: dict[str, str] | None = 
     return subprocess.run(ONCEPROOF + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_table_sink(results: Path, sink: str, extra: list[str] | tuple[str, ...] = ()) -> tuple[Path, dict, dict, str]:
-    """``onceproof run --sink SINK`` under ``kill-driver-in-commit-window,kill-broker`` (seed 1, 40 s, ``extra``
-    options added), asserting what every table sink's run must show whatever its verdict: no process of
-    the run left, the driver killed in a commit window before Spark logged the commit, and the broker kill
-    exercised. Returns (run dir, results.json, the commit-window kill's evidence, the CLI's output)."""
-    p = run_cli(["run", "--sink", sink, "--nemesis", "kill-driver-in-commit-window,kill-broker", "--seed", "1",
-                 "--time-limit", "40", "--results", str(results), *extra], timeout=1200)
+def run_table_sink(results: Path, sink: str, extra: list[str] | tuple[str, ...] = (),
+                   nemesis: str = "kill-driver-in-commit-window,kill-broker", time_limit: int = 40
+                   ) -> tuple[Path, dict, dict, str]:
+    """``onceproof run --sink SINK`` under ``nemesis`` (seed 1, ``time_limit`` s, ``extra`` options added),
+    asserting what every table sink's run must show whatever its verdict: no process of the run left, the
+    driver killed in a commit window before Spark logged the commit, and the broker kill exercised when
+    ``nemesis`` has one. A weak sink's run needs the commit-window kill alone: its replay is the duplicate,
+    and a broker kill, which waits for the driver's recovery, adds about 30 s and nothing to what it shows.
+    Returns (run dir, results.json, the commit-window kill's evidence, the CLI's output)."""
+    p = run_cli(["run", "--sink", sink, "--nemesis", nemesis, "--seed", "1", "--time-limit", str(time_limit),
+                 "--results", str(results), *extra], timeout=1200)
     out = p.stdout + p.stderr
     assert p.returncode != 254, out[-3000:]
     run_dir, result, ops = load_run(results)
@@ -71,8 +75,9 @@ def run_table_sink(results: Path, sink: str, extra: list[str] | tuple[str, ...] 
     cw = [o for o in ops if o.get("type") == "info" and o.get("f") == "kill-driver-in-commit-window"]
     assert cw and cw[0]["outcome"] == "effective" and cw[0]["exercised"], (cw, out[-3000:])
     assert not cw[0]["evidence"]["commit_logged_after_kill"], cw[0]["evidence"]
-    kb = [o for o in ops if o.get("type") == "info" and str(o.get("f")).startswith("kill-broker")]
-    assert kb and kb[0]["exercised"], (kb, out[-3000:])
+    if "kill-broker" in nemesis:
+        kb = [o for o in ops if o.get("type") == "info" and str(o.get("f")).startswith("kill-broker")]
+        assert kb and kb[0]["exercised"], (kb, out[-3000:])
     return run_dir, result, cw[0]["evidence"], out
 
 

@@ -56,7 +56,8 @@ def test_idempotent_foreachbatch_appends_are_valid_and_appends_without_txn_are_c
     assert _txn_app_ids(run_dir / "delta-table") == {sink_id} == set(d["txn_latest"]), d
     assert ev["mode"] == "hook", ev  # the sink's after-commit hook: killed after the Delta commit
 
-    mut_dir, mut, _, out = run_table_sink(tmp_path / "mutant", "delta-no-txn")
+    mut_dir, mut, _, out = run_table_sink(tmp_path / "mutant", "delta-no-txn", nemesis="kill-driver-in-commit-window",
+                                          time_limit=30)
     assert mut["verdict"] == "invalid" and mut["counts"]["duplicate"] > 0, (mut["counts"], out[-3000:])
     assert mut["delta"]["rows"] > mut["stats"]["input_records"] and mut["delta"]["txn_count"] == 0, mut["delta"]
     again = run_cli(["check", str(mut_dir), "--json"], timeout=300)

@@ -47,7 +47,8 @@ def test_icebergs_streaming_write_is_valid_and_skips_the_replayed_epoch(warm_clu
 
 @pytest.mark.timeout(1500)
 def test_iceberg_appends_without_a_check_are_caught_with_their_replayed_batch(warm_cluster, tmp_path):
-    mut_dir, mut, _, out = run_table_sink(tmp_path / "mutant", "iceberg-no-idempotence", warm_cluster)
+    mut_dir, mut, _, out = run_table_sink(tmp_path / "mutant", "iceberg-no-idempotence", warm_cluster,
+                                          nemesis="kill-driver-in-commit-window", time_limit=30)
     assert mut["verdict"] == "invalid" and mut["counts"]["duplicate"] > 0, (mut["counts"], out[-3000:])
     assert mut["iceberg"]["rows"] > mut["stats"]["input_records"], mut["iceberg"]
     batches = [s["batch_id"] for s in mut["iceberg"]["snapshot_summaries"] if "batch_id" in s]
