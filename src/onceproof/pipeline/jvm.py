@@ -19,7 +19,7 @@ and set to an empty string it restores the JVM's defaults (for a throughput benc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 SPARK_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """The default options (module docstring)."""
@@ -38,11 +38,13 @@ def spark_java_options(environ: Mapping[str, str]) -> str:
     return environ.get(OVERRIDE_ENV, SPARK_JAVA_OPTS).strip()
 
 
-def user_job_env(environ: Mapping[str, str]) -> dict[str, str]:
+def user_job_env(environ: Mapping[str, str], share: Sequence[str] = ()) -> dict[str, str]:
     """Variables that give a user's job (``--pipeline-cmd``) the same JVM options as the bundled pipeline,
-    through :data:`LAUNCHER_ENV`: ``{}`` when the user set that variable (their options are theirs) or
-    the options are empty. The options change only the JIT and the collector, no semantics."""
-    opts = spark_java_options(environ)
+    through :data:`LAUNCHER_ENV`, with ``share`` (the class-data sharing options of the job's PySpark,
+    ``backends/local/spark_cds.user_job_options``) after them: ``{}`` when the user set that variable (their
+    options are theirs) or there is no option. The options change only the JIT, the collector and where
+    classes are read from, no semantics."""
+    opts = " ".join([spark_java_options(environ), *share]).strip()
     if not opts or LAUNCHER_ENV in environ:
         return {}
     return {LAUNCHER_ENV: opts}

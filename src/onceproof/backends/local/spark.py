@@ -44,8 +44,6 @@ class LocalSpark(SupervisedSpark):
         user = {"cwd": pipeline.cwd or Path.cwd(), "watch_apps": True,
                 "env": {CONTROL_DIR_ENV: str(pipeline.control), SINK_LOG_ENV: str(pipeline.sink_log)}} \
             if pipeline.command else {"env": {}}
-        if pipeline.command:  # the bundled pipeline sets its own (onceproof.job.build_spark)
-            user["env"].update(jvm.user_job_env(os.environ))
         if pipeline.clock_file is not None and faketime.unavailable() is None:
             faketime.write_offset(pipeline.clock_file, 0)
             faketime.note(pipeline.clock_file)  # the reaper puts it back to +0 after a SIGKILLed harness
@@ -54,6 +52,9 @@ class LocalSpark(SupervisedSpark):
             # libfaketime failed its first time.sleep (EINVAL from its clock_nanosleep on the monotonic clock)
             user["env"][DRIVER_CLOCK_ENV] = json.dumps(faketime.env(pipeline.clock_file, base=base))
         own = self._own_interpreter()
+        if pipeline.command:  # the bundled pipeline sets its own (onceproof.job.build_spark)
+            user["env"].update(jvm.user_job_env(os.environ, spark_cds.user_job_options(own.pyspark_dir,
+                                                                                       own.pyspark_version)))
         # the bundled pipeline's JVMs map their class-data sharing archives (onceproof.job.build_spark)
         user["env"].update(spark_cds.driver_env(own.pyspark_dir, own.pyspark_version))
         self.sup = DriverSupervisor(driver_argv(pipeline, own.python, own.jars_dir, own.pyspark_version,

@@ -50,6 +50,25 @@ def driver_env(pyspark_dir: Path, pyspark_version: str) -> dict[str, str]:
     return {ENV: json.dumps(opts)} if any(opts.values()) else {}
 
 
+def user_job_options(pyspark_dir: Path, pyspark_version: str) -> list[str]:
+    """The class-data sharing options for every JVM of a user's job (``--pipeline-cmd``) on that PySpark,
+    which reach them through ``JDK_JAVA_OPTIONS`` (``pipeline/jvm.py``): the driver's archive, ``[]`` when
+    there is none (another PySpark, ``ONCEPROOF_CDS=0``, no ``java``).
+
+    One archive for all of them, since the job's ``SparkSession`` settings are the user's: its driver and
+    its executors share the driver's class path and map it (measured on 2 cores, a quiet machine, PySpark
+    4.3.0: a ``local-cluster[2,1,1024]`` session, a first job and a first SQL query 18.6 s → 12.0 / 10.6 s),
+    while ``spark-submit``'s launcher JVM, on a class path of its own, cannot; the JVM's own ``cds`` log is
+    turned off so that it ignores the archive without a word on the job's standard output, as a JVM with
+    ``-Xshare:auto`` does for the bundled pipeline (``backends/common/cds.py``)."""
+    try:
+        java = jars.java_binary()
+    except jars.ResolveError:
+        return []
+    opts = cds.options("spark-driver", java, key(pyspark_dir, pyspark_version))
+    return [*opts, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"] if opts else []
+
+
 def train_archives() -> list[str]:
     """Make the missing Spark archives for this interpreter's PySpark (the one the bundled pipeline runs
     on) by running :func:`main` in it. Returns a line per archive, ``[]`` when there is nothing to make.
