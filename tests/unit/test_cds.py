@@ -151,3 +151,14 @@ def test_stale_archives_go_and_only_the_newest_few_stay(tmp_path):
     assert cds.prune("kafka") == [] and broker.exists() and tool.exists()
     assert cds.prune("kafka-tool") == [tool]
     assert cds.prune("spark-executor") == [other_kind] and spark.exists()
+
+
+def test_a_class_path_of_wildcards_is_anchored_on_its_jar_directory(tmp_path):
+    jars = tmp_path / "pyspark" / "jars"
+    assert cds._anchor(f"{tmp_path / 'pyspark' / 'conf'}{os.pathsep}{jars}{os.sep}*") == str(jars)
+    assert cds._anchor(f"{tmp_path / 'conf'}{os.pathsep}{jars / 'a.jar'}{os.pathsep}{jars}{os.sep}*") \
+        == str(jars / "a.jar")
+    assert cds._anchor(str(tmp_path / "classes")) == str(tmp_path / "classes") and cds._anchor("") == ""
+    jars.mkdir(parents=True)
+    live = _archive("spark-executor", "3.5", f"{tmp_path / 'pyspark' / 'conf'}{os.pathsep}{jars}{os.sep}*", 3)
+    assert cds.prune("spark-executor") == [] and live.exists()  # Spark 3.5's executor: its jars are there

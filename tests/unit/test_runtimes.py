@@ -18,12 +18,46 @@ import pytest
 from onceproof.backends.local import runtimes
 from onceproof.backends.local.runtimes import RuntimeBuildError
 
+TRAIN = runtimes.train_class_sharing
+"""The real trainer, which the autouse ``trained`` fixture stands in for in every test."""
+
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ONCEPROOF_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(runtimes.PREVIOUS_ENV, raising=False)
     return tmp_path / "cache"
+
+
+@pytest.fixture(autouse=True)
+def trained(monkeypatch) -> list:
+    """The runtimes :func:`runtimes.ensure` asked to train (a synthetic PySpark runs no Spark)."""
+    got: list = []
+    monkeypatch.setattr(runtimes, "train_class_sharing", lambda rt: got.append(rt.version) or [])
+    return got
+
+
+def test_every_ensure_asks_for_the_runtimes_archives_which_train_only_when_missing(trained):
+    rt = runtimes.ensure("9.8.7", install=fake_install([]))
+    runtimes.ensure("9.8.7", install=fake_install([]))
+    assert trained == ["9.8.7", "9.8.7"]  # spark_cds.train_archives returns [] when both archives exist
+    assert rt.pyspark_dir == rt.site_packages / "pyspark"
+
+
+def test_a_failed_training_run_is_a_line_not_an_error(monkeypatch):
+    from onceproof.backends.local import spark_cds
+
+    calls = []
+
+    def fail(python, pyspark_dir, version):
+        calls.append((python, pyspark_dir, version))
+        raise RuntimeError("the Spark class-data sharing training run failed (exit 1)")
+
+    monkeypatch.setattr(spark_cds, "train_archives", fail)
+    rt = runtimes.Runtime("9.8.7", Path("/cache/runtimes/pyspark-9.8.7"))
+    lines = TRAIN(rt)
+    assert calls == [(str(rt.python), rt.pyspark_dir, "9.8.7")], calls
+    assert len(lines) == 1 and "not made" in lines[0] and "exit 1" in lines[0], lines
 
 
 def fake_install(calls: list, version_written: str | None = None):

@@ -134,8 +134,9 @@ def promote(tmp: Path, kind: str, java: str, key: str, classpath: str) -> str:
         tmp.unlink(missing_ok=True)
 
 
-KEEP = 3
-"""Archives kept per kind (the newest): each checkout's virtualenv has a class path of its own."""
+KEEP = 8
+"""Archives kept per kind (the newest): each checkout's virtualenv has a class path of its own, and so has
+each cached PySpark runtime (``backends/local/runtimes.py``: five lines, 3.5 to 4.2)."""
 
 
 def prune(kind: str, keep: int = KEEP) -> list[Path]:
@@ -172,6 +173,9 @@ def prune(kind: str, keep: int = KEEP) -> list[Path]:
 
 def _anchor(classpath: str) -> str:
     """The class path entry that tells whether it still exists: its first jar (Spark's starts with
-    ``pyspark/conf``, a directory a pip-installed PySpark does not have), else its first entry. Pure."""
+    ``pyspark/conf``, a directory a pip-installed PySpark does not have), else the directory of its first
+    wildcard entry (``.../pyspark/jars/*``: Spark 3.5's executors name no jar), else its first entry. Pure."""
     entries = [e for e in classpath.split(os.pathsep) if e]
-    return next((e for e in entries if e.endswith(".jar")), entries[0] if entries else "")
+    jar = next((e for e in entries if e.endswith(".jar")), "")
+    star = next((e[:-2] for e in entries if e.endswith(os.sep + "*")), "")
+    return jar or star or (entries[0] if entries else "")

@@ -33,6 +33,7 @@ running cluster suite), 5-7 s from pip's cache; 486 MB on disk. A local ``SparkS
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -47,6 +48,9 @@ from onceproof.backends.base import BackendError
 from onceproof.backends.cache import cache_dir
 from onceproof.backends.common.processes import _die_with_parent
 from onceproof.backends.gobuild import built_once
+from onceproof.backends.local import spark_cds
+
+log = logging.getLogger("onceproof.runtimes")
 
 DEFAULT_PREVIOUS = "4.2.1"
 """The previous PySpark minor to the harness's own (``pyproject.toml``: 4.3.0)."""
@@ -156,13 +160,15 @@ def pip_install(site: Path, version: str, timeout_s: float = 900.0) -> None:
     _run([*pip, py4j_requirement(dist)], f"installing py4j for PySpark {version}", timeout_s)
 
 
-def ensure(version: str | None = None, install=pip_install, timeout_s: float = 900.0) -> Runtime:
+def ensure(version: str | None = None, install=pip_install, timeout_s: float = 900.0,
+           train=None) -> Runtime:
     """The runtime of PySpark ``version`` (default :func:`previous_version`), built on first use.
 
     ``install(site_packages, version)`` puts PySpark and py4j into the new virtualenv's site-packages
     (default :func:`pip_install`; a unit test passes its own). The result is checked: the runtime's
     interpreter must import ``pyspark`` at ``version`` from its own site-packages. A runtime built for
-    another harness environment gets its ``.pth`` pointed at this one's.
+    another harness environment gets its ``.pth`` pointed at this one's. Then ``train(runtime)`` (default
+    :func:`train_class_sharing`) makes its Spark JVMs' class-data sharing archives when they are missing.
 
     Raises: ``RuntimeBuildError`` naming the fix (pip failed, no network, a version PyPI lacks, the
     check failed); nothing half-built is left in the cache.
@@ -193,7 +199,23 @@ def ensure(version: str | None = None, install=pip_install, timeout_s: float = 9
         tmp = pth.with_suffix(".tmp")
         tmp.write_text(pth_line(harness_site))
         os.replace(tmp, pth)
+    (train or train_class_sharing)(rt)
     return rt
+
+
+def train_class_sharing(rt: Runtime) -> list[str]:
+    """Make ``rt``'s Spark driver and executor class-data sharing archives when they are missing
+    (``backends/local/spark_cds.py``, once per runtime and machine: about 40 s on 2 cores), so that its
+    drivers, the bundled pipeline's and a user's job's on its interpreter, start as fast as on the
+    harness's own PySpark. An archive only speeds a start up: a failed training run is a line in the
+    returned list (and the log), never an error."""
+    try:
+        lines = spark_cds.train_archives(str(rt.python), rt.pyspark_dir, rt.version)
+    except Exception as e:  # noqa: BLE001 - the runtime works without its archives, only slower
+        lines = [f"PySpark {rt.version}'s class-data sharing archives not made ({e}); its drivers start without them"]
+    for line in lines:
+        log.info("%s", line)
+    return lines
 
 
 def check(rt: Runtime) -> None:

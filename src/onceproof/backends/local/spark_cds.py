@@ -8,6 +8,10 @@ that PySpark's interpreter: a ``local-cluster[1,1,1024]`` session (one executor,
 the bundled pipeline's own ``onceproof.job.build_spark``, its warm-up micro-batch and a shuffle, then a
 normal stop, at which both JVMs dump what they loaded. It reports the class path each JVM ran with, which
 :func:`onceproof.backends.common.cds.promote` checks the archives against.
+
+Which PySparks get archives: the harness's own (``onceproof deps``, which ``make setup`` calls) and each
+cached runtime (``backends/local/runtimes.py``, trained by its interpreter when the runtime is first
+ensured: about 37 s each on 2 cores, once per machine, since the runtimes' cache outlives checkouts).
 """
 
 from __future__ import annotations
@@ -69,24 +73,29 @@ def user_job_options(pyspark_dir: Path, pyspark_version: str) -> list[str]:
     return [*opts, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"] if opts else []
 
 
-def train_archives() -> list[str]:
-    """Make the missing Spark archives for this interpreter's PySpark (the one the bundled pipeline runs
-    on) by running :func:`main` in it. Returns a line per archive, ``[]`` when there is nothing to make.
-    Raises ``RuntimeError`` (with the run's output) when the training run fails or times out."""
-    import pyspark  # lazy: heavy, and only this interpreter's version is asked
-
+def train_archives(python: str | None = None, pyspark_dir: Path | None = None,
+                   pyspark_version: str | None = None) -> list[str]:
+    """Make the missing Spark archives of a PySpark by running :func:`main` in its interpreter:
+    ``python`` with its ``pyspark_dir`` and ``pyspark_version`` (a runtime, ``backends/local/runtimes.py``,
+    which imports onceproof from the harness's environment), by default this interpreter and its PySpark
+    (the one the bundled pipeline runs on). Returns a line per archive, ``[]`` when there is nothing to
+    make. Raises ``RuntimeError`` (with the run's output) when the training run fails or times out."""
     if not cds.enabled():
         return []
+    if python is None or pyspark_dir is None or pyspark_version is None:
+        import pyspark  # lazy: heavy, and only this interpreter's version is asked
+
+        python, pyspark_dir, pyspark_version = sys.executable, Path(pyspark.__file__).parent, pyspark.__version__
     java = jars.java_binary()
-    k = key(Path(pyspark.__file__).parent, pyspark.__version__)
+    k = key(pyspark_dir, pyspark_version)
     if not any(cds.missing(kind, java, k) for kind in KINDS):
         return []
     dumps = {kind: cds.dump_target(kind, java, k) for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="onceproof-cds-") as d:
         out = Path(d) / "classpaths.json"
-        argv = [sys.executable, "-m", "onceproof.backends.local.spark_cds", "--driver-dump", str(dumps["spark-driver"]),
+        argv = [python, "-m", "onceproof.backends.local.spark_cds", "--driver-dump", str(dumps["spark-driver"]),
                 "--executor-dump", str(dumps["spark-executor"]), "--out", str(out)]
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
         env.pop("SPARK_HOME", None)
         env.pop(ENV, None)
         try:
