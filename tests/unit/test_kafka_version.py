@@ -134,3 +134,28 @@ def test_the_tools_of_a_named_release_are_that_releases():
         j._resolve = orig
     assert got == [("kafka-tools", "4.4.0", "4.4.0")]
     assert jars.version_tuple("4.10.2") > jars.version_tuple("4.9.9") > jars.version_tuple("3.9.1")
+
+
+def test_a_cluster_of_another_release_trains_its_broker_archives_first_and_starts_without_on_failure(
+        monkeypatch, tmp_path, caplog):
+    from onceproof.backends.base import ClusterShape
+    from onceproof.backends.local import backend as local
+
+    asked: list[str] = []
+
+    def train(version):
+        asked.append(version)
+        if version == "3.5.2":
+            raise RuntimeError("Maven Central did not answer")
+        return ["kafka: class-data sharing archive /cache/kafka-1.jsa (50 MB)"]
+
+    monkeypatch.setattr(local, "train_archives", train)
+    monkeypatch.setattr(local, "free_base_port", lambda nodes, proxied=False: 29000)
+    be = local.LocalBackend()
+    with caplog.at_level("INFO", logger="onceproof.backends.local"):
+        c = be.cluster(ClusterShape(data_dir=tmp_path / "a", kafka_version="4.4.0"))
+        assert c.spec.base_port == 29000 and asked == ["4.4.0"]
+        be.cluster(ClusterShape(data_dir=tmp_path / "b", kafka_version="3.5.2"))  # no archive: still a cluster
+        be.cluster(ClusterShape(data_dir=tmp_path / "c"))  # the pin's: onceproof deps made them
+    assert asked == ["4.4.0", "3.5.2"]
+    assert "kafka-1.jsa" in caplog.text and "Maven Central did not answer" in caplog.text

@@ -7,6 +7,7 @@ libfaketime (`make clock-prereqs`).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +22,8 @@ from onceproof.backends.local import spark_cds
 from onceproof.backends.local.faultproxy import ProxyNetwork
 from onceproof.backends.local.kafka import KafkaCluster, train_archives
 from onceproof.backends.local.spark import LocalSpark
+
+log = logging.getLogger("onceproof.backends.local")
 
 
 def java_version() -> str:
@@ -63,6 +66,8 @@ class LocalBackend:
 
         Raises: ``ClusterError`` when no port range is free.
         """
+        if shape.kafka_version:  # the pin's archives are onceproof deps's; another release's are made here
+            _train_brokers(shape.kafka_version)
         base = free_base_port(shape.nodes, proxied=shape.proxied)
         spec = ClusterSpec(shape.data_dir, nodes=shape.nodes, base_port=base, log_dir=shape.log_dir,
                            proxied=shape.proxied)
@@ -113,3 +118,15 @@ class LocalBackend:
             except Exception as e:  # noqa: BLE001 - an archive only speeds runs up; they start without it
                 lines.append(f"{what} class-data sharing archives not made ({e}); runs start without them")
         return lines
+
+
+def _train_brokers(version: str) -> None:
+    """Make Kafka ``version``'s broker archives when they are missing (:func:`train_archives`: about 10 s,
+    once per release and machine), so that its brokers start as fast as the pin's (on 2 cores a 4.4.0
+    cluster took 15.7 s to start without them, against 8.5 s for the pin with). A failure is logged and
+    the cluster starts without them."""
+    try:
+        for line in train_archives(version):
+            log.info("kafka %s: %s", version, line)
+    except Exception as e:  # noqa: BLE001 - an archive only speeds a start up
+        log.warning("kafka %s: class-data sharing archives not made (%s); its brokers start without them", version, e)

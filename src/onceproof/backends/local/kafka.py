@@ -634,22 +634,23 @@ class KafkaCluster(LayerLoss):
         return c
 
 
-def train_archives() -> list[str]:
-    """Make the class-data sharing archives of the broker JVMs (``backends/common/cds.py``) that are
-    missing: a one-node cluster in a temporary directory is formatted and started with each JVM dumping
-    its loaded classes at exit, stopped with SIGTERM (a normal exit, ≤ 10 s) and the archives checked and
-    kept (about 10 s). Returns a line per archive (what was kept or why not), ``[]`` when there is nothing
-    to make. Raises ``ClusterError`` when the broker does not start."""
+def train_archives(version: str = "") -> list[str]:
+    """Make the class-data sharing archives of the broker JVMs (``backends/common/cds.py``) of Kafka
+    ``version`` (``""``: the pin) that are missing: a one-node cluster of that release in a temporary
+    directory is formatted and started with each JVM dumping its loaded classes at exit, stopped with
+    SIGTERM (a normal exit, ≤ 10 s) and the archives checked and kept (about 10 s). Returns a line per
+    archive (what was kept or why not), ``[]`` when there is nothing to make. Raises ``ClusterError`` when
+    the broker does not start, ``jars.ResolveError`` when the release's jars cannot be had."""
     if not cds.enabled():
         return []
-    java, path = jars.java_binary(), jars.kafka_classpath().as_java()
+    java, path = jars.java_binary(), jars.kafka_classpath(version).as_java()
     key = _cds_key(path)
     kinds = [k for k in ("kafka-tool", "kafka") if cds.missing(k, java, key)]
     if not kinds:
         return []
     with tempfile.TemporaryDirectory(prefix="onceproof-cds-") as d:
         spec = ClusterSpec(Path(d), nodes=1, base_port=free_base_port(1))
-        c = KafkaCluster(spec, cds_dumps={k: cds.dump_target(k, java, key) for k in kinds})
+        c = KafkaCluster(spec, cds_dumps={k: cds.dump_target(k, java, key) for k in kinds}, version=version)
         try:
             c.up()
             c.down(graceful=True)
