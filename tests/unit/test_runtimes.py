@@ -167,13 +167,21 @@ def test_set_runtime_gives_the_next_driver_start_the_runtimes_interpreter_and_ja
 
     monkeypatch.setattr(jars, "spark_kafka_classpath", classpath)
     rt = runtimes.Runtime("4.2.1", tmp_path / "rt")
-    monkeypatch.setattr(runtimes, "ensure", lambda version: rt if version == "4.2.1" else pytest.fail(version))
+    trains = []
+
+    def ensure(version, train=None):
+        assert version == "4.2.1", version
+        trains.append(train)
+        return rt
+
+    monkeypatch.setattr(runtimes, "ensure", ensure)
     p = PipelineArgs(bootstrap="h:1", sink="eos", checkpoint=tmp_path / "ck", control=tmp_path / "ctl",
                      sink_log=tmp_path / "sink.jsonl", input_topic="in", output_topic="out", progress_topic="prog",
                      sink_id="s", trigger_ms=250, max_offsets=77, txn_timeout_ms=12000, pool_size=6, master="local[2]")
     app = spark.LocalSpark(p, tmp_path / "logs")
     assert app.sup.argv[0] == app.sup.python == sys.executable
     assert app.set_runtime("previous") == "4.2.1"
+    assert trains[-1] is not None and trains[-1](rt) == []  # mid-run: no class-data sharing training
     assert app.sup.argv[:3] == [str(rt.python), "-m", "onceproof.job"] and app.sup.python == str(rt.python)
     assert asked_jars[-1] == rt.pyspark_dir / "jars" and rt.pyspark_dir in app.pyspark_dirs
     assert app.set_runtime(None) == pyspark.__version__

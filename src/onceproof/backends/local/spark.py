@@ -147,7 +147,7 @@ class LocalSpark(SupervisedSpark):
         Returns the version. Raises: ``runtimes.RuntimeBuildError`` (a ``BackendError``) naming the fix.
         """
         i = self._own_interpreter() if version is None else \
-            _runtime_interpreter(runtimes.previous_version() if version == "previous" else version)
+            _runtime_interpreter(runtimes.previous_version() if version == "previous" else version, mid_run=True)
         self.sup.use_runtime(driver_argv(self.pipeline, i.python, i.jars_dir, i.pyspark_version, i.deps_versions),
                              i.python)
         if i.pyspark_dir not in self.pyspark_dirs:
@@ -175,8 +175,10 @@ class LocalSpark(SupervisedSpark):
         return sorted(self.log_dir.glob("driver-*.log")) + sorted(self.executor_dir.glob("*/*/std*"))
 
 
-def _runtime_interpreter(version: str) -> interpreter.Interpreter:
+def _runtime_interpreter(version: str, mid_run: bool = False) -> interpreter.Interpreter:
     """The cached runtime of PySpark ``version`` (built on first use, :func:`runtimes.ensure`) as an
-    interpreter. Raises ``runtimes.RuntimeBuildError``."""
-    rt = runtimes.ensure(version)
+    interpreter. ``mid_run``: for a driver restart inside a run's fault, which must not also wait for the
+    runtime's class-data sharing training (a Spark session of its own on the run's cores); its drivers
+    start without archives until a run starts on it. Raises ``runtimes.RuntimeBuildError``."""
+    rt = runtimes.ensure(version, train=(lambda _rt: []) if mid_run else None)
     return interpreter.Interpreter(str(rt.python), "", rt.version, rt.pyspark_dir, "")
