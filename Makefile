@@ -14,8 +14,8 @@ SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 setup: $(VENV)/.installed
 
 # pip byte-compiles every installed module here (27 of a fresh virtualenv's 68 s): with
-# PYTHONDONTWRITEBYTECODE set (it is on this machine) Python never writes a .pyc, so without them every process of the
-# suite compiled pandas, pyarrow and the rest from source again (tests/unit: 175 s → 371 s with --no-compile)
+# PYTHONDONTWRITEBYTECODE set (it is on this machine) Python never writes a .pyc, so without them every
+# process of the suite compiled pandas, pyarrow and the rest from source again (tests/unit: 175 s → 371 s)
 $(VENV)/.installed: pyproject.toml constraints.txt src/onceproof/deps/kafka/pom.xml src/onceproof/deps/spark-kafka/pom.xml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	@command -v java >/dev/null || { echo "need Java 17+ on PATH"; exit 1; }
