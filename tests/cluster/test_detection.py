@@ -78,15 +78,13 @@ def test_upgrade_fix_the_eos_sink_stays_valid_under_the_same_restart(results_roo
 @pytest.mark.timeout(700)
 @pytest.mark.parametrize("sink,expect", [("eos-no-abort-on-start", 1),
                                          pytest.param("eos", 0, marks=pytest.mark.extended)])
-def test_liveness_a_leftover_transaction_is_caught_only_without_abort_on_start(results_root, sink, expect,
-                                                                              warm_cluster):
+def test_liveness_a_leftover_transaction_is_caught_only_without_abort_on_start(results_root, sink, expect):
     """``restart-mid-txn``: the driver killed while a task holds an open transaction, the restarted query's
     task of that partition held 30 s. The sink that settles leftovers at start (``eos``) frees the output
     at once and is valid; the mutant that leaves it to the replayed task keeps the LSO pinned for the hold:
-    invalid with ``leftover-transaction`` and nothing else (no record is lost or duplicated). On the
-    session's warm cluster: the transaction the mutant leaves open is the health gate's to settle after."""
+    invalid with ``leftover-transaction`` and nothing else (no record is lost or duplicated)."""
     result, ev = _run(results_root, sink, "restart-mid-txn", time_limit=25, expect=expect,
-                      extra=("--txn-timeout-ms", "120000", *warm_cluster))
+                      extra=("--txn-timeout-ms", "120000"))
     assert ev["held_s"] >= 27 and ev["outcome"], ev
     bad = {a: n for a, n in result["counts"].items() if n}
     if sink == "eos":
