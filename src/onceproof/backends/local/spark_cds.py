@@ -45,13 +45,19 @@ def key(pyspark_dir: Path, pyspark_version: str) -> str:
 def driver_env(pyspark_dir: Path, pyspark_version: str) -> dict[str, str]:
     """``{ENV: ...}`` with the archives' options for a driver of that PySpark, ``{}`` when there is no
     archive (or ``ONCEPROOF_CDS=0``) or no ``java``."""
+    opts = _options(pyspark_dir, pyspark_version)
+    return {ENV: json.dumps(opts)} if any(opts.values()) else {}
+
+
+def _options(pyspark_dir: Path, pyspark_version: str) -> dict[str, list[str]]:
+    """``{"driver": [...], "executor": [...]}``: each archive's options for that PySpark (``[]`` without
+    one), ``{}`` when there is no ``java``."""
     try:
         java = jars.java_binary()
     except jars.ResolveError:
         return {}
     k = key(pyspark_dir, pyspark_version)
-    opts = {kind.removeprefix("spark-"): cds.options(kind, java, k) for kind in KINDS}
-    return {ENV: json.dumps(opts)} if any(opts.values()) else {}
+    return {kind.removeprefix("spark-"): cds.options(kind, java, k) for kind in KINDS}
 
 
 def user_job_options(pyspark_dir: Path, pyspark_version: str) -> list[str]:
@@ -65,11 +71,7 @@ def user_job_options(pyspark_dir: Path, pyspark_version: str) -> list[str]:
     while ``spark-submit``'s launcher JVM, on a class path of its own, cannot; the JVM's own ``cds`` log is
     turned off so that it ignores the archive without a word on the job's standard output, as a JVM with
     ``-Xshare:auto`` does for the bundled pipeline (``backends/common/cds.py``)."""
-    try:
-        java = jars.java_binary()
-    except jars.ResolveError:
-        return []
-    opts = cds.options("spark-driver", java, key(pyspark_dir, pyspark_version))
+    opts = _options(pyspark_dir, pyspark_version).get("driver", [])
     return [*opts, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"] if opts else []
 
 
