@@ -162,3 +162,13 @@ def test_a_class_path_of_wildcards_is_anchored_on_its_jar_directory(tmp_path):
     jars.mkdir(parents=True)
     live = _archive("spark-executor", "3.5", f"{tmp_path / 'pyspark' / 'conf'}{os.pathsep}{jars}{os.sep}*", 3)
     assert cds.prune("spark-executor") == [] and live.exists()  # Spark 3.5's executor: its jars are there
+
+
+def test_the_archive_a_jvm_is_given_outlives_newer_ones_nobody_uses(tmp_path):
+    live = tmp_path / "venv-jars"
+    live.mkdir()
+    (live / "a.jar").write_bytes(b"")
+    used = _archive("spark-driver", "checkout", str(live / "a.jar"), 1000)
+    newer = [_archive("spark-driver", f"runtime{i}", str(live / "a.jar"), 2000 + i) for i in range(3)]
+    assert cds.options("spark-driver", "/usr/bin/java", "checkout") == [f"-XX:SharedArchiveFile={used}"]
+    assert set(cds.prune("spark-driver", keep=3)) == {newer[0]} and used.exists()

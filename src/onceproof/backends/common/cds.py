@@ -82,11 +82,18 @@ def stamp(paths) -> str:
 
 def options(kind: str, java: str, key: str) -> list[str]:
     """The JVM options that map ``kind``'s archive: ``["-XX:SharedArchiveFile=<archive>"]`` when it exists
-    and archives are :func:`enabled`, else ``[]``."""
+    and archives are :func:`enabled`, else ``[]``. Marks the archive used (its mtime), so that
+    :func:`prune` keeps the archives in use, not the ones made last."""
     if not enabled():
         return []
     a = archive(kind, java, key)
-    return [f"-XX:SharedArchiveFile={a}"] if a.is_file() else []
+    if not a.is_file():
+        return []
+    try:
+        os.utime(a)
+    except OSError:
+        pass  # a cache we may read but not touch: pruning then goes by when it was made
+    return [f"-XX:SharedArchiveFile={a}"]
 
 
 def missing(kind: str, java: str, key: str) -> bool:
@@ -141,9 +148,9 @@ each cached PySpark runtime (``backends/local/runtimes.py``: five lines, 3.5 to 
 
 def prune(kind: str, keep: int = KEEP) -> list[Path]:
     """Remove ``kind``'s archives whose class path is gone (its first jar, :func:`_anchor`, no longer exists:
-    a removed checkout or virtualenv, as every fresh clone's CI run leaves) and all but the ``keep`` newest of the
-    rest, each with its ``.json``. Returns the archives removed. Never raises for a file it cannot read or
-    remove."""
+    a removed checkout or virtualenv, as every fresh clone's CI run leaves) and all but the ``keep`` most
+    recently used (:func:`options`) or made of the rest, each with its ``.json``. Returns the archives
+    removed. Never raises for a file it cannot read or remove."""
     d = cache_dir() / "cds"
     found = []
     for a in d.glob(f"{kind}-*.jsa"):
