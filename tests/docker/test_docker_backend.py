@@ -3,7 +3,8 @@ images built (the session fixtures of ``tests/conftest.py`` start an engine and 
 needed): the exactly-once sink stays valid under executor kills, broker
 kills and pauses and partitions; the at-least-once sink is caught duplicating the counter workload's
 aggregates after a driver kill in the commit window; ``onceproof cluster up|status|down --backend docker``
-attach by label. Every test
+attach by label, on another Kafka release (3.5.2, older than the official image's wrapper) whose brokers
+commit and abort transactions. Every test
 also checks that none of its containers (nor its network, nor a process of its run) is left.
 
 Each full run takes 3–6 minutes on 2 cores at the engine's nice 19.
@@ -13,9 +14,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import load_run, our_processes, run_cli
 
@@ -126,16 +131,55 @@ def test_the_postgres_sink_in_its_container_is_valid_and_the_container_goes_with
     assert not our_processes(str(run_dir))
 
 
+def _transaction_read_back(bootstrap: str, n: int = 100) -> list[int]:
+    """Commit ``n`` records in one transaction to a new 3-way topic, abort as many more, and return what a
+    ``read_committed`` consumer reads back (the values, sorted)."""
+    topic, txid = f"t-{uuid.uuid4().hex[:8]}", f"tx-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(60)
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txid})
+    p.init_transactions(60)
+    for commit, values in ((True, range(n)), (False, range(n, 2 * n))):
+        p.begin_transaction()
+        for k in values:
+            p.produce(topic, value=str(k).encode())
+        (p.commit_transaction if commit else p.abort_transaction)(60)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": txid, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list[int] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and len(got) < n:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(int(m.value()))
+        for _ in range(3):  # what an aborted transaction left visible would come now
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(int(m.value()))
+    finally:
+        c.close()
+    return sorted(got)
+
+
 @pytest.mark.usefixtures("needs_engine")
-def test_cluster_up_status_down_attach_by_label(tmp_path):
+def test_cluster_up_on_another_kafka_release_status_down_attach_by_label(tmp_path):
+    """``--kafka-version 3.5.2``: its own kafka image (built on first use), a release without the official
+    image's configuration wrapper; its brokers commit and abort transactions as Kafka says."""
     d = tmp_path / "cluster"
-    up = run_cli(["cluster", "up", "--backend", "docker", "--dir", str(d)], timeout=300)
+    up = run_cli(["cluster", "up", "--backend", "docker", "--dir", str(d), "--kafka-version", "3.5.2"], timeout=300)
     try:
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        assert "Kafka 3.5.2 up" in up.stdout, up.stdout
         bootstrap = up.stdout.strip().splitlines()[-1]
         assert bootstrap.count("127.0.0.1:") == 3, up.stdout
         run_id = json.loads((d / "cluster.json").read_text())["run_id"]
         assert len(_docker_left(run_id)) == 4  # 3 brokers and the network
+        logs = subprocess.run(["docker", "logs", f"onceproof-{run_id}-kafka1"], capture_output=True, text=True,
+                              timeout=60)
+        assert "Kafka version: 3.5.2" in logs.stdout + logs.stderr, (logs.stdout + logs.stderr)[-2000:]
+        assert _transaction_read_back(bootstrap) == list(range(100))
         st = run_cli(["cluster", "status", "--backend", "docker", "--dir", str(d)], timeout=120)
         assert st.returncode == 0 and st.stdout.count(" up") == 3, st.stdout + st.stderr
     finally:

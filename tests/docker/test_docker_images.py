@@ -57,27 +57,61 @@ def test_java_17_in_jre_kafka_and_spark(engine, built):
         assert 'version "17.' in out, f"{name}: {out}"
 
 
+def _setup_env(**more: str) -> dict[str, str]:
+    """A one-node KRaft configuration in the apache/kafka image's environment convention, set up only."""
+    return {"ONCEPROOF_KAFKA_SETUP_ONLY": "1", "CLUSTER_ID": "MkU3OEVBNTcwNTJENDM2Qg",
+            "KAFKA_NODE_ID": "2", "KAFKA_PROCESS_ROLES": "broker,controller",
+            "KAFKA_CONTROLLER_QUORUM_VOTERS": "2@localhost:9093", "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+            "KAFKA_LISTENERS": "CLIENT://:29092,CONTROLLER://:9093",
+            "KAFKA_ADVERTISED_LISTENERS": "CLIENT://localhost:29092", "KAFKA_INTER_BROKER_LISTENER_NAME": "CLIENT",
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "KAFKA_LOG_DIRS": "/var/lib/kafka/data", **more}
+
+
+def _properties(out: str) -> dict[str, list[str]]:
+    """``key → [values]`` of the ``key=value`` lines of ``out`` (a key set twice has two values)."""
+    props: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key and " " not in key:
+            props.setdefault(key, []).append(value)
+    return props
+
+
 @pytest.mark.docker
 def test_kafka_image_tools_and_env_configuration(engine, built):
     tag = built["kafka"].tag
     assert "The Kafka storage tool" in _run(engine, tag, ["--help"], entrypoint=["kafka-storage.sh"])
-    env = {"ONCEPROOF_KAFKA_SETUP_ONLY": "1", "CLUSTER_ID": "b25jZXByb29mLWNsdXN0ZXI",
-           "KAFKA_NODE_ID": "2", "KAFKA_PROCESS_ROLES": "broker,controller",
-           "KAFKA_CONTROLLER_QUORUM_VOTERS": "2@localhost:9093", "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
-           "KAFKA_LISTENERS": "CLIENT://:29092,CONTROLLER://:9093",
-           "KAFKA_ADVERTISED_LISTENERS": "CLIENT://localhost:29092", "KAFKA_INTER_BROKER_LISTENER_NAME": "CLIENT",
-           "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-           "KAFKA_MIN_INSYNC_REPLICAS": "2", "KAFKA_LOG_DIRS": "/var/lib/kafka/data"}
+    env = _setup_env(KAFKA_MIN_INSYNC_REPLICAS="2", KAFKA_HEAP_OPTS="-Xmx300m", KAFKA_A___B__C="x")
     out = _run(engine, tag, None, environment=env)  # the entrypoint, stopped before the broker
     assert "Formatting metadata directory /var/lib/kafka/data" in out, out
-    for line in ("node.id=2", "min.insync.replicas=2", "inter.broker.listener.name=CLIENT"):
-        assert line in out.splitlines(), out
+    props = _properties(out)
+    for key, value in (("node.id", "2"), ("min.insync.replicas", "2"), ("inter.broker.listener.name", "CLIENT"),
+                       ("a-b_c", "x")):  # "___" is "-", "__" is "_"
+        assert props.get(key) == [value], out
+    assert not any("heap" in k for k in props), "a JVM setting is not a broker property"
     no_id = engine.client.containers.run(tag, None, detach=True)
     try:
         assert no_id.wait(timeout=60)["StatusCode"] == 2
         assert b"set CLUSTER_ID" in no_id.logs()
     finally:
         no_id.remove(force=True)
+
+
+@pytest.mark.docker
+def test_an_older_release_gets_an_image_of_its_own_configured_from_a_mounted_file_and_the_env(engine, built,
+                                                                                             tmp_path):
+    """Kafka 3.5.2 has no ``KafkaDockerWrapper`` (3.7+): the entrypoint configures it alone, the environment
+    winning over a mounted ``server.properties`` key by key."""
+    b = images.build(engine.client, ["kafka"], kafka_version="3.5.2", log=lambda m: None)[-1]
+    assert b.alias == "onceproof/kafka:3.5.2", b
+    assert "kafka_2.13-3.5.2.jar" in _run(engine, b.tag, ["-c", "ls /opt/kafka/libs"], entrypoint=["sh"])
+    (tmp_path / "server.properties").write_text("min.insync.replicas=1\nnum.partitions=7\n")
+    out = _run(engine, b.tag, None, environment=_setup_env(KAFKA_MIN_INSYNC_REPLICAS="2"),
+               volumes={str(tmp_path): {"bind": "/mnt/shared/config", "mode": "ro"}})
+    assert "Formatting /var/lib/kafka/data with metadata.version 3.5-IV2" in out, out
+    props = _properties(out)
+    assert props["min.insync.replicas"] == ["2"] and props["num.partitions"] == ["7"], out
 
 
 @pytest.mark.docker

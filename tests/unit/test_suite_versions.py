@@ -28,7 +28,7 @@ def test_every_cell_once_per_release_in_the_order_given():
 def test_the_axis_is_refused_before_any_cell():
     for args, why in ((["--kafka-versions", "3.5.2,3.4.0"], "3.4.0 is outside the supported range"),
                       (["--kafka-versions", "4.4.0", "--kafka-version", "4.1.1"], "drop --kafka-version"),
-                      (["--kafka-versions", "4.4.0", "--backend", "docker"], "use --backend local")):
+                      (["--kafka-versions", "4.4.0", "--backend", "external"], "use --backend local")):
         p = run_cli(["test-all", "--sink", "eos", "--nemesis-package", "commit", "--dry-run", *args], timeout=120)
         assert p.returncode == 254 and why in p.stderr, (args, p.stderr)
     p = run_cli(["test-all", "--sink", "eos", "--nemesis-package", "commit", "--dry-run",

@@ -37,10 +37,10 @@ from onceproof.backends.docker.site import DockerSite, engine_client
 from onceproof.backends.docker.spark import DockerSpark
 
 
-def image_refs() -> dict[str, str]:
+def image_refs(kafka_version: str = "") -> dict[str, str]:
     """``{"kafka"|"spark"|"toxiproxy"|"postgres": "onceproof/<name>:<version>"}``: the moving tags
-    ``backends/docker/images.py`` gives its builds (Kafka as ``deps/kafka/pom.xml`` pins it, PySpark as
-    ``pyproject.toml`` does, toxiproxy as the harness builds it).
+    ``backends/docker/images.py`` gives its builds (Kafka ``kafka_version``, else as ``deps/kafka/pom.xml``
+    pins it; PySpark as ``pyproject.toml`` does, toxiproxy as the harness builds it).
 
     Raises: ``BackendError`` when this interpreter's PySpark is not the pinned one.
     """
@@ -48,7 +48,7 @@ def image_refs() -> dict[str, str]:
         pyspark = images.python_requirements()["pyspark"]
     except images.ImageBuildError as e:
         raise BackendError(str(e)) from e
-    return {"kafka": f"{images.NAMESPACE}/kafka:{jars.kafka_version()}",
+    return {"kafka": f"{images.NAMESPACE}/kafka:{jars.kafka_version(kafka_version)}",
             "spark": f"{images.NAMESPACE}/spark:{pyspark}",
             "toxiproxy": f"{images.NAMESPACE}/toxiproxy:{toxiproxy.TOXIPROXY_VERSION.lstrip('v')}",
             "postgres": f"{images.NAMESPACE}/postgres:{images.POSTGRES_MAJOR}"}
@@ -66,7 +66,7 @@ class DockerBackend:
     name = "docker"
     user_pipelines = False  # the driver container runs onceproof.pipeline.job only (backends/docker/driver.py)
     file_sinks = False  # the worker containers do not mount the run directory
-    picks_kafka_version = False  # its brokers run the pinned release (docs/versions.md)
+    picks_kafka_version = True  # one kafka image per release (images.build(kafka_version=...))
     warm_clusters = False  # its runs own their containers
     capabilities = DERIVED
     databases = frozenset({"postgres"})
@@ -83,11 +83,19 @@ class DockerBackend:
         return self._client
 
     def cluster(self, shape: ClusterShape) -> DockerKafkaCluster:
-        """A cluster with a fresh run id on the first free, leased port range; nothing started.
+        """A cluster with a fresh run id on the first free, leased port range; nothing started. Its
+        brokers run ``shape.kafka_version`` (else the pin): a release without its image gets one built
+        now (its jars resolved from Maven Central the first time; about 20 s, then cached by content).
 
-        Raises: ``ClusterError`` when no port range is free; ``BackendError`` without an engine.
+        Raises: ``ClusterError`` when no port range is free; ``BackendError`` without an engine, or when
+        the release's image cannot be built.
         """
-        refs = image_refs()
+        refs = image_refs(shape.kafka_version)
+        if shape.kafka_version:  # the pin's image is prepare()'s; another release's is built here
+            try:
+                images.build(self.client, ["kafka"], kafka_version=shape.kafka_version, log=lambda line: None)
+            except images.ImageBuildError as e:
+                raise BackendError(f"the kafka image of Kafka {shape.kafka_version} could not be built: {e}") from e
         base = free_base_port(shape.nodes, proxied=shape.proxied)
         layout = DockerLayout(uuid.uuid4().hex[:10], shape.nodes, base, proxied=shape.proxied)
         site = DockerSite(self.client, layout, reap=not shape.detached)

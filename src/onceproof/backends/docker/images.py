@@ -10,7 +10,8 @@ image          what                                                             
                ``docker import``, with apt set to install no recommends and no docs
 ``jre``        ``openjdk-17-jre-headless``; the layer ``kafka`` and ``spark`` share               base
 ``kafka``      the broker jars the harness resolves (``onceproof.backends.common.jars.kafka_classpath``), the       jre
-               official image's layout and env convention (``docker/kafka/Dockerfile``)
+               official image's layout and env convention (``docker/kafka/Dockerfile``); one image
+               per Kafka release (``build(kafka_version=...)``)
 ``spark``      Python 3.11 + a venv with the driver's pinned PySpark, py4j, confluent-kafka and   jre
                psycopg (wheels from pip's cache) + Spark's Kafka connector jars
 ``toxiproxy``  the ``toxiproxy-server`` the harness builds (``common.toxiproxy.build_server``)        base
@@ -475,16 +476,16 @@ def _jre_recipe(base_tag: str) -> _Recipe:
     return _Recipe("jre", JAVA_MAJOR, DOCKER_DIR / "jre" / "Dockerfile", [], {"BASE": base_tag})
 
 
-def _kafka_recipe(jre_tag: str | None, official: str | None) -> _Recipe:
+def _kafka_recipe(jre_tag: str | None, official: str | None, release: str = "") -> _Recipe:
     entries = _tree(DOCKER_DIR / "kafka" / "onceproof", "onceproof")
     if official:
-        version = jars.kafka_version()
+        version = jars.kafka_version(release)
         entries.append(_Entry("libs/"))  # an empty libs/: the official image's own jars stay
         args = {"BASE": official, "RUN_AS": OFFICIAL_RUN_AS["kafka"]}
         version = f"{version}-official"
     else:
         try:
-            cp = jars.kafka_classpath()
+            cp = jars.kafka_classpath(release)
         except jars.ResolveError as e:
             raise ImageBuildError(f"the Kafka broker jars could not be resolved: {e}") from e
         version = cp.version
@@ -593,7 +594,7 @@ def _node_recipe(jre_tag: str) -> _Recipe:
 
 
 def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_base: str | None = None,
-          spark_base: str | None = None, force: Iterable[str] = (),
+          spark_base: str | None = None, force: Iterable[str] = (), kafka_version: str = "",
           log: Callable[[str], None] = _say) -> list[Built]:
     """Build (or find by tag) ``names`` and what they are built on, in dependency order.
 
@@ -602,6 +603,8 @@ def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_ba
         names: any of :data:`NAMES`; their bases are added (``kafka`` needs ``jre`` needs ``base``).
         kafka_base / spark_base: an official image to build on instead of the local ``jre`` (e.g.
             ``apache/kafka:4.1.1``); it must be pullable or present.
+        kafka_version: the Kafka release of the ``kafka`` image (``--kafka-version``; default
+            :func:`jars.kafka_version`, the pin), its jars resolved from Maven Central the first time.
         force: names to rebuild even when their tag exists.
         log: progress lines (one per Dockerfile step).
 
@@ -633,7 +636,7 @@ def build(client: docker.DockerClient, names: Iterable[str] = NAMES, *, kafka_ba
             jre = _build_recipe(client, _jre_recipe(base.tag), force="jre" in force, log=log, sha_cache=sha_cache)
             out.append(jre)
         if "kafka" in want:
-            out.append(_build_recipe(client, _kafka_recipe(jre.tag if jre else None, kafka_base),
+            out.append(_build_recipe(client, _kafka_recipe(jre.tag if jre else None, kafka_base, kafka_version),
                                      force="kafka" in force, log=log, sha_cache=sha_cache))
         if "spark" in want:
             out.append(_build_recipe(client, _spark_recipe(jre.tag if jre else None, spark_base),
