@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import pytest
 
+from onceproof.store.compact import read_text
 from tests.conftest import load_run, run_cli
 from tests.docker.ssh_nodes import ssh_nodes
 
 pytestmark = pytest.mark.docker
 
 EOS = "kill-broker,pause-broker,partition,lossy-link:drop,kill-executor,slow-network:bandwidth"
+OTHER_KAFKA = "3.9.1"
+"""The release the eos run's brokers run (``--kafka-version``): not the pin, which the extended runs use."""
 ALL = EOS + ",kill-driver-in-commit-window"
 
 
@@ -60,10 +63,11 @@ def _residue(nodes) -> dict[str, str]:
 @pytest.mark.timeout(1500)
 def test_eos_is_valid_on_ssh_nodes_under_broker_network_and_spark_faults_and_nothing_is_left(five, results_root):
     p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "eos", "--nemesis",
-                 EOS, "--time-limit", "60",
+                 EOS, "--time-limit", "60", "--kafka-version", OTHER_KAFKA,
                  "--seed", "1", "--results", str(results_root)], timeout=1200)
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert result["versions"]["kafka"] == OTHER_KAFKA, result["versions"]
     # the pipeline's anomalies; input-duplicate* are the workload's client resending into the input when the
     # isolated broker's connections stall (reported, not the pipeline's: checkers/exactly_once.py)
     pipeline = {k: n for k, n in result["counts"].items() if not k.startswith("input-")}
@@ -86,6 +90,7 @@ def test_eos_is_valid_on_ssh_nodes_under_broker_network_and_spark_faults_and_not
     def kept(p):
         return p.exists() or p.with_name(p.name + ".gz").exists()
     assert all(kept(logs / f"n{i}" / f"broker-{i}.log") for i in (1, 2, 3)), sorted(logs.rglob("*"))
+    assert f"Kafka version: {OTHER_KAFKA}" in read_text(logs / "n1" / "broker-1.log")
     assert kept(logs / "n4" / "spark-master.log") and kept(logs / "driver-1.log"), sorted(logs.rglob("*"))
 
 

@@ -53,7 +53,7 @@ class SshBackend:
     name = "ssh"
     user_pipelines = False  # the driver node runs onceproof.job only
     file_sinks = False  # the executors write on the worker nodes, not where the harness reads
-    picks_kafka_version = False  # its brokers run the pinned release (docs/versions.md)
+    picks_kafka_version = True  # a release's jars are shipped as a dist of their own (install.kafka_dist)
     warm_clusters = False  # a run's watchdogs sweep its nodes
     capabilities = DERIVED
 
@@ -135,7 +135,8 @@ class SshBackend:
         hub = self._open()
         self._cluster = SshKafkaCluster(self.inv, hub, self.run_id, Path(shape.data_dir),
                                         log_dir=Path(shape.log_dir) if shape.log_dir else None, clocks=shape.clocks,
-                                        small_disks=shape.small_disks, lazyfs=shape.lazyfs)
+                                        small_disks=shape.small_disks, lazyfs=shape.lazyfs,
+                                        release=shape.kafka_version)
         return self._cluster
 
     def attach(self, data_dir: Path) -> SshKafkaCluster:

@@ -54,10 +54,11 @@ class Dist:
         return sum(p.stat().st_size for _, p in self.files)
 
 
-def kafka_dist() -> Dist:
-    """The broker's jars (``jars.kafka_classpath()``: Maven-resolved, or ``$KAFKA_HOME/libs``) as
-    ``libs/<jar>``. Raises: ``jars.ResolveError``."""
-    cp = jars.kafka_classpath()
+def kafka_dist(version: str = "") -> Dist:
+    """The broker's jars of Kafka ``version`` (``jars.kafka_classpath(version)``: Maven-resolved, or
+    ``$KAFKA_HOME/libs``; ``""`` is the pin) as ``libs/<jar>``, one dist per release. Raises:
+    ``jars.ResolveError``."""
+    cp = jars.kafka_classpath(version)
     return Dist(f"kafka-{cp.version}", tuple((f"libs/{j.name}", j) for j in sorted(cp.jars, key=lambda j: j.name)))
 
 

@@ -94,13 +94,17 @@ class SshKafkaCluster(LayerLoss):
         clocks: start every broker under the node's libfaketime (``ClockFaults``; module docstring).
         small_disks: each broker's data on a size-limited tmpfs of its own (``DiskFaults``; module docstring).
         lazyfs: each broker's ``log.dirs`` on a lazyfs layer (``UnsyncedLoss``; module docstring).
+        release: the Kafka release the brokers run (``--kafka-version``), ``""`` for the pin; its jars are
+            shipped once per node as a dist of their own.
 
     Implements ``Cluster``, ``LiveLogs``, ``ClockFaults``, ``LogDirs``, ``DiskFaults`` and ``UnsyncedLoss``.
     """
 
     def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None,
-                 clocks: bool = False, small_disks: bool = False, lazyfs: bool = False):
+                 clocks: bool = False, small_disks: bool = False, lazyfs: bool = False, release: str = ""):
         self.inv, self.hub, self.run_id, self.local_dir = inv, hub, run_id, local_dir
+        self.release = release
+        """The Kafka release to install (``--kafka-version``), ``""`` for the pin."""
         self._log_dir = log_dir
         self.clocks = clocks
         self._faketime: dict[int, str | None] = {}
@@ -168,7 +172,7 @@ class SshKafkaCluster(LayerLoss):
     def install(self) -> dict[int, bool]:
         """Ship the helper and the broker jars to every broker node (in parallel); ``{node: uploaded now}``.
         Raises: ``ClusterError``."""
-        dist = install.kafka_dist()
+        dist = install.kafka_dist(self.release)
         self._version = dist.name.split("-", 1)[1]
 
         def one(i: int) -> bool:
