@@ -32,10 +32,9 @@ from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisCo
 
 STOP_GRACE_S = 20.0
 """The SIGTERM → SIGKILL grace of a bounce (``Cluster.stop(clean=True, grace_s=...)``, s). The bounce is
-judged by the controlled shutdown (the SIGTERM handled, the leaderships moved), not by the JVM's exit:
-Kafka 4.1's combined broker+controller nodes here logged ``SHUTTING_DOWN`` and handed their leaderships
-over within 0.1 s, then did not exit within 15 s nor within 60 s (2026-11-27, 2 cores), so the backend's
-SIGKILL ends every bounce; ``exited_on_sigterm`` records which."""
+judged by the controlled shutdown (the SIGTERM handled, the leaderships moved), not by the JVM's exit; a
+broker that needed the backend's SIGKILL is recorded (``exited_on_sigterm``). A local broker on 2 cores
+exits on its SIGTERM in about 3 s."""
 ISR_WAIT_S = 90.0
 """How long a restarted broker may take to be back in the ISR of all its partitions (s)."""
 SHUTDOWN_LINES = ("due to signal SIGTERM", "to SHUTTING_DOWN", "controlled shutdown", "shut down completed")

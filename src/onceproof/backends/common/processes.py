@@ -131,15 +131,25 @@ def _primary_group(user: str) -> int:
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
-    """All live processes whose process group is ``pgid`` (the group leader may already be gone)."""
+    """All live processes whose process group is ``pgid`` (the group leader may already be gone). A zombie
+    has exited and is not one (it waits for its parent to collect its status)."""
     out = []
-    for p in psutil.process_iter(["pid"]):
+    for p in psutil.process_iter(["pid", "status"]):
         try:
-            if os.getpgid(p.pid) == pgid:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
                 out.append(p)
         except (ProcessLookupError, psutil.Error, OSError):
             continue
     return out
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of ``pid`` when it is an exited child of this process (``waitpid``, not
+    blocking), as ``psutil.wait_procs`` does after a SIGKILL; a no-op for a running or foreign process."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def stop_group(pgid: int, *, grace_s: float = 10.0) -> None:
@@ -156,6 +166,7 @@ def stop_group(pgid: int, *, grace_s: float = 10.0) -> None:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if not group_members(pgid):
+            _reap(pgid)
             return
         time.sleep(0.2)
     try:
