@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from onceproof.store.compact import read_text
-from tests.conftest import load_run, run_cli
+from tests.conftest import NEWEST_KAFKA, load_run, run_cli
 from tests.docker.ssh_nodes import ssh_nodes
 
 pytestmark = pytest.mark.docker
@@ -158,3 +158,25 @@ def test_at_least_once_is_caught_on_ssh_nodes_after_executor_and_driver_kills_un
 def test_at_least_once_is_caught_on_ssh_nodes_under_every_fault_of_the_eos_run(five, results_root):
     """272 s measured by hand (2026-11-27): ``make test``'s 50 minutes keep the shorter run above."""
     _caught(five, results_root, ALL, 45)
+
+
+@pytest.mark.extended
+@pytest.mark.timeout(1500)
+def test_eos_is_valid_on_ssh_nodes_while_the_brokers_roll_to_the_newest_release(five, results_root):
+    """``rolling-upgrade`` on the nodes: brokers on 3.9.1 rolled to the newest release mid-run, each one's jars
+    shipped to its node, its clean stop, restart on its own data and rejoin; ``metadata.version`` finalized."""
+    to = NEWEST_KAFKA
+    p = run_cli(["run", "--backend", "ssh", "--nodes", str(five.nodes_toml), "--sink", "eos", "--nemesis",
+                 "rolling-upgrade,kill-executor", "--kafka-version", OTHER_KAFKA, "--kafka-upgrade-to", to,
+                 "--time-limit", "40", "--seed", "1", "--results", str(results_root)], timeout=1300)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 0 and result["verdict"] == "valid", (result["counts"], p.stdout[-4000:] + p.stderr[-3000:])
+    roll = next(o for o in ops if o.get("type") == "info" and o.get("f") == "rolling-upgrade")
+    assert roll["outcome"] == "effective" and roll["exercised"], roll
+    ev = roll["evidence"]
+    assert set(ev["from"].values()) == {OTHER_KAFKA} and len(ev["brokers"]) == 3, ev
+    assert all(b["logged_version"] == to and b["clean"] and b["in_sync_after_s"] is not None
+               for b in ev["brokers"].values()), ev["brokers"]
+    assert ev["features_after"]["metadata.version"].startswith(".".join(to.split(".")[:2]) + "-"), ev
+    assert result["versions"]["kafka"] == OTHER_KAFKA and result["versions"]["kafka-upgrade-to"] == to
+    assert _residue(five) == {}

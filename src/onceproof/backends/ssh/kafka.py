@@ -28,6 +28,10 @@ started before the storage is formatted (as root: the mount is root's alone); wi
 tmpfs is ``disk/``. A layer that cannot start leaves the broker on the plain directory and
 :meth:`SshKafkaCluster.unsynced_unavailable` says why.
 
+Releases (``BrokerVersions``, for ``rolling-upgrade``): a broker given another release
+(:meth:`SshKafkaCluster.set_version`) gets that release's jars shipped to its node as a dist of their own and
+runs on them, on its own data, from its next start.
+
 Clocks (``ClusterShape(clocks=True)``, planned by ``clock-skew``): each broker starts under the node's
 libfaketime with its offset file ``clock-offset`` at ``+0`` in its run directory
 (``backends/ssh/clock.py``); :meth:`SshKafkaCluster.set_clock_offset` rewrites that file over SSH.
@@ -46,7 +50,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from onceproof.backends.base import GONE, BackendError, ClusterError, NodeState
-from onceproof.backends.common import tmpfs
+from onceproof.backends.common import jars, tmpfs
 from onceproof.backends.common.broker_config import LOG4J2, server_properties
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
@@ -97,7 +101,8 @@ class SshKafkaCluster(LayerLoss):
         release: the Kafka release the brokers run (``--kafka-version``), ``""`` for the pin; its jars are
             shipped once per node as a dist of their own.
 
-    Implements ``Cluster``, ``LiveLogs``, ``ClockFaults``, ``LogDirs``, ``DiskFaults`` and ``UnsyncedLoss``.
+    Implements ``Cluster``, ``LiveLogs``, ``ClockFaults``, ``LogDirs``, ``DiskFaults``, ``UnsyncedLoss`` and
+    ``BrokerVersions``.
     """
 
     def __init__(self, inv: Inventory, hub: SshHub, run_id: str, local_dir: Path, log_dir: Path | None = None,
@@ -122,6 +127,8 @@ class SshKafkaCluster(LayerLoss):
         self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self._version = ""
         self._dist: PurePosixPath | None = None
+        self._node_dists: dict[int, tuple[str, PurePosixPath]] = {}
+        """``node → (release, its dist on the node)`` for a broker moved off the cluster's release."""
         self.pids: dict[int, int] = {}
 
     # ---------------------------------------------------------------------------- facts
@@ -159,10 +166,11 @@ class SshKafkaCluster(LayerLoss):
         return self._kdir(i) / f"broker-{i}.log"
 
     def _java(self, i: int, main: list[str], heap_mb: int, log4j: PurePosixPath) -> list[str]:
-        assert self._dist is not None
+        dist = self._node_dists[i][1] if i in self._node_dists else self._dist
+        assert dist is not None
         return ["java", f"-Xms{min(256, heap_mb)}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}",
-                "-cp", f"{self._dist}/libs/*", *main]
+                "-cp", f"{dist}/libs/*", *main]
 
     # ---------------------------------------------------------------------------- lifecycle
     def _parallel(self, fn, items) -> list:
@@ -261,6 +269,26 @@ class SshKafkaCluster(LayerLoss):
             self.pids[node] = h.start(f"broker-{node}", cmd, log=kdir / f"broker-{node}.out", env=env)
         except RemoteError as e:
             raise ClusterError(f"starting broker {node} failed: {e}") from None
+
+    def version_of(self, node: int) -> str:
+        """The Kafka release broker ``node`` runs, or will run at its next start (``X.Y.Z``)."""
+        return self._node_dists[node][0] if node in self._node_dists else self._version
+
+    def set_version(self, node: int, version: str) -> None:
+        """Broker ``node`` runs ``version`` from its next start, on its own data (a rolling upgrade's step):
+        the release's jars are resolved here (Maven Central, the first time) and shipped to its node once.
+
+        Raises: ``ClusterError`` for an unknown node, a release that cannot be resolved or a failed upload."""
+        if node not in self.helpers:
+            raise ClusterError(f"no broker {node} in this cluster (nodes {self.nodes})")
+        try:
+            dist = install.kafka_dist(version)
+            path, _ = install.ensure(self.helpers[node].remote, self.inv.root, dist)
+        except jars.ResolveError as e:
+            raise ClusterError(str(e)) from None
+        except RemoteError as e:
+            raise ClusterError(f"shipping Kafka {version} to broker {node} failed: {e}") from None
+        self._node_dists[node] = (version, path)
 
     def healthy(self, timeout_s: float = 120.0) -> None:
         def exited() -> str | None:
