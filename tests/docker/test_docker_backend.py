@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.conftest import load_run, our_processes, run_cli
+from tests.conftest import NEWEST_KAFKA, load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.docker
 
@@ -188,3 +188,26 @@ def test_cluster_up_on_another_kafka_release_status_down_attach_by_label(tmp_pat
     assert not _docker_left(run_id)
     st = run_cli(["cluster", "status", "--backend", "docker", "--dir", str(d)], timeout=120)
     assert st.returncode == 1
+
+
+@pytest.mark.usefixtures("needs_engine")
+@pytest.mark.extended
+@pytest.mark.timeout(1500)
+def test_eos_is_valid_while_the_brokers_roll_to_the_newest_release_in_their_containers(results_root):
+    """``rolling-upgrade`` on Docker: brokers on 3.9.1's image, each in turn stopped, given the newest
+    release's jars through its release mount and started again in the same container, on its own data."""
+    frm, to = "3.9.1", NEWEST_KAFKA
+    p = run_cli(["run", "--backend", "docker", "--sink", "eos", "--nemesis", "rolling-upgrade,kill-executor",
+                 "--kafka-version", frm, "--kafka-upgrade-to", to, "--time-limit", "40", "--seed", "1",
+                 "--results", str(results_root)], timeout=1300)
+    run_dir, result, ops = load_run(results_root)
+    assert p.returncode == 0 and result["verdict"] == "valid", (result["counts"], p.stdout[-4000:] + p.stderr[-3000:])
+    roll = next(o for o in ops if o.get("type") == "info" and o.get("f") == "rolling-upgrade")
+    assert roll["outcome"] == "effective" and roll["exercised"], roll
+    ev = roll["evidence"]
+    assert set(ev["from"].values()) == {frm} and len(ev["brokers"]) == 3, ev
+    assert all(b["logged_version"] == to and b["clean"] and b["in_sync_after_s"] is not None
+               for b in ev["brokers"].values()), ev["brokers"]
+    assert ev["features_after"]["metadata.version"].startswith(".".join(to.split(".")[:2]) + "-"), ev
+    assert not _docker_left(_run_id(run_dir))
+    assert not our_processes(str(run_dir))

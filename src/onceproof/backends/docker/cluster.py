@@ -14,6 +14,12 @@ after 15 s). A node's pid is the broker JVM's pid on the host (the container's m
 Its log directory is that bind mount on the host (``LogDirs``, ``corrupt-segment-tail``); it has no
 size-limited disk (no ``DiskFaults``: ``disk-full`` is refused on this backend).
 
+Releases (``BrokerVersions``, ``rolling-upgrade``): each node also mounts ``<data_dir>/node<i>/release``
+read-only at ``/opt/onceproof/release``; a node given another release (:meth:`DockerKafkaCluster.set_version`)
+finds that release's jars in its ``libs/`` (hard links to the harness's Maven cache, else copies) and its
+container, started again, runs them on its own data (``docker/kafka/onceproof/bin/kafka-run-class``): the
+same container, so its ``docker logs`` go on.
+
 A run's site starts a reaper (:mod:`onceproof.backends.docker.reaper`) that removes every container of the run
 if the harness dies without tearing down; ``onceproof cluster up`` (``detached``) does not, and
 ``cluster status|down`` find the containers again by their run label (``cluster.json``).
@@ -34,6 +40,7 @@ import psutil
 
 import docker
 from onceproof.backends.base import GONE, STOPPED, ClusterError, NodeState
+from onceproof.backends.common import jars
 from onceproof.backends.common.health import wait_healthy
 from onceproof.backends.common.layout import ClusterSpec
 from onceproof.backends.common.logdir import LocalDir
@@ -44,6 +51,8 @@ from onceproof.backends.docker.site import DockerSite, save_logs
 log = logging.getLogger("onceproof.docker")
 
 STATE_FILE = "cluster.json"
+RELEASE_DIR = "/opt/onceproof/release"
+"""Where a broker container finds another release's jars (``libs/``), bind-mounted from its node directory."""
 
 
 def node_state(status: str | None, pid: int | None, proc_status: str | None = None) -> NodeState:
@@ -72,6 +81,8 @@ class DockerKafkaCluster:
         self.cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.image = image
         self.version = version
+        self.node_versions: dict[int, str] = {}
+        """Nodes moved to another release than the image's (:meth:`set_version`)."""
 
     @property
     def layout(self) -> DockerLayout:
@@ -121,12 +132,14 @@ class DockerKafkaCluster:
             data = self.data_dir / f"node{n}" / "data"
             shutil.rmtree(data.parent, ignore_errors=True)  # a new cluster id: storage formatted afresh
             data.mkdir(parents=True)
+            (data.parent / "release").mkdir()
             host = self.layout.broker_host(n)
             try:
                 self.site.run(host, self.image, ip=self.layout.broker_ip(n), aliases=[host],
                               env={**self.layout.broker_env(n, self.cluster_id), **_run_env()},
                               ports={f"{CLIENT_PORT}/tcp": ("127.0.0.1", self.layout.client_host_port(n))},
-                              volumes={str(data): {"bind": DATA_DIR, "mode": "rw"}},
+                              volumes={str(data): {"bind": DATA_DIR, "mode": "rw"},
+                                       str(data.parent / "release"): {"bind": RELEASE_DIR, "mode": "ro"}},
                               log_path=self._log_path(n))
             except docker.errors.APIError as e:
                 raise ClusterError(f"starting node {n} ({self.image}) failed: {e}") from e
@@ -193,6 +206,33 @@ class DockerKafkaCluster:
     def start(self, node: int) -> None:
         """Start node ``node``'s container again (its data is kept; storage is already formatted)."""
         self._container(node).start()
+        self.save_state()
+
+    def version_of(self, node: int) -> str:
+        """The Kafka release node ``node`` runs, or will run at its next start (``X.Y.Z``)."""
+        return self.node_versions.get(node, self.version)
+
+    def set_version(self, node: int, version: str) -> None:
+        """Node ``node`` runs ``version`` from its next :meth:`start`, on its own data (a rolling upgrade's
+        step): the release's jars (resolved from Maven Central the first time) linked into its release
+        directory, which its container mounts.
+
+        Raises: ``ClusterError`` for an unknown node or a release that cannot be resolved."""
+        if node not in self.nodes:
+            raise ClusterError(f"no broker {node} in this cluster (nodes {self.nodes})")
+        try:
+            cp = jars.kafka_classpath(version)
+        except jars.ResolveError as e:
+            raise ClusterError(str(e)) from None
+        libs = self.data_dir / f"node{node}" / "release" / "libs"
+        shutil.rmtree(libs, ignore_errors=True)
+        libs.mkdir(parents=True)
+        for j in cp.jars:
+            try:
+                os.link(j, libs / j.name)
+            except OSError:  # another file system than the cache's
+                shutil.copy2(j, libs / j.name)
+        self.node_versions[node] = version
         self.save_state()
 
     def stop(self, node: int, clean: bool = True, grace_s: float = 15.0) -> None:
@@ -280,6 +320,7 @@ class DockerKafkaCluster:
         st = {"backend": "docker", "run_id": lay.run_id, "nodes": lay.nodes, "base_port": lay.base_port,
               "proxied": lay.proxied, "subnet": lay.subnet, "cluster_id": self.cluster_id,
               "log_dir": str(self.log_dir), "image": self.image, "version": self.version,
+              "node_versions": self.node_versions,
               "bootstrap": self.bootstrap, "network_bootstrap": self.network_bootstrap}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
