@@ -132,6 +132,7 @@ def test_the_wait_a_fault_window_covers_is_not_counted_against_visibility():
     assert r["counts"]["late-visibility"] == 1
     (ex,) = r["anomalies"]["late-visibility"]
     assert (ex["latency_s"], ex["outside_faults_s"]) == (250.0, 190.0)
+    assert r["stats"]["visibility_outside_faults_max_s"] == 190.0  # what a bound would be set from
     # overlapping windows are counted once: [10, 70] and [40, 80] cover 70 s, leaving 180 s (not above the bound)
     r = liveness.check(live, None, _nemesis(("upgrade", T0 + 10, T0 + 70), ("kill-broker", T0 + 40, T0 + 80)),
                        Bounds(visibility_s=179.5))
@@ -249,3 +250,12 @@ def test_an_input_duplicate_with_one_create_time_is_named_a_client_resend():
     assert "resent a produce request despite message.send.max.retries=0" in text and "reassign-partitions" in text
     assert duplicate_origin(ex, {**same, (5, 6574): 1795851848999}, "at-most-once") is None  # two sends' times
     assert duplicate_origin(ex, {(5, 6573): 1}, "idempotent") is None  # a copy's time unknown
+
+
+def test_the_run_line_gives_the_worst_visibility_outside_faults_against_its_bound():
+    from onceproof.harness.summary import liveness_line
+
+    live = _live(np.array([T0, T0 + 1.0]), np.array([200.0, 250.0]))
+    r = liveness.check(live, None, _nemesis(("upgrade", T0 + 10, T0 + 70)), Bounds(visibility_s=180))
+    line = liveness_line({"liveness": r["stats"], "visibility_latency_ms": {"p50": 1, "p99": 2, "max": 3}})
+    assert "worst outside faults 190 s of a 180 s bound" in line, line

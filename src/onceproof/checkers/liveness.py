@@ -94,8 +94,11 @@ def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataF
     pipeline does not say). ``input_ms``: every input record's append time (epoch ms; the input topic's
     Kafka timestamps), so that records never seen count against the recovery (``None``: only what the
     reader saw is known). Returns ``{"counts": {anomaly: n}, "anomalies": {anomaly: [examples]},
-    "stats": {"judged", "not_judged", "bounds", "recoveries", "last_heal_recovery_s", "lso_pin_max_s",
-    "lso_samples"}}`` (see the module docstring)."""
+    "stats": {"judged", "not_judged", "bounds", "recoveries", "last_heal_recovery_s",
+    "visibility_outside_faults_max_s", "lso_pin_max_s", "lso_samples"}}`` (see the module docstring).
+    ``visibility_outside_faults_max_s`` is the worst record's latency minus the fault windows it overlapped
+    (what the visibility bound is compared with; s, ``None`` without sightings): the evidence for where to
+    set the bound."""
     counts = {a: 0 for a in ANOMALIES}
     anomalies: dict[str, list] = {a: [] for a in ANOMALIES}
     stats: dict = {"judged": False, "not_judged": [], "bounds": {
@@ -109,7 +112,7 @@ def check(live: pd.DataFrame | None, lso: pd.DataFrame | None, nemesis: pd.DataF
         stats["judged"] = True
         watched_until = float(lso["t_ms"].max()) / 1000 if lso is not None and not lso.empty else None
         _recovery(seen, windows, _heals(nemesis), input_ms, bounds, counts, anomalies, stats, watched_until)
-        _visibility(seen, windows, bounds, counts, anomalies)
+        _visibility(seen, windows, bounds, counts, anomalies, stats)
     pins = _pins_by_partition(lso)
     _hangs(pins, lso, windows, bounds, counts, anomalies, stats)
     _leftovers(pins, _kills(nemesis), driver_starts, bounds, counts, anomalies, stats)
@@ -234,7 +237,8 @@ def _merged_spans_ms(windows: pd.DataFrame) -> list[tuple[float, float]]:
     return out
 
 
-def _visibility(seen: pd.DataFrame, windows: pd.DataFrame, bounds: Bounds, counts: dict, anomalies: dict) -> None:
+def _visibility(seen: pd.DataFrame, windows: pd.DataFrame, bounds: Bounds, counts: dict, anomalies: dict,
+                stats: dict) -> None:
     """``late-visibility``: latency from append to first sighting, minus the time fault windows covered of it
     (the wait a fault imposes, e.g. a driver down for an upgrade, is the fault's; the catch-up after it is
     the pipeline's), above the bound. Vectorised over the records; the windows are few."""
@@ -245,6 +249,7 @@ def _visibility(seen: pd.DataFrame, windows: pd.DataFrame, bounds: Bounds, count
         inside += np.clip(np.minimum(seen_ms, e) - np.maximum(in_ms, s), 0, None)
     lat_s = pd.Series((seen_ms - in_ms) / 1000, index=seen.index)
     outside_s = pd.Series((seen_ms - in_ms - inside) / 1000, index=seen.index)
+    stats["visibility_outside_faults_max_s"] = round(float(outside_s.max()), 3) if len(seen) else None
     late = seen[outside_s > bounds.visibility_s]
     late = late.assign(latency_s=lat_s[late.index], outside_faults_s=outside_s[late.index])
     counts["late-visibility"] = int(len(late))

@@ -90,7 +90,8 @@ def summarize(result: dict, console: Console) -> None:
 
 def liveness_line(stats: dict) -> str:
     """One console line of the liveness figures: recovery after the last heal (s), visibility latency
-    p50/p99/max (ms), the longest LSO pin (s)."""
+    p50/p99/max (ms), the worst visibility outside fault windows against its bound (s), the longest LSO
+    pin (s)."""
     lv, vis = stats["liveness"], stats.get("visibility_latency_ms") or {}
     rec = lv.get("last_heal_recovery_s")
     pins = lv.get("lso_pin_max_s") or {}
@@ -98,6 +99,9 @@ def liveness_line(stats: dict) -> str:
     if vis:
         bits.append("visibility p50/p99/max " + "/".join(f"{vis.get(k, 0):,.0f}" for k in ("p50", "p99", "max"))
                     + " ms")
+    worst = lv.get("visibility_outside_faults_max_s")
+    if worst is not None:
+        bits.append(f"worst outside faults {worst:g} s of a {lv['bounds']['visibility_s']:g} s bound")
     bits.append(f"longest LSO pin {max(pins.values()):g} s" if pins else "no LSO pin")
     return "liveness: " + "; ".join(bits)
 
