@@ -231,6 +231,8 @@ CAPABILITIES = frozenset({"kill-executor", "kill-driver", "kill-driver-in-commit
                           # toxics only: its network drops no packets (no PacketLoss)
                           "lossy-link:reset-peer", "lossy-link:timeout", "lossy-link:limit-data",
                           "delay-txn-requests:*",
+                          # each node's release mount takes another release's jars (BrokerVersions)
+                          "rolling-upgrade",
                           # a stopped container's log directory is its bind mount on the host (LogDirs); it has
                           # no size-limited disk (no DiskFaults): disk-full is refused
                           "corrupt-segment-tail:*"})

@@ -145,11 +145,20 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 def _reap(pid: int) -> None:
     """Collect the exit status of ``pid`` when it is an exited child of this process (``waitpid``, not
-    blocking), as ``psutil.wait_procs`` does after a SIGKILL; a no-op for a running or foreign process."""
+    blocking); a no-op for a running or foreign process."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def _wait_gone(pgid: int, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` s until group ``pgid`` has no live member, then collect its leader's exit
+    status (:func:`_reap`: a harness's child is gone, not a zombie, once this returns in time)."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _reap(pgid)
 
 
 def stop_group(pgid: int, *, grace_s: float = 10.0) -> None:
@@ -173,7 +182,7 @@ def stop_group(pgid: int, *, grace_s: float = 10.0) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    psutil.wait_procs(group_members(pgid), timeout=5)
+    _wait_gone(pgid, 5.0)
 
 
 def signal_group(pgid: int, sig: str) -> bool:
@@ -186,12 +195,13 @@ def signal_group(pgid: int, sig: str) -> bool:
 
 
 def kill_group(pgid: int) -> None:
-    """SIGKILL every process in group ``pgid`` and wait for them to go (at most 5 s)."""
+    """SIGKILL every process in group ``pgid`` and wait for them to go (at most 5 s; the leader, when this
+    process's child, is collected: ``gone``, not a zombie)."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    psutil.wait_procs(group_members(pgid), timeout=5)
+    _wait_gone(pgid, 5.0)
 
 
 def status(pid: int | None) -> str:
