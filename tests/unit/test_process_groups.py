@@ -41,3 +41,25 @@ def test_group_members_leaves_out_a_zombie_and_a_running_member_is_one(tmp_path)
     finally:
         child.kill()
         child.wait()
+
+
+LEADER_EXITS_FIRST = ("import ctypes, threading, time; threading.Thread(target=time.sleep, args=(120,)).start(); "
+                      "time.sleep(0.2); ctypes.CDLL(None).pthread_exit(None)")
+"""A process whose main thread ends while another runs: Linux shows it ``Z``, and ``waitpid`` cannot collect it."""
+
+
+def test_a_zombie_leader_with_a_thread_still_running_is_a_member_until_killed_and_collected(tmp_path):
+    child = processes.spawn([sys.executable, "-c", LEADER_EXITS_FIRST], log_path=tmp_path / "child.log")
+    try:
+        for _ in range(100):
+            if psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE:
+                break
+            time.sleep(0.1)
+        assert psutil.Process(child.pid).num_threads() > 1, "the other thread should still run"
+        assert [p.pid for p in processes.group_members(child.pid)] == [child.pid], "not gone yet"
+        processes.kill_group(child.pid)
+        assert processes.status(child.pid) == "gone"
+    finally:
+        if psutil.pid_exists(child.pid):
+            child.kill()
+            child.wait()

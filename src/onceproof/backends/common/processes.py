@@ -132,12 +132,16 @@ def _primary_group(user: str) -> int:
 
 def group_members(pgid: int) -> list[psutil.Process]:
     """All live processes whose process group is ``pgid`` (the group leader may already be gone). A zombie
-    has exited and is not one (it waits for its parent to collect its status)."""
+    whose every thread has ended is not one: it only waits for its parent to collect its status. A zombie
+    *leader* whose other threads still run (a JVM's threads finishing a write to a FUSE mount after a
+    SIGKILL; Linux shows the leader ``Z`` until the last thread ends, and ``waitpid`` cannot collect it
+    yet) still is."""
     out = []
     for p in psutil.process_iter(["pid", "status"]):
         try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
-                out.append(p)
+            if os.getpgid(p.pid) != pgid or (p.info["status"] == psutil.STATUS_ZOMBIE and p.num_threads() <= 1):
+                continue
+            out.append(p)
         except (ProcessLookupError, psutil.Error, OSError):
             continue
     return out
