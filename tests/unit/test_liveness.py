@@ -259,3 +259,10 @@ def test_the_run_line_gives_the_worst_visibility_outside_faults_against_its_boun
     r = liveness.check(live, None, _nemesis(("upgrade", T0 + 10, T0 + 70)), Bounds(visibility_s=180))
     line = liveness_line({"liveness": r["stats"], "visibility_latency_ms": {"p50": 1, "p99": 2, "max": 3}})
     assert "worst outside faults 190 s of a 180 s bound" in line, line
+
+
+def test_output_without_input_times_has_no_visibility_figure():
+    """A user's job whose records carry no input timestamp (``in_ts`` null): no latency, no figure (not NaN)."""
+    live = _live(T0 + np.arange(0, 10, 1.0), 1.0).assign(in_ts=np.nan)
+    r = liveness.check(live, None, None, Bounds(visibility_s=180))
+    assert r["stats"]["visibility_outside_faults_max_s"] is None and r["counts"]["late-visibility"] == 0

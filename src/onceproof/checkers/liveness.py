@@ -249,7 +249,8 @@ def _visibility(seen: pd.DataFrame, windows: pd.DataFrame, bounds: Bounds, count
         inside += np.clip(np.minimum(seen_ms, e) - np.maximum(in_ms, s), 0, None)
     lat_s = pd.Series((seen_ms - in_ms) / 1000, index=seen.index)
     outside_s = pd.Series((seen_ms - in_ms - inside) / 1000, index=seen.index)
-    stats["visibility_outside_faults_max_s"] = round(float(outside_s.max()), 3) if len(seen) else None
+    worst = outside_s.max()  # NaN when no record has both times
+    stats["visibility_outside_faults_max_s"] = None if pd.isna(worst) else round(float(worst), 3)
     late = seen[outside_s > bounds.visibility_s]
     late = late.assign(latency_s=lat_s[late.index], outside_faults_s=outside_s[late.index])
     counts["late-visibility"] = int(len(late))
