@@ -156,13 +156,15 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _wait_gone(pgid: int, timeout_s: float) -> None:
-    """Wait up to ``timeout_s`` s until group ``pgid`` has no live member, then collect its leader's exit
-    status (:func:`_reap`: a harness's child is gone, not a zombie, once this returns in time)."""
+def _wait_gone(pgid: int, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Wait up to ``timeout_s`` s, looking every ``interval_s`` s, until group ``pgid`` has no live member,
+    then collect its leader's exit status (:func:`_reap`: a harness's child is gone, not a zombie, once
+    this returns true). Returns whether the group is gone."""
     deadline = time.monotonic() + timeout_s
-    while group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(interval_s)
     _reap(pgid)
+    return not left
 
 
 def stop_group(pgid: int, *, grace_s: float = 10.0) -> None:
@@ -176,12 +178,8 @@ def stop_group(pgid: int, *, grace_s: float = 10.0) -> None:
             os.killpg(pgid, sig)
         except ProcessLookupError:
             return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not group_members(pgid):
-            _reap(pgid)
-            return
-        time.sleep(0.2)
+    if _wait_gone(pgid, grace_s, interval_s=0.2):
+        return
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
