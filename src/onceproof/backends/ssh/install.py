@@ -10,6 +10,7 @@ run with the same files uploads nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import tarfile
 import tempfile
@@ -34,9 +35,10 @@ class Dist:
     unwheel: bool = False
     """Unpack the dist's ``wheels/*.whl`` into its ``site/`` on the node (``onceproof-node.py unwheel``)."""
 
-    @property
+    @functools.cached_property
     def sha12(self) -> str:
-        """The first 12 hex digits of SHA-256 over each file's name, size and content."""
+        """The first 12 hex digits of SHA-256 over each file's name, size and content (read once per dist:
+        :func:`ensure` and :meth:`path_on` ask for it again)."""
         h = hashlib.sha256()
         for arc, path in self.files:
             h.update(arc.encode() + b"\0" + str(path.stat().st_size).encode() + b"\0")

@@ -129,6 +129,8 @@ class SshKafkaCluster(LayerLoss):
         self._dist: PurePosixPath | None = None
         self._node_dists: dict[int, tuple[str, PurePosixPath]] = {}
         """``node → (release, its dist on the node)`` for a broker moved off the cluster's release."""
+        self._dists: dict[str, install.Dist] = {}
+        """Each release's dist (``""``: the cluster's), made once: its jars are resolved and hashed."""
         self.pids: dict[int, int] = {}
 
     # ---------------------------------------------------------------------------- facts
@@ -180,7 +182,7 @@ class SshKafkaCluster(LayerLoss):
     def install(self) -> dict[int, bool]:
         """Ship the helper and the broker jars to every broker node (in parallel); ``{node: uploaded now}``.
         Raises: ``ClusterError``."""
-        dist = install.kafka_dist(self.release)
+        dist = self._dist_of(self.release)
         self._version = dist.name.split("-", 1)[1]
 
         def one(i: int) -> bool:
@@ -270,6 +272,13 @@ class SshKafkaCluster(LayerLoss):
         except RemoteError as e:
             raise ClusterError(f"starting broker {node} failed: {e}") from None
 
+    def _dist_of(self, release: str) -> install.Dist:
+        """Kafka ``release``'s dist (:func:`install.kafka_dist`), made once per cluster. Raises
+        ``jars.ResolveError``."""
+        if release not in self._dists:
+            self._dists[release] = install.kafka_dist(release)
+        return self._dists[release]
+
     def version_of(self, node: int) -> str:
         """The Kafka release broker ``node`` runs, or will run at its next start (``X.Y.Z``)."""
         return self._node_dists[node][0] if node in self._node_dists else self._version
@@ -282,8 +291,7 @@ class SshKafkaCluster(LayerLoss):
         if node not in self.helpers:
             raise ClusterError(f"no broker {node} in this cluster (nodes {self.nodes})")
         try:
-            dist = install.kafka_dist(version)
-            path, _ = install.ensure(self.helpers[node].remote, self.inv.root, dist)
+            path, _ = install.ensure(self.helpers[node].remote, self.inv.root, self._dist_of(version))
         except jars.ResolveError as e:
             raise ClusterError(str(e)) from None
         except RemoteError as e:
