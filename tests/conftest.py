@@ -93,6 +93,20 @@ def load_run_dir(run_dir: Path) -> tuple[Path, dict, list[dict]]:
     return run_dir, result, ops
 
 
+def assert_rolled(ops: list[dict], frm: str, to: str) -> dict:
+    """The ``rolling-upgrade`` turn of ``ops``, asserted effective and exercised: all three brokers moved
+    from ``frm``, each back in sync, cleanly stopped and logging ``to``, and ``metadata.version`` finalized
+    on ``to``'s line. Returns its evidence."""
+    roll = next(o for o in ops if o.get("type") == "info" and o.get("f") == "rolling-upgrade")
+    assert roll["outcome"] == "effective" and roll["exercised"], roll
+    ev = roll["evidence"]
+    assert set(ev["from"].values()) == {frm} and len(ev["brokers"]) == 3, ev
+    assert all(b["logged_version"] == to and b["clean"] and b["in_sync_after_s"] is not None
+               for b in ev["brokers"].values()), ev["brokers"]
+    assert ev["features_after"]["metadata.version"].startswith(".".join(to.split(".")[:2]) + "-"), ev
+    return ev
+
+
 @pytest.fixture(scope="session")
 def warm_cluster(tmp_path_factory):
     """``["--warm-cluster", DIR]`` for ``onceproof run``: one warm cluster for the session's runs of the plain

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.conftest import NEWEST_KAFKA, load_run, our_processes, run_cli
+from tests.conftest import NEWEST_KAFKA, assert_rolled, load_run, our_processes, run_cli
 
 pytestmark = pytest.mark.docker
 
@@ -202,12 +202,6 @@ def test_eos_is_valid_while_the_brokers_roll_to_the_newest_release_in_their_cont
                  "--results", str(results_root)], timeout=1300)
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == 0 and result["verdict"] == "valid", (result["counts"], p.stdout[-4000:] + p.stderr[-3000:])
-    roll = next(o for o in ops if o.get("type") == "info" and o.get("f") == "rolling-upgrade")
-    assert roll["outcome"] == "effective" and roll["exercised"], roll
-    ev = roll["evidence"]
-    assert set(ev["from"].values()) == {frm} and len(ev["brokers"]) == 3, ev
-    assert all(b["logged_version"] == to and b["clean"] and b["in_sync_after_s"] is not None
-               for b in ev["brokers"].values()), ev["brokers"]
-    assert ev["features_after"]["metadata.version"].startswith(".".join(to.split(".")[:2]) + "-"), ev
+    assert_rolled(ops, frm, to)
     assert not _docker_left(_run_id(run_dir))
     assert not our_processes(str(run_dir))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from onceproof.store.compact import read_text
-from tests.conftest import NEWEST_KAFKA, load_run, run_cli
+from tests.conftest import NEWEST_KAFKA, assert_rolled, load_run, run_cli
 from tests.docker.ssh_nodes import ssh_nodes
 
 pytestmark = pytest.mark.docker
@@ -171,12 +171,6 @@ def test_eos_is_valid_on_ssh_nodes_while_the_brokers_roll_to_the_newest_release(
                  "--time-limit", "40", "--seed", "1", "--results", str(results_root)], timeout=1300)
     run_dir, result, ops = load_run(results_root)
     assert p.returncode == 0 and result["verdict"] == "valid", (result["counts"], p.stdout[-4000:] + p.stderr[-3000:])
-    roll = next(o for o in ops if o.get("type") == "info" and o.get("f") == "rolling-upgrade")
-    assert roll["outcome"] == "effective" and roll["exercised"], roll
-    ev = roll["evidence"]
-    assert set(ev["from"].values()) == {OTHER_KAFKA} and len(ev["brokers"]) == 3, ev
-    assert all(b["logged_version"] == to and b["clean"] and b["in_sync_after_s"] is not None
-               for b in ev["brokers"].values()), ev["brokers"]
-    assert ev["features_after"]["metadata.version"].startswith(".".join(to.split(".")[:2]) + "-"), ev
+    assert_rolled(ops, OTHER_KAFKA, to)
     assert result["versions"]["kafka"] == OTHER_KAFKA and result["versions"]["kafka-upgrade-to"] == to
     assert _residue(five) == {}
