@@ -171,10 +171,13 @@ KAFKA_VERSIONS ?=
 SPARK_VERSIONS ?=
 CERTIFY_KAFKA := $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION)) \
   $(if $(KAFKA_VERSIONS),--kafka-versions $(KAFKA_VERSIONS))
+# The eos certificate's cells that are the detection table's controls (the same run: eos under process,
+# upgrade and disk, seeds 1-2) are taken from it (--reuse, harness/reuse.py), not run twice
 certify: setup postgres-prereqs clock-prereqs fuse-prereqs
 	$(BIN)/onceproof test-all --mutants --weak-configs --test-count 3 --stop-when-caught $(CERTIFY_KAFKA)
 	$(BIN)/onceproof test-all --sink eos --nemesis-package upgrade,process,network,commit,operator,lossy,clock,disk \
-	  --test-count 2 --time-limit 60 $(CERTIFY_KAFKA) $(if $(SPARK_VERSIONS),--spark-versions $(SPARK_VERSIONS))
+	  --test-count 2 --time-limit 60 --reuse results/mutants/latest $(CERTIFY_KAFKA) \
+	  $(if $(SPARK_VERSIONS),--spark-versions $(SPARK_VERSIONS))
 
 # The Docker backend's images, built here (no registry needed; see backends/docker/images.py): installs
 # Debian's docker.io and debootstrap when missing, starts dockerd (nice 19, idle I/O; data under

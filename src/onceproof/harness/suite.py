@@ -39,6 +39,7 @@ from onceproof.backends import registry
 from onceproof.backends.base import can_perform
 from onceproof.backends.user_pipeline import PipelineCommand
 from onceproof.clients import durability
+from onceproof.harness import reuse
 from onceproof.nemesis import catalog, packages, schedule
 from onceproof.pipeline import mutants
 from onceproof.report import certificate
@@ -362,8 +363,10 @@ class Suite:
 
     def __init__(self, name: str, cells: list[Cell], results_root: Path, command: str, backend: str,
                  extra: list[str], console: Console, left_out: list[dict] | None = None,
-                 stop_when_caught: bool = False, fresh_cluster: bool = False):
+                 stop_when_caught: bool = False, fresh_cluster: bool = False,
+                 reused: dict[str, reuse.Done] | None = None):
         self.name, self.cells, self.command, self.extra, self.console = name, cells, command, extra, console
+        self.reused = dict(reused or {})  # passed cells of earlier suites by run key (--reuse): not run again
         self.fresh_cluster = fresh_cluster  # every cell starts its own brokers (no warm cluster)
         self.stop_when_caught = stop_when_caught  # skip a mutant's further seeds once one caught it
         self.not_needed: list[dict] = []  # the seeds so skipped (rest_of_group)
@@ -399,13 +402,13 @@ class Suite:
             if rec:
                 ok = "[green]PASS[/]" if rec["passed"] else "[red]FAIL[/]"
                 t.add_row(str(i + 1), c.label, c.workload, c.package, str(c.seed), c.expect, rec["verdict"],
-                          f"{rec['elapsed_s']:.0f}s", ok)
+                          "reused" if rec.get("reused_from") else f"{rec['elapsed_s']:.0f}s", ok)
             elif i == running:
                 t.add_row(str(i + 1), c.label, c.workload, c.package, str(c.seed), c.expect, "[yellow]running[/]",
                           f"{time.monotonic() - started:.0f}s", "")
             else:
                 t.add_row(str(i + 1), c.label, c.workload, c.package, str(c.seed), c.expect, "[dim]queued[/]", "", "")
-        done = [r["elapsed_s"] for r in self.records]
+        done = [r["elapsed_s"] for r in self.records if not r.get("reused_from")]
         if done:
             left = len(self.cells) - len(self.records)
             mean = statistics.mean(done)
@@ -465,9 +468,13 @@ class Suite:
                 i += 1
                 cell = self.cells[i]
                 t0, before = time.monotonic(), runs_of(self.runs_dir, cell.name)
+                argv = run_command(cell, self.runs_dir, extra)
+                key = reuse.run_key(argv[3:], cell.expect)
+                if key in self.reused:
+                    self._record(i, reuse.reused_record(self.reused[key], self.dir), live, t0)
+                    continue
                 log = self.dir / "cells" / f"{i + 1:03d}-{cell.name}-seed{cell.seed}.log"
                 log.parent.mkdir(exist_ok=True)
-                argv = run_command(cell, self.runs_dir, extra)
                 with open(log, "w") as out:
                     out.write("$ " + shlex.join(["onceproof", *argv[3:]]) + "\n")
                     out.flush()
@@ -489,20 +496,12 @@ class Suite:
                                                 exit_code=code, elapsed_s=round(time.monotonic() - t0, 1),
                                                 suite_dir=self.dir)
                 rec["log"] = str(log.relative_to(self.dir))
+                rec["run_key"] = key
                 if cell.kafka_version:
                     rec["kafka"] = rec.get("kafka") or cell.kafka_version
                 if cell.spark_version:
                     rec["pyspark"] = rec.get("pyspark") or cell.spark_version
-                self.records.append(rec)
-                if self.stop_when_caught and cell.expect == "invalid" and rec.get("caught"):
-                    self.cells, skipped = rest_of_group(self.cells, i)
-                    self.not_needed += skipped
-                self._save()
-                live.update(self._table(None, t0))
-                if not self.console.is_terminal:
-                    self.console.print(f"cell {i + 1}/{len(self.cells)} {cell.name} seed {cell.seed}: "
-                                       f"{rec['verdict']} ({'PASS' if rec['passed'] else 'FAIL'}) "
-                                       f"in {rec['elapsed_s']:.0f}s")
+                self._record(i, rec, live, t0)
                 if interrupted:
                     break
         paths = self._save()
@@ -515,6 +514,21 @@ class Suite:
                 self.console.print(f"  {row['mutant']:<24} × {row['package']:<8} caught {row['caught']}/{row['runs']}"
                                    f"  {certificate.anomalies_text(row['anomalies'])}")
         return 255 if interrupted else certificate.suite_exit_code(self.records)
+
+    def _record(self, i: int, rec: dict, live: Live, t0: float) -> None:
+        """Cell ``i``'s record kept, the later seeds of a caught mutant dropped (``--stop-when-caught``),
+        ``suite.json`` and the certificate written, the table and the console told."""
+        cell = self.cells[i]
+        self.records.append(rec)
+        if self.stop_when_caught and cell.expect == "invalid" and rec.get("caught"):
+            self.cells, skipped = rest_of_group(self.cells, i)
+            self.not_needed += skipped
+        self._save()
+        live.update(self._table(None, t0))
+        how = f"reused from {rec['reused_from']}" if rec.get("reused_from") else f"in {rec['elapsed_s']:.0f}s"
+        if not self.console.is_terminal or rec.get("reused_from"):
+            self.console.print(f"cell {i + 1}/{len(self.cells)} {cell.name} seed {cell.seed}: "
+                               f"{rec['verdict']} ({'PASS' if rec['passed'] else 'FAIL'}) {how}", soft_wrap=True)
 
     def _stop_child(self) -> None:
         """SIGINT the running cell (its run tears down and writes its verdict), then SIGKILL it after

@@ -21,7 +21,9 @@ The rule: **PASS requires every exactly-once cell to be valid and every mutant c
      "anomalies": {name: int},                           # non-zero counts (no "-records", no input-duplicate)
      "advice": {name: str},                              # "likely cause: … → fix: … (source)" per anomaly
      "first_anomaly_s": float | None,                    # s after the test started
-     "caught": bool, "passed": bool, "unknown_reasons": [str], "error": str | None}
+     "caught": bool, "passed": bool, "unknown_reasons": [str], "error": str | None,
+     "run_key": str,                                     # what the run did (harness/reuse.py)
+     "reused_from": str}                                 # only on a cell taken from an earlier suite
 
 Run files are read only through :mod:`store` (``docs/results-schema.md`` has their shapes). The
 certificate's links are relative to the suite directory, so write it there (``out_dir`` = the directory
@@ -428,6 +430,24 @@ def _seconds(s) -> str:
     return f"{whole // 60} min {whole % 60:02d} s"
 
 
+def _elapsed(c: dict) -> str:
+    """A cell's elapsed time, marked when the cell was taken from an earlier suite (``--reuse``)."""
+    return _seconds(c.get("elapsed_s")) + (" (reused)" if c.get("reused_from") else "")
+
+
+def reused_text(cells: list[dict]) -> str:
+    """One line on the cells taken from earlier suites (``harness/reuse.py``), ``""`` when none was."""
+    by_suite: dict[str, int] = {}
+    for c in cells:
+        if c.get("reused_from"):
+            by_suite[c["reused_from"]] = by_suite.get(c["reused_from"], 0) + 1
+    if not by_suite:
+        return ""
+    return (f"{sum(by_suite.values())} cells were not run again: an earlier suite ran the same run and it passed "
+            "(--reuse); their elapsed times and reports are that suite's: "
+            + ", ".join(f"{n} from {d}" for d, n in by_suite.items()))
+
+
 def _why(c: dict) -> str:
     """Why a failed cell failed, one line."""
     bits = [f"expected {c.get('expect')}, got {c.get('verdict')}"]
@@ -485,10 +505,12 @@ def certificate_md(suite: dict) -> str:
         link = f"[report]({quote(c['report'])})" if c.get("report") else DASH
         rows.append([_md(c.get("sink")), _md(c.get("workload")), _md(_package(c, bool(matrix))), _md(c.get("seed")),
                      _md(c.get("expect")), f"**{_md(c.get('verdict'))}**", "PASS" if c.get("passed") else "**FAIL**",
-                     _md(_seconds(c.get("elapsed_s"))), _md(faults_text(c.get("faults_exercised"))),
+                     _md(_elapsed(c)), _md(faults_text(c.get("faults_exercised"))),
                      _md(anomalies_text(c.get("anomalies"))), link])
     lines += _md_table(["sink", "workload", "package", "seed", "expected", "verdict", "result", "elapsed",
                         "faults exercised", "anomalies", "report"], rows) if cells else ["_no cells_"]
+    if reused_text(cells):
+        lines += ["", f"_{_md(reused_text(cells))}._"]
     det = detection_table(cells)
     if det:
         lines += ["", "## Mutant detection", "",
@@ -554,7 +576,7 @@ def _html_cell_row(c: dict, per_release: bool = False) -> str:
            esc(c.get("expect")), _verdict(c.get("verdict"))]
     return ("<tr>" + "".join(f"<td>{td}</td>" for td in tds)
             + ("<td class=pass>PASS</td>" if c.get("passed") else "<td class=fail>FAIL</td>")
-            + f"<td class='num nowrap'>{esc(_seconds(c.get('elapsed_s')))}</td>"
+            + f"<td class='num nowrap'>{esc(_elapsed(c))}</td>"
             f"<td>{esc(faults_text(c.get('faults_exercised')))}</td><td>{esc(anomalies_text(c.get('anomalies')))}</td>"
             f"<td>{_href(c.get('report'), 'report')}</td></tr>")
 
@@ -589,6 +611,8 @@ def certificate_html(suite: dict) -> str:
                                                  "result", "elapsed", "faults exercised", "anomalies", "report"))
         rows = "".join(_html_cell_row(c, bool(matrix)) for c in cells)
         body.append(f"<table class=data><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        if reused_text(cells):
+            body.append(f"<p class=muted>{esc(reused_text(cells))}.</p>")
     else:
         body.append("<p class=muted>no cells</p>")
     det = detection_table(cells)

@@ -13,8 +13,8 @@ import typer
 
 from onceproof.backends import registry
 from onceproof.backends.common import jars, spark_release
+from onceproof.harness import reuse, suite
 from onceproof.harness import shrink as shrinker
-from onceproof.harness import suite
 from onceproof.harness.cli.app import console, finite, on_crash, require_run_dir, usage
 from onceproof.harness.config import kafka_release_refusal, read_schedule, runtime_refusal
 from onceproof.nemesis import packages
@@ -63,6 +63,9 @@ def test_all(
                                                 "bundled pipeline runs on; every cell runs once on each (with "
                                                 "--kafka-versions: on each pair), and the certificate gives the "
                                                 "matrix per version pair (docs/versions.md)"),
+    reuse_: list[Path] = typer.Option([], "--reuse", help="an earlier suite's directory (repeatable; e.g. "
+                                      "results/mutants/latest): a cell it ran and passed with the same run "
+                                      "options is taken from it, not run again; resumes an interrupted suite"),
     pipeline_cmd: str = typer.Option("", help="certify your own PySpark job instead of a bundled sink (as `run "
                                               "--pipeline-cmd`): cells are labelled user:<script>, each package is "
                                               "narrowed to the faults your job can take (the certificate lists "
@@ -113,21 +116,27 @@ def test_all(
     cells = suite.across_versions(cells, axis, sparks)
     if backend != registry.DEFAULT:
         extra += ["--backend", backend]
+    try:
+        reused = reuse.passed_cells(reuse_)
+    except ValueError as e:
+        raise usage(str(e), "--reuse") from None
     dropped = suite.left_out(cells)
     if dry_run:
         for d in dropped:
             console.print(f"left out of {d['package']} for {d['sut']}: {d['spec']} ({d['why']})", soft_wrap=True,
                           markup=False, emoji=False)
         for c in cells:
+            args = suite.run_command(c, results / "<suite>" / "runs", extra)[3:]
+            done = reused.get(reuse.run_key(args, c.expect))
             console.print(f"{c.name} seed {c.seed} expect {c.expect} time-limit {c.time_limit:g}s: "
-                          + " ".join(suite.run_command(c, results / "<suite>" / "runs", extra)[3:]), soft_wrap=True,
+                          + (f"reused from {done.suite_dir}" if done else " ".join(args)), soft_wrap=True,
                           markup=False, emoji=False)
         raise typer.Exit(0)
     name = suite_name or ("mutants" if mutants else "test-all")
     command = (shlex.join(["onceproof", "test-all", *sys.argv[2:]]) if sys.argv[1:2] == ["test-all"]
                else "onceproof test-all")
     code = suite.Suite(name, cells, results, command, backend, extra, console, left_out=dropped,
-                       stop_when_caught=stop_when_caught, fresh_cluster=fresh_cluster).run()
+                       stop_when_caught=stop_when_caught, fresh_cluster=fresh_cluster, reused=reused).run()
     raise typer.Exit(code)
 
 
