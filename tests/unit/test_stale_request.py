@@ -105,3 +105,27 @@ def test_a_transaction_kept_open_through_the_hold_pins_the_lso():
     # 0: still open; 1: none open; 2: moved; 3: not sampled again; 4: no sample since (the sampler held)
     assert pinned(first, last, 20_000) == [0]
     assert pinned({}, last, 20_000) == [] and pinned(first, {}, 20_000) == []
+
+
+def test_an_expired_produce_is_held_past_the_sinks_message_timeout_on_every_connection():
+    # the sink's message.timeout.ms is transaction.timeout.ms - 5 s (at least 1 s): the hold outlasts it by
+    # the abort, the task retry and its first Produce, so the retry's transaction is open at the removal
+    for txn_ms, message_s in ((15_000, 10.0), (60_000, 55.0), (4_000, 1.0)):
+        assert stale_request.expired_hold_s(txn_ms) == message_s + stale_request.EXPIRED_EXTRA_S
+        assert stale_request.DelayTxnRequests.expected_s("expired-produce", 6.0, txn_ms) > \
+            stale_request.expired_hold_s(txn_ms)
+    assert stale_request.TOXICITY["expired-produce"] == 1.0  # no clean connection for a resend to take
+    assert stale_request.TOXICITY["produce"] == stale_request.TOXICITY["endtxn"] == 0.5
+    assert "expired-produce" in stale_request.DelayTxnRequests.target_choices
+    assert catalog.parse("delay-txn-requests:expired-produce") == ["delay-txn-requests:expired-produce"]
+    f = catalog.build(["delay-txn-requests:expired-produce"], txn_timeout_ms=15_000)
+    assert f["delay-txn-requests:expired-produce"].txn_timeout_ms == 15_000
+
+
+def test_an_expired_produce_aims_at_an_output_leader_that_holds_no_coordinator_or_input():
+    out = {0: 1, 1: 2, 2: 3, 3: 1, 4: 2, 5: 3}
+    inputs = {0: 1, 1: 1, 2: 2}  # broker 3 leads no input partition
+    assert stale_request.quiet_leaders(out, inputs, {2}, [1, 2, 3]) == [3, 1, 2]
+    assert stale_request.quiet_leaders(out, inputs, {3}, [1, 2, 3]) == [1, 2, 3]  # a coordinator goes last
+    assert stale_request.quiet_leaders(out, inputs, {1}, [2]) == [2]  # only live leaders
+    assert stale_request.quiet_leaders({}, inputs, set(), [1, 2, 3]) == []

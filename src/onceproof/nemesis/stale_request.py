@@ -10,6 +10,16 @@ Targets, each on one broker's client path (clients → that broker; inter-broker
   ``transactional.id`` the sink began a transaction with in the last :data:`RECENT_S` s (``sink.jsonl``), else
   of one of the sink's pool: it receives InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn;
 * ``produce`` – the leader of one output partition: it receives the Produce requests.
+* ``expired-produce`` – the same leader's client path held whole (toxicity 1) for the sink producer's
+  ``message.timeout.ms`` (``transaction.timeout.ms`` − 5 s, ``pipeline/transactional_sink.py``) and
+  :data:`EXPIRED_EXTRA_S` s more: the producer gives up on a record still in the network, the sink aborts the
+  transaction and fails the task, and Spark's retry begins the next transaction of the same transactional.id
+  before the held Produce arrives. Before KIP-890 part 1 (Kafka 3.6) the leader takes the late record as the
+  start of a transaction of that producer id, and the retry's commit marker commits it: the aborted attempt's
+  records become visible (``experiments/kafka17754.py`` showed it with a client alone, 4 of 5 trials on 3.5.2).
+  From 3.6 the leader verifies with the coordinator (``transaction.partition.verification.enable``) and
+  refuses it. The broker chosen leads an output partition and, where one does, coordinates none of the sink's
+  transactional.ids in use and leads no input partition, so that the driver and the retry are not held too.
 
 A ``latency`` toxic (toxiproxy README, "Toxics") **upstream** (towards the broker) of :data:`DELAY_MS` ms, with
 toxicity :data:`TOXICITY`: toxiproxy draws per connection, so about half the connections hold every request
@@ -58,7 +68,12 @@ HOLD_S = {"endtxn": 63.5, "produce": 33.0}
 """Per target: librdkafka's default timeout for the request (``socket.timeout.ms`` 60 s for EndTxn,
 ``request.timeout.ms`` 30 s for Produce) and 3-3.5 s for the resend to be answered and, for ``endtxn``, the
 micro-batch to end and the next one's transactions to begin."""
-TOXICITY = 0.5
+TOXICITY = {"endtxn": 0.5, "produce": 0.5, "expired-produce": 1.0}
+"""Per target, the share of the broker's client connections held (toxiproxy draws per connection)."""
+EXPIRED_EXTRA_S = 8.0
+"""``expired-produce`` holds this long past the sink's ``message.timeout.ms``: the expiry, the abort, Spark's
+task retry and its first Produce take 3-5 s, and the retry's own records (held too) must not expire before
+the removal hands them on."""
 STRETCH_MS = 1_500
 STRETCH_BEFORE_S = 6.0
 STRETCH_AFTER_S = 4.0
@@ -108,21 +123,59 @@ def _coordinating_one(bootstrap: str, txn_ids: list[str]) -> list[str]:
     return sorted(ts[0] for node, ts in by.items() if node != -1 and len(ts) == 1)
 
 
+def expired_hold_s(txn_timeout_ms: int) -> float:
+    """How long ``expired-produce`` holds (s): the bundled sink's ``message.timeout.ms``
+    (``max(1000, transaction.timeout.ms - 5000)``, ``pipeline/transactional_sink.py``) and
+    :data:`EXPIRED_EXTRA_S`. Pure."""
+    return max(1000, txn_timeout_ms - 5000) / 1000 + EXPIRED_EXTRA_S
+
+
+def quiet_leaders(output_leaders: dict[int, int], input_leaders: dict[int, int], coordinators: set[int],
+                  live: list[int]) -> list[int]:
+    """The live brokers leading an output partition (``{partition: broker}``), best first: those that
+    coordinate none of ``coordinators`` and lead no input partition, then those that only coordinate none,
+    then the rest; ties by node id. Pure."""
+    leads = sorted({n for n in output_leaders.values() if n in live})
+    inputs = set(input_leaders.values())
+    return sorted(leads, key=lambda n: (n in coordinators, n in inputs, n))
+
+
+def _quiet_output_leader(ctx: NemesisContext, live: list[int], rng: random.Random) -> targets.Choice:
+    """``expired-produce``'s broker (:func:`quiet_leaders`'s first), with an output partition it leads."""
+    bootstrap = ctx.cluster.bootstrap
+    out = targets.partition_leaders(bootstrap, ctx.output_topic)
+    recent = sorted({e["txn_id"] for e in sink_events(ctx.control.parent, time.time() - RECENT_S)
+                     if e.get("event") == "begin" and e.get("txn_id")}) or list(ctx.sink_ids)
+    coordinators = {targets.txn_coordinator(bootstrap, t)[0] for t in recent}
+    inputs = targets.partition_leaders(bootstrap, ctx.input_topic)
+    ranked = quiet_leaders(out, inputs, coordinators, live)
+    if not ranked:
+        return targets.Choice([], {"reason": f"no live leader for {ctx.output_topic}"})
+    node = ranked[0]
+    part = rng.choice(sorted(p for p, n in out.items() if n == node))
+    return targets.Choice([node], {"topic": ctx.output_topic, "partition": part,
+                                   "coordinates_sink_ids": node in coordinators,
+                                   "leads_input": node in set(inputs.values())})
+
+
 class DelayTxnRequests:
     """Hold half of one broker's client connections past librdkafka's timeouts, then let go (KAFKA-17754).
 
-    EndTxn 63.5 s, Produce 33 s (:data:`HOLD_S`); the module docstring says why."""
+    EndTxn 63.5 s, Produce 33 s (:data:`HOLD_S`), an expired Produce the sink's message timeout and 8 s; the
+    module docstring says why. ``txn_timeout_ms``: the run's ``transaction.timeout.ms`` (ms)."""
 
     name = "delay-txn-requests"
-    target_choices = ("endtxn", "produce")
+    target_choices = ("endtxn", "produce", "expired-produce")
 
     @staticmethod
     def expected_s(target: str, hold_s: float, txn_timeout_ms: int) -> float:
         """Expected length of one turn, seconds (see ``onceproof.nemesis.catalog.expected_s``)."""
+        if target == "expired-produce":
+            return expired_hold_s(txn_timeout_ms) + 10.0
         return max(HOLD_S.values()) + STRETCH_AFTER_S + 10.0  # the hold, the stretch, the probes around it
 
-    def __init__(self, target: str | None = None):
-        self.target = target
+    def __init__(self, target: str | None = None, txn_timeout_ms: int = 60000):
+        self.target, self.txn_timeout_ms = target, txn_timeout_ms
 
     def _aim(self, ctx: NemesisContext, rng: random.Random, variant: str) -> tuple[int, dict] | Outcome:
         cluster = ctx.cluster
@@ -137,6 +190,8 @@ class DelayTxnRequests:
             choice = targets.choose("txn-coordinator", cluster.bootstrap, live, rng, output_topic=ctx.output_topic,
                                     sink_ids=alone or ids)
             choice.why["in_use"] = bool(recent)
+        elif variant == "expired-produce":
+            choice = _quiet_output_leader(ctx, live, rng)
         else:
             choice = targets.choose("leader", cluster.bootstrap, live, rng, output_topic=ctx.output_topic,
                                     sink_ids=ctx.sink_ids)
@@ -155,14 +210,15 @@ class DelayTxnRequests:
         net = ctx.network
         address = net.client_address(node)
         paths = net.client_paths(node)
-        hold_s = HOLD_S[variant]
+        hold_s = expired_hold_s(self.txn_timeout_ms) if variant == "expired-produce" else HOLD_S[variant]
+        toxicity = TOXICITY[variant]
         attrs = {"latency": DELAY_MS, "jitter": 0}
         ev: dict = {"variant": variant, "node": node, **why, "paths": paths, "hold_s": hold_s,
-                    "toxic": {"type": "latency", "direction": "upstream", "toxicity": TOXICITY, **attrs},
+                    "toxic": {"type": "latency", "direction": "upstream", "toxicity": toxicity, **attrs},
                     "probe_before": probe(address)}
         t0, since = time.monotonic(), time.time()
         with ExitStack() as stretch, ThreadPoolExecutor(PROBES) as pool:
-            with toxic_on(net, paths, "latency", attrs, NAME, TOXICITY, direction="upstream") as ev["active"]:
+            with toxic_on(net, paths, "latency", attrs, NAME, toxicity, direction="upstream") as ev["active"]:
                 # one ApiVersions request each, until its first answer: a held one comes at the removal
                 probes = [pool.submit(link_probe, address, max_s=hold_s + 10, interval_s=3600, until_bytes=0)
                           for _ in range(PROBES)]
