@@ -129,3 +129,16 @@ def test_an_expired_produce_aims_at_an_output_leader_that_holds_no_coordinator_o
     assert stale_request.quiet_leaders(out, inputs, {3}, [1, 2, 3]) == [1, 2, 3]  # a coordinator goes last
     assert stale_request.quiet_leaders(out, inputs, {1}, [2]) == [2]  # only live leaders
     assert stale_request.quiet_leaders({}, inputs, set(), [1, 2, 3]) == []
+
+
+def test_the_held_brokers_input_and_coordinator_leadership_is_moved_by_reordering_replicas_only():
+    view = {"input": {0: {"leader": 1, "replicas": [1, 2, 3]}, 1: {"leader": 2, "replicas": [2, 3, 1]},
+                      2: {"leader": 1, "replicas": [3, 1, 2]}},  # led by 1 after a kill, 3 preferred
+            "__transaction_state": {4: {"leader": 1, "replicas": [1, 3, 2]}, 5: {"leader": 3, "replicas": [3, 1]}},
+            "single": {0: {"leader": 1, "replicas": [1]}}}
+    parts = [("input", 0), ("input", 1), ("input", 2), ("__transaction_state", 4), ("__transaction_state", 5),
+             ("single", 0), ("missing", 0)]
+    plan = stale_request.away_from(view, 1, parts)
+    assert plan == {("input", 0): [2, 3, 1], ("input", 2): [3, 2, 1], ("__transaction_state", 4): [3, 2, 1]}
+    assert all(sorted(r) == sorted(view[t][p]["replicas"]) for (t, p), r in plan.items())  # no data moves
+    assert stale_request.away_from(view, 4, parts) == {}

@@ -57,6 +57,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
+from onceproof.clients import reassign, topics
 from onceproof.nemesis import commit_delay, targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold, sink_events
 from onceproof.nemesis.lossy import link_probe
@@ -140,8 +141,25 @@ def quiet_leaders(output_leaders: dict[int, int], input_leaders: dict[int, int],
     return sorted(leads, key=lambda n: (n in coordinators, n in inputs, n))
 
 
+def away_from(view: dict[str, dict[int, dict]], node: int, partitions: list[tuple[str, int]]) -> reassign.Plan:
+    """A reassignment plan that only reorders replicas: each of ``partitions`` (``(topic, partition)``) that
+    ``node`` leads or prefers to lead, with ``node`` moved last, so that a preferred leader election hands
+    its leadership to another replica and no data moves. ``view``: :func:`onceproof.clients.topics.replica_view`'s
+    shape. Pure."""
+    plan: reassign.Plan = {}
+    for t, part in partitions:
+        m = view.get(t, {}).get(part) or {}
+        reps = list(m.get("replicas") or [])
+        if len(reps) > 1 and node in reps and (reps[0] == node or m.get("leader") == node):
+            plan[(t, part)] = [r for r in reps if r != node] + [node]
+    return plan
+
+
 def _quiet_output_leader(ctx: NemesisContext, live: list[int], rng: random.Random) -> targets.Choice:
-    """``expired-produce``'s broker (:func:`quiet_leaders`'s first), with an output partition it leads."""
+    """``expired-produce``'s broker: the first of :func:`quiet_leaders`, with the input topic's leadership and
+    that of the sink's transactional.ids' coordinators moved off it first (:func:`away_from`, Kafka's
+    reassignment tool, then a preferred leader election), so that while its path is held the driver plans
+    micro-batches and Spark's task retry begins its transaction; and an output partition it still leads."""
     bootstrap = ctx.cluster.bootstrap
     out = targets.partition_leaders(bootstrap, ctx.output_topic)
     recent = sorted({e["txn_id"] for e in sink_events(ctx.control.parent, time.time() - RECENT_S)
@@ -152,9 +170,30 @@ def _quiet_output_leader(ctx: NemesisContext, live: list[int], rng: random.Rando
     if not ranked:
         return targets.Choice([], {"reason": f"no live leader for {ctx.output_topic}"})
     node = ranked[0]
-    part = rng.choice(sorted(p for p, n in out.items() if n == node))
-    return targets.Choice([node], {"topic": ctx.output_topic, "partition": part,
-                                   "coordinates_sink_ids": node in coordinators,
+    view = topics.replica_view(bootstrap)
+    states = len(view.get(targets.TXN_STATE_TOPIC, {}))
+    parts = [(ctx.input_topic, q) for q in sorted(view.get(ctx.input_topic, {}))]
+    parts += sorted({(targets.TXN_STATE_TOPIC, targets.txn_state_partition(t, states)) for t in recent if states})
+    plan = away_from(view, node, parts)
+    why: dict = {"moved_off": [f"{t}:{q}" for t, q in sorted(plan)]}
+    if plan:
+        try:
+            reassign.execute(bootstrap, plan, ctx.control / "expired-produce-reorder.json")
+            took, left = reassign.wait_done(bootstrap, plan, 30.0, ctx.stop)
+            why["elected"] = {k: v for k, v in topics.elect_preferred_leaders(bootstrap).items()
+                              if v is not None and "ELECTION_NOT_NEEDED" not in v}
+            why["reorder_s"], why["reorder_pending"] = took, left
+        except Exception as e:  # noqa: BLE001 - the hold still runs; the evidence says the path was not cleared
+            why["reorder_error"] = repr(e)[:300]
+    out = targets.partition_leaders(bootstrap, ctx.output_topic)
+    led = sorted(q for q, n in out.items() if n == node)
+    if not led:
+        return targets.Choice([], {"reason": f"broker {node} leads no {ctx.output_topic} partition after the "
+                                             "election", **why})
+    inputs = targets.partition_leaders(bootstrap, ctx.input_topic)
+    return targets.Choice([node], {"topic": ctx.output_topic, "partition": rng.choice(led), **why,
+                                   "coordinates_sink_ids": node in {targets.txn_coordinator(bootstrap, t)[0]
+                                                                    for t in recent},
                                    "leads_input": node in set(inputs.values())})
 
 
