@@ -5,15 +5,14 @@ duplicates, and the roll must still be exercised, each broker's own log naming t
 
 The eos side (valid under the same roll with the commit-window and executor kills) is ``make test-oldest``'s
 run on the oldest PySpark (``tests/ran_on.py`` asserts the releases, the verdict and every fault exercised).
-112 s on 2 cores (2026-11-29; 126 s in a fresh clone, where ``make test`` took 54 min with it: ``make
-test-extended``).
+In ``make test``: 84 s (2026-11-30).
 """
 
 import pytest
 
 from tests.conftest import NEWEST_KAFKA, load_run, our_processes, run_cli
 
-pytestmark = [pytest.mark.cluster, pytest.mark.extended]
+pytestmark = pytest.mark.cluster
 
 
 @pytest.mark.timeout(1200)
