@@ -54,3 +54,14 @@ def test_a_query_that_stopped_on_deleted_input_is_not_told_to_set_what_it_has():
     assert "lost" not in advice.advise({"verdict": "unknown", "counts": {"lost": 5}, "anomalies": {}})
     invalid = dict(stopped, verdict="invalid")  # no-recovery made it invalid: still the stopped query's advice
     assert "stopped on the loss" in advice.advise(invalid)["lost"]["cause"]
+
+
+def test_duplicates_next_to_a_held_produce_name_kip_890_and_the_release_that_fixed_it():
+    def near(*fs):
+        return {"duplicate": [{"key": "k", "seq": i, "copies": [{}, {}], "nemesis_nearby": [{"f": f, "dt_s": 0.0}]}
+                              for i, f in enumerate(fs)]}
+    a = advice.advise(_result({"duplicate": 2}, near("delay-txn-requests:expired-produce",
+                                                     "delay-txn-requests:produce")))["duplicate"]
+    assert "KIP-890" in a["source"] and "3.6" in a["fix"] and "message.timeout.ms" in a["cause"]
+    for other in (near("delay-txn-requests:endtxn"), near("delay-txn-requests:expired-produce", "kill-driver")):
+        assert "KIP-890" not in advice.advise(_result({"duplicate": 2}, other))["duplicate"]["source"]

@@ -80,6 +80,7 @@ TOXICS: dict[str, str] = {
     "lossy-link:limit-data": "limit_data",
     "delay-txn-requests:endtxn": "latency",
     "delay-txn-requests:produce": "latency",
+    "delay-txn-requests:expired-produce": "latency",
 }
 """The toxic each network fault's target asks :meth:`FaultNetwork.slow` for (toxiproxy's type names; the
 nemeses' own tables are ``nemesis/network._TOXICS`` and ``nemesis/lossy.TOXICS``, a unit test keeps them

@@ -56,8 +56,22 @@ def _nearby(examples: list[dict]) -> list[str]:
     return out
 
 
+LATE_PRODUCE = Advice(
+    "a Produce held in the network past the producer's message.timeout.ms reached its partition leader after "
+    "the transaction aborted, and the next transaction of the same producer id committed it beside the "
+    "records written again: brokers before Kafka 3.6 do not verify that a transactional Produce belongs to an "
+    "ongoing transaction", "run the brokers on Kafka 3.6 or later, where the leader asks the coordinator "
+    "(transaction.partition.verification.enable=true, the default)",
+    "KIP-890 part 1 (KAFKA-14402), Kafka 3.6; KAFKA-17754; docs/kafka17754.md")
+"""The duplicates of a ``delay-txn-requests`` Produce hold (``nemesis/stale_request.py``): on a broker that
+verifies, that hold leaves none (``tests/cluster/test_old_version_bug.py``)."""
+
+
 def _duplicate(result: dict) -> Advice:
     exs = _examples(result, "duplicate")
+    held = [str(op.get("f", "")) for ex in exs for op in (ex.get("nemesis_nearby") or [])[:1]]
+    if held and all(f.startswith("delay-txn-requests:") and f.endswith("produce") for f in held):
+        return LATE_PRODUCE
     same_batch = any(len({c.get("batch") for c in ex.get("copies") or [] if c.get("batch") is not None})
                      < len([c for c in ex.get("copies") or [] if c.get("batch") is not None]) for ex in exs)
     if "lose-checkpoint" in _nearby(exs):

@@ -57,7 +57,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
+from confluent_kafka import Consumer, TopicPartition
+
 from onceproof.clients import reassign, topics
+from onceproof.kafka_config import client_config
 from onceproof.nemesis import commit_delay, targets
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome, hold, sink_events
 from onceproof.nemesis.lossy import link_probe
@@ -139,6 +142,35 @@ def quiet_leaders(output_leaders: dict[int, int], input_leaders: dict[int, int],
     leads = sorted({n for n in output_leaders.values() if n in live})
     inputs = set(input_leaders.values())
     return sorted(leads, key=lambda n: (n in coordinators, n in inputs, n))
+
+
+def held_writes(bootstrap: str, topic: str, parts: dict[int, int], from_ms: int, to_ms: int,
+                timeout_s: float = 8.0) -> dict[int, int]:
+    """After the removal: ``{partition: records}`` of ``topic``'s ``parts`` (``{partition: first offset}``,
+    the held broker's partitions) whose timestamp (CreateTime: when the producer took them) lies in
+    ``[from_ms, to_ms]`` (epoch ms, within the hold): records produced while the broker's path was held and
+    appended only once it was let go, i.e. a pipeline's Produce held, whatever the pipeline (a job writes no
+    ``sink.jsonl``, and the run's LSO sampler cannot read a held broker). Read at read_uncommitted (an aborted
+    record counts too), for at most ``timeout_s`` s."""
+    if not parts:
+        return {}
+    c = Consumer(client_config(bootstrap, {"group.id": "onceproof-held-writes", "enable.auto.commit": False,
+                                           "isolation.level": "read_uncommitted", "enable.partition.eof": True}))
+    found: dict[int, int] = {}
+    try:
+        c.assign([TopicPartition(topic, q, off) for q, off in parts.items()])
+        left, deadline = set(parts), time.monotonic() + timeout_s
+        while left and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error():
+                    if m.error().code() == -191:  # _PARTITION_EOF: read to the end
+                        left.discard(m.partition())
+                    continue
+                if from_ms <= m.timestamp()[1] <= to_ms:
+                    found[m.partition()] = found.get(m.partition(), 0) + 1
+    finally:
+        c.close()
+    return found
 
 
 def away_from(view: dict[str, dict[int, dict]], node: int, partitions: list[tuple[str, int]]) -> reassign.Plan:
@@ -273,10 +305,21 @@ class DelayTxnRequests:
                         direction="upstream"))
                 hold(ctx, max(0.0, hold_s - 1.0 - (time.monotonic() - t0)))
                 last = ctx.lso() if ctx.lso else {}
-                ev["lso_pinned"] = {"partitions": pinned(first, last, EXERCISED_MS), "first": first, "last": last}
+                # a hold shorter than the mark (expired-produce's): pinned for all but the ends of the samples' span
+                pin_ms = min(EXERCISED_MS, (hold_s - PIN_FROM_S - 3.0) * 1000)
+                ev["lso_pinned"] = {"partitions": pinned(first, last, pin_ms), "first": first, "last": last,
+                                    "min_ms": pin_ms}
                 hold(ctx, max(0.0, hold_s - (time.monotonic() - t0)))
             ev["held_s"] = round(time.monotonic() - t0, 2)  # removed: the held requests go on now
             ev["probes"] = [f.result() for f in probes]
+            if variant == "expired-produce":
+                start = {int(q): v[2] for q, v in first.items() if v[2] >= 0}  # the high watermarks 3 s in
+                led = sorted(q for q, n in targets.partition_leaders(ctx.cluster.bootstrap, ctx.output_topic).items()
+                             if n == node and q in start)
+                hold(ctx, 2.0)  # the held Produce requests answered
+                ev["held_writes"] = held_writes(ctx.cluster.bootstrap, ctx.output_topic,
+                                                {q: start[q] for q in led}, int((since + PIN_FROM_S) * 1000),
+                                                int((since + hold_s - 1.0) * 1000))
             if "stretch" in ev:
                 hold(ctx, max(0.0, hold_s + STRETCH_AFTER_S - (time.monotonic() - t0)))
         ev["probe_after"] = probe(address, timeout_s=10)
@@ -285,7 +328,8 @@ class DelayTxnRequests:
                                                           "error_code")} for e in hits[:10]]
         effective = judge(ev)
         return Outcome(EFFECTIVE if effective else NOT_EFFECTIVE, f"{variant}: broker {node}", ev,
-                       exercised=bool(hits or ev["lso_pinned"]["partitions"]) if effective else None)
+                       exercised=bool(hits or ev["lso_pinned"]["partitions"] or ev.get("held_writes"))
+                       if effective else None)
 
     def heal(self, ctx: NemesisContext) -> None:
         if ctx.network is not None:
