@@ -47,7 +47,9 @@ Exercised: a sink transaction of the hold took at least :data:`EXERCISED_MS` ms 
 failed (``sink.jsonl``), or, for any pipeline (a ``--pipeline-cmd`` job writes no ``sink.jsonl``), an output
 partition's LSO stayed below its high watermark, unmoved, for :data:`EXERCISED_MS` ms between the run's LSO
 samples (``clients/lso_sampler.py``) taken :data:`PIN_FROM_S` s into the hold and 1 s before its end
-(``lso_pinned``, :func:`pinned`): a request of a live transaction was held.
+(``lso_pinned``, :func:`pinned`): a request of a live transaction was held; or, for ``expired-produce``, whose
+whole path is held (the sampler's own requests with it), records of the broker's output partitions produced
+during the hold and appended at its end (``held_writes``, :func:`held_writes`).
 """
 
 from __future__ import annotations
