@@ -15,11 +15,13 @@ expire in the network, it aborts and writes the batch again, and the removal han
 
 * Kafka 3.5.2: ``invalid`` with ``duplicate`` (the expired copy committed beside the rewrite), the fault
   exercised (records produced during the hold appended at its removal: ``held_writes``);
-* Kafka 4.4.0, the same job, seed and schedule: ``valid`` (``make test-extended``: its 110 s do not fit
-  ``make test``'s 50 minutes; ``make test`` holds the caught side, and the newest release valid under
-  faults in ``tests/cluster/test_fault_families.py``).
+* Kafka 4.4.0, the same job, seed and schedule: ``valid``.
 
-Measured 2026-11-30: 3.5.2 invalid with 105 duplicates, 4.4.0 valid, each about 110 s.
+Both sides are in ``make test-extended``. Measured 2026-11-30: 3.5.2 invalid with 105 duplicates, 4.4.0
+valid, each about 110 s; three runs of the 3.5.2 side invalid by hand, but in a fresh clone's ``make test`` it
+came out unknown, none of its turns exercised: the job's marker consumer waited 10 s on the held broker
+(an ApiVersions request), so no batch wrote during the holds. The fault now moves every partition's
+leadership but the output's off the broker; the pair goes back to ``make test`` once it is seen reliable.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def _run(results, kafka: str) -> tuple[dict, list[dict], str]:
     return result, turns, out
 
 
+@pytest.mark.extended  # unknown once in a fresh clone (module docstring): not yet reliable enough for make test
 @pytest.mark.timeout(1500)
 def test_an_expired_produce_is_committed_by_the_retry_on_kafka_before_3_6(tmp_path):
     result, _, out = _run(tmp_path / "old", OLD_KAFKA)
@@ -61,7 +64,7 @@ def test_an_expired_produce_is_committed_by_the_retry_on_kafka_before_3_6(tmp_pa
     assert "KIP-890" in result["advice"]["duplicate"]["source"], result["advice"]
 
 
-@pytest.mark.extended  # about 110 s; make test holds the caught side above
+@pytest.mark.extended  # about 110 s
 @pytest.mark.timeout(1500)
 def test_the_same_job_and_schedule_are_valid_on_the_newest_kafka(tmp_path):
     result, _, out = _run(tmp_path / "new", NEWEST_KAFKA)

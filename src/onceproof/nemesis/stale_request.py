@@ -205,9 +205,9 @@ def _quiet_output_leader(ctx: NemesisContext, live: list[int], rng: random.Rando
         return targets.Choice([], {"reason": f"no live leader for {ctx.output_topic}"})
     node = ranked[0]
     view = topics.replica_view(bootstrap)
-    states = len(view.get(targets.TXN_STATE_TOPIC, {}))
-    parts = [(ctx.input_topic, q) for q in sorted(view.get(ctx.input_topic, {}))]
-    parts += sorted({(targets.TXN_STATE_TOPIC, targets.txn_state_partition(t, states)) for t in recent if states})
+    # every partition but the output's: the input, the coordinators, and what a job reads besides (a marker
+    # topic, __consumer_offsets), so that only the output's Produce requests go to the held broker
+    parts = [(t, q) for t in sorted(view) if t != ctx.output_topic for q in sorted(view[t])]
     plan = away_from(view, node, parts)
     why: dict = {"moved_off": [f"{t}:{q}" for t, q in sorted(plan)]}
     if plan:
@@ -289,6 +289,10 @@ class DelayTxnRequests:
         ev: dict = {"variant": variant, "node": node, **why, "paths": paths, "hold_s": hold_s,
                     "toxic": {"type": "latency", "direction": "upstream", "toxicity": toxicity, **attrs},
                     "probe_before": probe(address)}
+        # the held broker's output partitions' ends before the hold: what is appended after them with a
+        # CreateTime inside the hold was held (held_writes)
+        ends = topics.end_offsets(ctx.cluster.bootstrap, ctx.output_topic, committed=False) \
+            if variant == "expired-produce" else {}
         t0, since = time.monotonic(), time.time()
         with ExitStack() as stretch, ThreadPoolExecutor(PROBES) as pool:
             with toxic_on(net, paths, "latency", attrs, NAME, toxicity, direction="upstream") as ev["active"]:
@@ -315,12 +319,11 @@ class DelayTxnRequests:
             ev["held_s"] = round(time.monotonic() - t0, 2)  # removed: the held requests go on now
             ev["probes"] = [f.result() for f in probes]
             if variant == "expired-produce":
-                start = {int(q): v[2] for q, v in first.items() if v[2] >= 0}  # the high watermarks 3 s in
                 led = sorted(q for q, n in targets.partition_leaders(ctx.cluster.bootstrap, ctx.output_topic).items()
-                             if n == node and q in start)
+                             if n == node and q in ends)
                 hold(ctx, 2.0)  # the held Produce requests answered
                 ev["held_writes"] = held_writes(ctx.cluster.bootstrap, ctx.output_topic,
-                                                {q: start[q] for q in led}, int((since + PIN_FROM_S) * 1000),
+                                                {q: ends[q] for q in led}, int((since + PIN_FROM_S) * 1000),
                                                 int((since + hold_s - 1.0) * 1000))
             if "stretch" in ev:
                 hold(ctx, max(0.0, hold_s + STRETCH_AFTER_S - (time.monotonic() - t0)))
