@@ -189,6 +189,12 @@ def away_from(view: dict[str, dict[int, dict]], node: int, partitions: list[tupl
     return plan
 
 
+def _recent_ids(ctx: NemesisContext) -> list[str]:
+    """The transactional.ids the sink began a transaction with in the last :data:`RECENT_S` s (``sink.jsonl``)."""
+    return sorted({e["txn_id"] for e in sink_events(ctx.control.parent, time.time() - RECENT_S)
+                   if e.get("event") == "begin" and e.get("txn_id")})
+
+
 def _quiet_output_leader(ctx: NemesisContext, live: list[int], rng: random.Random) -> targets.Choice:
     """``expired-produce``'s broker: the first of :func:`quiet_leaders`, with the input topic's leadership and
     that of the sink's transactional.ids' coordinators moved off it first (:func:`away_from`, Kafka's
@@ -196,8 +202,7 @@ def _quiet_output_leader(ctx: NemesisContext, live: list[int], rng: random.Rando
     micro-batches and Spark's task retry begins its transaction; and an output partition it still leads."""
     bootstrap = ctx.cluster.bootstrap
     out = targets.partition_leaders(bootstrap, ctx.output_topic)
-    recent = sorted({e["txn_id"] for e in sink_events(ctx.control.parent, time.time() - RECENT_S)
-                     if e.get("event") == "begin" and e.get("txn_id")}) or list(ctx.sink_ids)
+    recent = _recent_ids(ctx) or list(ctx.sink_ids)
     coordinators = {targets.txn_coordinator(bootstrap, t)[0] for t in recent}
     inputs = targets.partition_leaders(bootstrap, ctx.input_topic)
     ranked = quiet_leaders(out, inputs, coordinators, live)
@@ -254,8 +259,7 @@ class DelayTxnRequests:
         cluster = ctx.cluster
         live = [n for n in cluster.nodes if cluster.state(n).alive]
         if variant == "endtxn":
-            recent = sorted({e["txn_id"] for e in sink_events(ctx.control.parent, time.time() - RECENT_S)
-                             if e.get("event") == "begin" and e.get("txn_id")})
+            recent = _recent_ids(ctx)
             ids = recent or ctx.sink_ids
             if not ids:
                 return Outcome(SKIPPED, variant, {"reason": "no sink transactional.id to aim at"})
