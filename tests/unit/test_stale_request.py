@@ -142,3 +142,8 @@ def test_the_held_brokers_input_and_coordinator_leadership_is_moved_by_reorderin
     assert plan == {("input", 0): [2, 3, 1], ("input", 2): [3, 2, 1], ("__transaction_state", 4): [3, 2, 1]}
     assert all(sorted(r) == sorted(view[t][p]["replicas"]) for (t, p), r in plan.items())  # no data moves
     assert stale_request.away_from(view, 4, parts) == {}
+    # until the brokers learn the election's leaders, the planned partitions still show broker 1
+    assert stale_request.still_led(view, 1, plan) == ["__transaction_state:4", "input:0", "input:2"]
+    moved = {"input": {0: {"leader": 2}, 2: {"leader": 1}}, "__transaction_state": {4: {"leader": 3}}}
+    assert stale_request.still_led(moved, 1, plan) == ["input:2"]
+    assert stale_request.still_led(moved, 1, {}) == []

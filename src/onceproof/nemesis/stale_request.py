@@ -84,6 +84,8 @@ STRETCH_MS = 1_500
 STRETCH_BEFORE_S = 6.0
 STRETCH_AFTER_S = 4.0
 RECENT_S = 30.0
+LEAD_WAIT_S = 15.0
+"""``expired-produce`` waits up to this long (s) for the moved partitions' leadership to leave its broker."""
 PROBES = 6
 EXERCISED_MS = 20_000
 NAME = "nemesis-stale"
@@ -189,6 +191,37 @@ def away_from(view: dict[str, dict[int, dict]], node: int, partitions: list[tupl
     return plan
 
 
+def still_led(view: dict[str, dict[int, dict]], node: int, plan: reassign.Plan) -> list[str]:
+    """The partitions of ``plan`` (``(topic, partition)``) that ``view``
+    (:func:`onceproof.clients.topics.replica_view`'s shape) still shows led by ``node``, as
+    ``"topic:partition"``. Pure."""
+    return [f"{t}:{q}" for t, q in sorted(plan) if (view.get(t, {}).get(q) or {}).get("leader") == node]
+
+
+def _elect_away(bootstrap: str, node: int, plan: reassign.Plan, stop, timeout_s: float = LEAD_WAIT_S
+                ) -> tuple[dict[str, str], float | None, list[str]]:
+    """Run a preferred leader election and poll the metadata every 0.5 s until no partition of ``plan`` is
+    led by ``node``, electing again every 3 s: the brokers learn a new leader from the controller
+    asynchronously, and an election asked for just after a reorder can find the old order. Returns
+    (the election's errors, seconds until no planned partition was led by ``node`` or None, the ones still
+    led after ``timeout_s`` s)."""
+    errors: dict[str, str] = {}
+    t0, last, left = time.monotonic(), -1e9, [f"{t}:{q}" for t, q in sorted(plan)]
+    while time.monotonic() - t0 < timeout_s and not (stop is not None and stop.is_set()):
+        if time.monotonic() - last >= 3.0:
+            errors = {k: v for k, v in topics.elect_preferred_leaders(bootstrap).items()
+                      if v is not None and "ELECTION_NOT_NEEDED" not in v}
+            last = time.monotonic()
+        try:
+            left = still_led(topics.replica_view(bootstrap), node, plan)
+        except Exception:  # noqa: BLE001 - a broker busy with the election: ask again
+            pass
+        if not left:
+            return errors, round(time.monotonic() - t0, 2), []
+        time.sleep(0.5)
+    return errors, None, left
+
+
 def _recent_ids(ctx: NemesisContext) -> list[str]:
     """The transactional.ids the sink began a transaction with in the last :data:`RECENT_S` s (``sink.jsonl``)."""
     return sorted({e["txn_id"] for e in sink_events(ctx.control.parent, time.time() - RECENT_S)
@@ -219,9 +252,8 @@ def _quiet_output_leader(ctx: NemesisContext, live: list[int], rng: random.Rando
         try:
             reassign.execute(bootstrap, plan, ctx.control / "expired-produce-reorder.json")
             took, left = reassign.wait_done(bootstrap, plan, 30.0, ctx.stop)
-            why["elected"] = {k: v for k, v in topics.elect_preferred_leaders(bootstrap).items()
-                              if v is not None and "ELECTION_NOT_NEEDED" not in v}
             why["reorder_s"], why["reorder_pending"] = took, left
+            why["elected"], why["leadership_s"], why["still_led"] = _elect_away(bootstrap, node, plan, ctx.stop)
         except Exception as e:  # noqa: BLE001 - the hold still runs; the evidence says the path was not cleared
             why["reorder_error"] = repr(e)[:300]
     out = targets.partition_leaders(bootstrap, ctx.output_topic)
