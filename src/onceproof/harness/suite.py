@@ -42,7 +42,7 @@ from onceproof.clients import durability
 from onceproof.harness import reuse
 from onceproof.nemesis import catalog, packages, schedule
 from onceproof.pipeline import mutants
-from onceproof.report import certificate
+from onceproof.report import certificate, cost
 from onceproof.sinks import registry as sinks
 from onceproof.sinks.base import CAPABILITIES
 from onceproof.store.runs import RunDir, runs_of
@@ -497,6 +497,7 @@ class Suite:
                                                 suite_dir=self.dir)
                 rec["log"] = str(log.relative_to(self.dir))
                 rec["run_key"] = key
+                rec["time_limit_s"] = cell.time_limit
                 if cell.kafka_version:
                     rec["kafka"] = rec.get("kafka") or cell.kafka_version
                 if cell.spark_version:
@@ -509,6 +510,9 @@ class Suite:
         self.console.print(f"[bold]{result}[/] ({sum(r['passed'] for r in self.records)}/{len(self.records)} "
                            f"cells passed{', interrupted' if interrupted else ''}); certificate: {paths['md']}, "
                            f"{paths['html']}; JUnit: {paths['junit']}")
+        spent = cost.suite_cost(self.records)
+        if spent["cells"]:
+            self.console.print(f"time: {cost.cost_line(spent)}")
         if any(c.expect == "invalid" for c in self.cells):
             for row in certificate.detection_table(self.records):
                 self.console.print(f"  {row['mutant']:<24} × {row['package']:<8} caught {row['caught']}/{row['runs']}"

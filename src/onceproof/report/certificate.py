@@ -22,6 +22,8 @@ The rule: **PASS requires every exactly-once cell to be valid and every mutant c
      "advice": {name: str},                              # "likely cause: … → fix: … (source)" per anomaly
      "first_anomaly_s": float | None,                    # s after the test started
      "caught": bool, "passed": bool, "unknown_reasons": [str], "error": str | None,
+     "timings": {"setup_s": s, ...},                     # results.json timings (report/cost.py)
+     "time_limit_s": float,                              # the cell's time limit, set by the suite
      "run_key": str,                                     # what the run did (harness/reuse.py)
      "reused_from": str}                                 # only on a cell taken from an earlier suite
 
@@ -47,6 +49,7 @@ from urllib.parse import quote
 from onceproof.checkers import advice, liveness, platform
 from onceproof.checkers.examples import isna
 from onceproof.checkers.nearby import _ts_index
+from onceproof.report import cost
 from onceproof.report.html import VERDICT_COLORS, esc, page
 from onceproof.report.junit import _clean
 from onceproof.store import readers, runfiles
@@ -137,6 +140,7 @@ def cell_from_run(run_dir: Path | None, *, sink: str, workload: str, package: st
         "kafka": (r.get("versions") or {}).get("kafka"),
         "pyspark": (r.get("versions") or {}).get("pyspark"),
         "cluster": _cluster_kind(r.get("cluster")),
+        "timings": {k: v for k, v in (r.get("timings") or {}).items() if _number(v)},
         "caught": verdict == "invalid",
         "passed": verdict == expect,
         "unknown_reasons": [str(x) for x in (r.get("unknown_reasons") or [])],
@@ -369,7 +373,8 @@ def write_certificate(suite: dict, out_dir: Path) -> dict[str, Path]:
     "versions": {component: version} (shown in the order given), "cells": [cell record, ...]}``. Both
     documents carry the header (suite, command, times, **PASS/FAIL**, :data:`RULE`), the versions, the
     cells (with links to the runs' reports, relative to the suite directory), the mutant detection table
-    when there are mutant cells, and why each failed cell failed. ``junit.xml``: see :func:`build_junit`.
+    when there are mutant cells, where the cells' time went (``report/cost.py``), and why each failed cell
+    failed. ``junit.xml``: see :func:`build_junit`.
 
     Control characters XML 1.0 forbids (say, from an error message) are dropped from all three.
 
@@ -537,6 +542,11 @@ def certificate_md(suite: dict) -> str:
         lines += _md_table(["system under test", "package", "fault", "why"],
                            [[_md(d.get("sut")), _md(d.get("package")), _md(d.get("spec")), _md(d.get("why"))]
                             for d in dropped])
+    spent = cost.suite_cost(cells)
+    if spent["cells"]:
+        head, rows = cost.cost_table(spent)
+        lines += ["", "## Where the time went", ""] + _md_table(head, [[_md(v) for v in r] for r in rows])
+        lines += ["", f"_{_md(cost.cost_note(spent))}._"]
     failed = [c for c in cells if not c.get("passed")]
     if failed:
         lines += ["", "## Failed cells", ""]
@@ -645,6 +655,13 @@ def certificate_html(suite: dict) -> str:
                     "</th><th>package</th><th>fault</th><th>why</th></tr></thead><tbody>" + "".join(
                         f"<tr><td>{esc(d.get('sut'))}</td><td>{esc(d.get('package'))}</td><td>{esc(d.get('spec'))}"
                         f"</td><td>{esc(d.get('why'))}</td></tr>" for d in dropped) + "</tbody></table>")
+    spent = cost.suite_cost(cells)
+    if spent["cells"]:
+        head, rows = cost.cost_table(spent)
+        body.append("<h2>Where the time went</h2><table class=data><thead><tr>"
+                    + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"
+                    + "".join("<tr>" + "".join(f"<td class=nowrap>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
+                    + f"</tbody></table><p class=muted>{esc(cost.cost_note(spent))}.</p>")
     failed = [c for c in cells if not c.get("passed")]
     if failed:
         body.append("<h2>Failed cells</h2><ul class=why>" + "".join(
