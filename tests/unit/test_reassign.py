@@ -1,6 +1,8 @@
 """The reassignment fault's pure parts: the two plans it derives from a metadata view, the tool's JSON
 document, and when a reassignment counts as complete (synthetic metadata, no cluster)."""
 
+import threading
+
 from onceproof.clients import reassign
 from onceproof.nemesis import catalog, packages
 from onceproof.nemesis.reassign import ReassignPartitions, shrink_plan
@@ -43,3 +45,17 @@ def test_it_is_an_operator_fault_with_both_topics_in_the_package():
         s.startswith("reassign-partitions") for s in catalog.all_specs())
     assert {"reassign-partitions:output", "reassign-partitions:input"} <= set(packages.specs("operator"))
     assert ReassignPartitions.target_choices == ("output", "input")
+
+
+def test_wait_view_polls_until_nothing_is_left_and_calls_before_poll_each_time(monkeypatch):
+    views = iter([{"output": {0: {"leader": 1}}}, {"output": {0: {"leader": 1}}}, {"output": {0: {"leader": 2}}}])
+    monkeypatch.setattr(reassign.topics, "replica_view", lambda _bootstrap: next(views))
+    monkeypatch.setattr(reassign.time, "sleep", lambda _s: None)
+    polls: list[int] = []
+    led_by_1 = lambda view, plan: [f"{t}:{p}" for t, p in plan if view[t][p]["leader"] == 1]  # noqa: E731
+    took, left = reassign.wait_view("b", {("output", 0): [2, 1]}, led_by_1, 5.0,
+                                    before_poll=lambda: polls.append(1))
+    assert took is not None and left == [] and len(polls) == 3
+    stop = threading.Event()
+    stop.set()  # a stopped wait returns what was planned, not a success
+    assert reassign.wait_view("b", {("output", 0): [2, 1]}, led_by_1, 5.0, stop) == (None, ["output:0"])

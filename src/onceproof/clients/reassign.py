@@ -15,6 +15,7 @@ import json
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from onceproof.clients import kafka_tools, topics
@@ -67,19 +68,31 @@ def pending(view: dict[str, dict[int, dict]], plan: Plan) -> list[str]:
     return out
 
 
-def wait_done(bootstrap: str, plan: Plan, timeout_s: float, stop: threading.Event | None = None
+def wait_view(bootstrap: str, plan: Plan, left_of: Callable[[dict[str, dict[int, dict]], Plan], list[str]],
+              timeout_s: float, stop: threading.Event | None = None, before_poll: Callable[[], None] | None = None
               ) -> tuple[float | None, list[str]]:
-    """Poll the metadata every 0.5 s until every partition of ``plan`` is assigned as planned
-    (:func:`pending`). Returns ``(seconds it took, [])``, or ``(None, the partitions still pending)`` after
-    ``timeout_s`` s or once ``stop`` is set."""
+    """Poll the metadata (:func:`topics.replica_view`) every 0.5 s until ``left_of(view, plan)`` (the
+    ``topic:partition`` of ``plan`` not yet as wanted) is empty, calling ``before_poll`` first each time.
+    Returns ``(seconds it took, [])``, or ``(None, what was still left)`` after ``timeout_s`` s or once
+    ``stop`` is set."""
     t0 = time.monotonic()
     left: list[str] = [f"{t}:{p}" for t, p in sorted(plan)]
     while time.monotonic() - t0 < timeout_s and not (stop is not None and stop.is_set()):
+        if before_poll is not None:
+            before_poll()
         try:
-            left = pending(topics.replica_view(bootstrap), plan)
+            left = left_of(topics.replica_view(bootstrap), plan)
         except Exception:  # noqa: BLE001 - a broker busy with the move: ask again
             pass
         if not left:
             return round(time.monotonic() - t0, 2), []
         time.sleep(0.5)
     return None, left
+
+
+def wait_done(bootstrap: str, plan: Plan, timeout_s: float, stop: threading.Event | None = None
+              ) -> tuple[float | None, list[str]]:
+    """Poll the metadata every 0.5 s until every partition of ``plan`` is assigned as planned
+    (:func:`pending`, through :func:`wait_view`). Returns ``(seconds it took, [])``, or ``(None, the
+    partitions still pending)`` after ``timeout_s`` s or once ``stop`` is set."""
+    return wait_view(bootstrap, plan, pending, timeout_s, stop)

@@ -200,26 +200,24 @@ def still_led(view: dict[str, dict[int, dict]], node: int, plan: reassign.Plan) 
 
 def _elect_away(bootstrap: str, node: int, plan: reassign.Plan, stop, timeout_s: float = LEAD_WAIT_S
                 ) -> tuple[dict[str, str], float | None, list[str]]:
-    """Run a preferred leader election and poll the metadata every 0.5 s until no partition of ``plan`` is
-    led by ``node``, electing again every 3 s: the brokers learn a new leader from the controller
-    asynchronously, and an election asked for just after a reorder can find the old order. Returns
-    (the election's errors, seconds until no planned partition was led by ``node`` or None, the ones still
-    led after ``timeout_s`` s)."""
+    """Run a preferred leader election and poll the metadata every 0.5 s (:func:`reassign.wait_view`) until
+    no partition of ``plan`` is led by ``node`` (:func:`still_led`), electing again every 3 s: the brokers
+    learn a new leader from the controller asynchronously, and an election asked for just after a reorder
+    can find the old order. Returns (the election's errors, seconds until no planned partition was led by
+    ``node`` or None, the ones still led after ``timeout_s`` s)."""
     errors: dict[str, str] = {}
-    t0, last, left = time.monotonic(), -1e9, [f"{t}:{q}" for t, q in sorted(plan)]
-    while time.monotonic() - t0 < timeout_s and not (stop is not None and stop.is_set()):
-        if time.monotonic() - last >= 3.0:
-            errors = {k: v for k, v in topics.elect_preferred_leaders(bootstrap).items()
-                      if v is not None and "ELECTION_NOT_NEEDED" not in v}
-            last = time.monotonic()
-        try:
-            left = still_led(topics.replica_view(bootstrap), node, plan)
-        except Exception:  # noqa: BLE001 - a broker busy with the election: ask again
-            pass
-        if not left:
-            return errors, round(time.monotonic() - t0, 2), []
-        time.sleep(0.5)
-    return errors, None, left
+    last = [-1e9]
+
+    def elect() -> None:
+        if time.monotonic() - last[0] >= 3.0:
+            errors.clear()
+            errors.update({k: v for k, v in topics.elect_preferred_leaders(bootstrap).items()
+                           if v is not None and "ELECTION_NOT_NEEDED" not in v})
+            last[0] = time.monotonic()
+
+    took, left = reassign.wait_view(bootstrap, plan, lambda view, p: still_led(view, node, p), timeout_s, stop,
+                                    before_poll=elect)
+    return errors, took, left
 
 
 def _recent_ids(ctx: NemesisContext) -> list[str]:

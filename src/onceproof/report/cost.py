@@ -38,9 +38,11 @@ def cell_phases(timings: dict | None, elapsed_s: float) -> dict[str, float]:
     negative remainder (clock rounding) is clamped to 0."""
     t = timings or {}
     total = _num(t.get("total_s"))
-    out = {p: _num(t.get(k)) for p, k in _MEASURED.items()} if total else {p: 0.0 for p in _MEASURED}
-    out["run"] = max(0.0, total - sum(out.values())) if total else 0.0
-    out["launch"] = max(0.0, float(elapsed_s) - total) if total else float(elapsed_s)
+    if not total:
+        return {**dict.fromkeys(PHASES, 0.0), "launch": round(float(elapsed_s), 1)}
+    out = {p: _num(t.get(k)) for p, k in _MEASURED.items()}
+    out["run"] = max(0.0, total - sum(out.values()))
+    out["launch"] = max(0.0, float(elapsed_s) - total)
     return {p: round(out[p], 1) for p in PHASES}
 
 
