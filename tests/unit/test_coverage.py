@@ -89,3 +89,14 @@ def test_txn_timeout_evidence_accepts_the_sinks_abandon_event(tmp_path):
     out = CommitDelay("txn-timeout", txn_timeout_ms=100)._txn_timeout(ctx, tmp_path, now)
     assert out.outcome == "effective", out.evidence
     assert out.evidence["abort"]["event"] == "abandon" and out.evidence["retried_by_attempt"] == 1
+
+
+def test_an_unexercised_fault_carries_its_own_reasons_once_each():
+    why = "broker 2 was not back in every ISR within 90 s (input:3)"
+    ops = [_op("kill-executor"), {**_op("kill-broker:leader", "not-effective", False), "evidence": {"reason": why}},
+           {**_op("kill-broker:leader", "not-effective", False), "evidence": {"reason": why}},
+           {**_op("kill-executor", "skipped", False), "evidence": {"reason": "not mine"}}]
+    r = coverage.judge(VALID, PLAN, ops)
+    line = [x for x in r["unknown_reasons"] if x.startswith("fault-not-exercised: kill-broker:leader")]
+    assert line == [f"fault-not-exercised: kill-broker:leader (planned 1, invoked 2: not-effective=2): {why}"]
+    assert coverage.why_not(ops, "kill-executor") == ["not mine"]

@@ -118,9 +118,25 @@ def test_a_release_a_broker_cannot_get_stops_the_roll_there(wired):
     out = RollingUpgrade("4.4.0").invoke(ctx_of(c), random.Random(0))
     assert out.outcome == NOT_EFFECTIVE and not out.exercised
     assert "Maven could not resolve" in out.evidence["brokers"][2]["error"]
+    assert out.evidence["reason"].startswith("broker 2 could not be moved to 4.4.0: ")
     stopped = [e[1] for e in c.events if e[0] == "stop"]
     assert stopped[-1] == 2 and list(out.evidence["brokers"])[-1] == 2  # nothing after broker 2 went down
     assert wired == []  # no finalize on a half-rolled cluster
+
+
+@pytest.mark.parametrize("broker,why", [
+    ({"gone": False, "stop_s": 20.1}, "broker 3 was still running 20.1 s after its stop"),
+    ({"gone": True, "rejoined_after_s": None}, "broker 3 did not register again within 90 s on 4.4.0"),
+    ({"gone": True, "rejoined_after_s": 4.0, "in_sync_after_s": None, "out_of_sync": ["input:3"]},
+     "broker 3 was not back in every ISR within 90 s (input:3)"),
+    ({"gone": True, "rejoined_after_s": 4.0, "in_sync_after_s": 5.0, "logged_version": None},
+     "broker 3's log named Kafka version None after its restart, not 4.4.0"),
+])
+def test_a_roll_that_did_not_take_names_the_first_broker_and_how(broker, why):
+    done = {"gone": True, "rejoined_after_s": 3.0, "in_sync_after_s": 3.0, "logged_version": "4.4.0"}
+    ev = {"to": "4.4.0", "order": [1, 3, 2], "brokers": {"1": done, "3": broker}}  # keys as read back from JSON
+    assert rolling_upgrade.why_not_rolled(ev) == why
+    assert rolling_upgrade.why_not_rolled({**ev, "brokers": {1: done}}) == "the roll stopped before broker 3"
 
 
 def test_without_a_release_or_with_a_broker_down_nothing_is_touched(wired):
@@ -135,3 +151,17 @@ def test_it_runs_when_named_only_and_gets_its_release_from_the_run():
     assert "rolling-upgrade" not in catalog.all_specs()
     built = catalog.build(["rolling-upgrade"], kafka_upgrade_to="4.4.0", txn_timeout_ms=30000)
     assert built["rolling-upgrade"].upgrade_to == "4.4.0"
+
+
+def test_the_version_line_is_waited_for_since_kafka_logs_it_after_the_broker_is_unfenced(monkeypatch):
+    c = Cluster()
+    reads = []
+
+    def read_since(cluster, node, since):  # the line lands on the third read, as after a slow STARTED
+        reads.append(node)
+        return "INFO [BrokerServer id=2] Transition from STARTING to STARTED\n" + (
+            "INFO Kafka version: 4.4.0 (AppInfoParser)\n" if len(reads) >= 3 else "")
+    monkeypatch.setattr(broker_log, "read_since", read_since)
+    assert rolling_upgrade._version_line(ctx_of(c), 2, 0, wait_s=10.0) == "4.4.0" and len(reads) == 3
+    monkeypatch.setattr(broker_log, "read_since", lambda cluster, node, since: "no version here\n")
+    assert rolling_upgrade._version_line(ctx_of(c), 2, 0, wait_s=0.5) is None

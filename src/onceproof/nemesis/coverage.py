@@ -38,10 +38,26 @@ def table(plan: list, ops: list[dict]) -> list[dict]:
     return rows
 
 
+def why_not(ops: list[dict], spec: str, limit: int = 2) -> list[str]:
+    """The distinct ``evidence.reason`` lines (≤ ``limit``) of ``spec``'s turns that were not exercised,
+    in history order: what a fault said about why it did not take effect."""
+    out: list[str] = []
+    for op in ops:
+        if op.get("type") != "info" or op.get("f") != spec or "outcome" not in op:
+            continue
+        if op["outcome"] == "effective" and op.get("exercised", True):
+            continue
+        why = (op.get("evidence") or {}).get("reason")
+        if isinstance(why, str) and why and why not in out:
+            out.append(why)
+    return out[:limit]
+
+
 def judge(result: dict, plan: list, ops: list[dict]) -> dict:
     """``result`` with ``coverage`` added and, if it was ``valid``, the verdict lowered to ``unknown``
     when the run carried no traffic or a planned fault was never exercised (reasons in
-    ``unknown_reasons``, each starting with ``no-traffic`` or ``fault-not-exercised``)."""
+    ``unknown_reasons``, each starting with ``no-traffic`` or ``fault-not-exercised``, the latter ending
+    with the faults' own reasons, :func:`why_not`)."""
     r = dict(result)
     cov = table(plan, ops)
     r["coverage"] = cov
@@ -54,8 +70,9 @@ def judge(result: dict, plan: list, ops: list[dict]) -> dict:
         if row["exercised"] == 0:
             spec = row["fault"] + ("" if row["target"] == "-" else f":{row['target']}")
             seen = ", ".join(f"{k}={v}" for k, v in {"effective": row["effective"], **row["other"]}.items() if v)
+            why = "; ".join(why_not(ops, spec))
             reasons.append(f"fault-not-exercised: {spec} (planned {row['planned']}, invoked {row['invoked']}"
-                           + (f": {seen}" if seen else "") + ")")
+                           + (f": {seen}" if seen else "") + ")" + (f": {why}" if why else ""))
     if r.get("verdict") == "valid" and reasons:
         r["verdict"], r["valid"] = "unknown", "unknown"
         r["unknown_reasons"] = list(r.get("unknown_reasons") or []) + reasons

@@ -24,19 +24,54 @@ from __future__ import annotations
 
 import random
 import re
+import time
 
 from onceproof.backends.base import BackendError
 from onceproof.clients import features
 from onceproof.nemesis import broker_log
 from onceproof.nemesis.broker import _live, restart_stopped
 from onceproof.nemesis.fault import EFFECTIVE, NOT_EFFECTIVE, SKIPPED, NemesisContext, Outcome
-from onceproof.nemesis.operator import _bounce, _rejoin, _shutdown_lines
+from onceproof.nemesis.operator import ISR_WAIT_S, _bounce, _rejoin, _shutdown_lines
+
+VERSION_LINE_WAIT_S = 15.0
+"""How long after a restarted broker is back in every ISR its log may take to name its release (s). Kafka
+logs ``Kafka version: V`` (AppInfoParser) only after ``Transition from STARTING to STARTED``, which follows
+the broker's unfencing: the harness can see the broker registered and in sync first (40 ms apart in a local
+4.4.0 log, more on a loaded machine)."""
 
 
-def _version_line(ctx: NemesisContext, node: int, since: int) -> str | None:
-    """The release the broker's log names after byte ``since`` (``Kafka version: 4.1.1``), ``None``."""
-    m = re.findall(r"Kafka version: (\S+)", broker_log.read_since(ctx.cluster, node, since))
-    return m[-1] if m else None
+def _version_line(ctx: NemesisContext, node: int, since: int, wait_s: float = VERSION_LINE_WAIT_S) -> str | None:
+    """The release the broker's log names after byte ``since`` (``Kafka version: 4.1.1``), polled every
+    0.2 s for up to ``wait_s`` s (until teardown); ``None`` when it names none by then."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        m = re.findall(r"Kafka version: (\S+)", broker_log.read_since(ctx.cluster, node, since))
+        if m or time.monotonic() >= deadline or ctx.teardown.wait(0.2):
+            return m[-1] if m else None
+
+
+def why_not_rolled(ev: dict) -> str:
+    """One line naming the first broker of ``ev["order"]`` that did not come back on ``ev["to"]`` and how
+    (``ev``: the fault's evidence, ``brokers`` keyed by node id as ints or as strings read back from JSON)."""
+    brokers = {int(k): v for k, v in ev.get("brokers", {}).items()}
+    to = ev.get("to", "?")
+    for n in ev.get("order", []):
+        b = brokers.get(n)
+        if b is None:
+            return f"the roll stopped before broker {n}"
+        if not b.get("gone"):
+            return f"broker {n} was still running {b.get('stop_s')} s after its stop"
+        if "error" in b:
+            return f"broker {n} could not be moved to {to}: {b['error']}"
+        if b.get("rejoined_after_s") is None:
+            return f"broker {n} did not register again within {ISR_WAIT_S:.0f} s on {to}"
+        if b.get("in_sync_after_s") is None:
+            lag = ", ".join(b.get("out_of_sync") or []) or "metadata unreadable"
+            return f"broker {n} was not back in every ISR within {ISR_WAIT_S:.0f} s ({lag})"
+        if b.get("logged_version") != to:
+            return (f"broker {n}'s log named Kafka version {b.get('logged_version')} after its restart, "
+                    f"not {to}")
+    return "every broker came back"
 
 
 class RollingUpgrade:
@@ -94,7 +129,7 @@ class RollingUpgrade:
         done = [n for n, b in ev["brokers"].items() if b["gone"] and b.get("in_sync_after_s") is not None
                 and b["logged_version"] == self.upgrade_to]
         if done != order:
-            return Outcome(NOT_EFFECTIVE, target, ev)
+            return Outcome(NOT_EFFECTIVE, target, {**ev, "reason": why_not_rolled(ev)})
         try:
             ev["finalize"] = features.finalize(cluster.bootstrap, self.upgrade_to, self.upgrade_to)
             ev["features_after"] = after = features.describe(cluster.bootstrap, self.upgrade_to)
