@@ -54,6 +54,7 @@ def test_the_certificate_shows_where_the_time_went(tmp_path):
     suite = {"suite": "s", "cells": [{**c, "time_limit_s": 30.0}]}
     md = certificate_md(suite)
     assert "## Where the time went" in md and "| commit | 1 | 1.7 min | 0.3 min (20 %) | 1.0 min (58 %)" in md
+    assert "the run process's start" in md and "&#x27;" not in md  # markdown, not HTML entities, for quotes
     html = certificate_html(suite)
     assert "<h2>Where the time went</h2>" in html and "1.0 min (58 %)" in html
     # every cell reused: nothing ran here, so no section
