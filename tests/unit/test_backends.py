@@ -250,6 +250,21 @@ def test_kill_broker_kills_through_the_cluster_and_restarts_it(tmp_path, registe
     assert c.state(n).alive and c.state(n).pid != before[n]
 
 
+def test_a_restart_counts_the_poll_that_saw_the_broker_registered(tmp_path, monkeypatch):
+    """Each metadata request may be answered by another broker: one that has not replayed the registration
+    yet must not undo the poll that saw it (a rolling-upgrade once failed so)."""
+    c = StandInCluster(3)
+    answers = iter([False, True, False, False])  # seen on the second poll, then a lagging broker answers
+    polls = []
+
+    def registered_(bootstrap, node):
+        polls.append(node)
+        return next(answers)
+    monkeypatch.setattr(broker, "_registered", registered_)
+    out = broker.restart(_ctx(tmp_path, c), [2], timeout_s=30.0)
+    assert out[2] is not None and polls == [2, 2]
+
+
 def test_kill_broker_never_takes_the_majority(tmp_path, registered):
     c = StandInCluster(3)
     registered(c)

@@ -39,10 +39,12 @@ def restart(ctx: NemesisContext, nodes: list[int], timeout_s: float = 90.0) -> d
         ctx.cluster.start(n)
     out = {}
     for n in nodes:
-        while not _registered(ctx.cluster.bootstrap, n) and time.monotonic() - t0 < timeout_s:
-            if ctx.teardown.wait(0.5):
-                break
-        out[n] = round(time.monotonic() - t0, 1) if _registered(ctx.cluster.bootstrap, n) else None
+        # the poll that saw the node decides: a second metadata request may be answered by a broker whose
+        # metadata has not yet replayed the registration, and would turn a rejoin into a failed one
+        seen = _registered(ctx.cluster.bootstrap, n)
+        while not seen and time.monotonic() - t0 < timeout_s and not ctx.teardown.wait(0.5):
+            seen = _registered(ctx.cluster.bootstrap, n)
+        out[n] = round(time.monotonic() - t0, 1) if seen else None
     return out
 
 
