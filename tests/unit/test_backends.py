@@ -252,7 +252,7 @@ def test_kill_broker_kills_through_the_cluster_and_restarts_it(tmp_path, registe
 
 def test_a_restart_counts_the_poll_that_saw_the_broker_registered(tmp_path, monkeypatch):
     """Each metadata request may be answered by another broker: one that has not replayed the registration
-    yet must not undo the poll that saw it (a rolling-upgrade once failed so)."""
+    yet must not undo the poll that saw it."""
     c = StandInCluster(3)
     answers = iter([False, True, False, False])  # seen on the second poll, then a lagging broker answers
     polls = []

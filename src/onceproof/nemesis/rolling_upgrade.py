@@ -36,8 +36,8 @@ from onceproof.nemesis.operator import ISR_WAIT_S, _bounce, _rejoin, _shutdown_l
 VERSION_LINE_WAIT_S = 15.0
 """How long after a restarted broker is back in every ISR its log may take to name its release (s). Kafka
 logs ``Kafka version: V`` (AppInfoParser) only after ``Transition from STARTING to STARTED``, which follows
-the broker's unfencing: the harness can see the broker registered and in sync first (40 ms apart in a local
-4.4.0 log, more on a loaded machine)."""
+the broker's unfencing (``kafka.server.BrokerServer.startup``, then ``KafkaRaftServer.startup``): the
+harness can see the broker registered and in sync before the line is written."""
 
 
 def _version_line(ctx: NemesisContext, node: int, since: int, wait_s: float = VERSION_LINE_WAIT_S) -> str | None:
