@@ -137,6 +137,7 @@ def test_a_roll_that_did_not_take_names_the_first_broker_and_how(broker, why):
     ev = {"to": "4.4.0", "order": [1, 3, 2], "brokers": {"1": done, "3": broker}}  # keys as read back from JSON
     assert rolling_upgrade.why_not_rolled(ev) == why
     assert rolling_upgrade.why_not_rolled({**ev, "brokers": {1: done}}) == "the roll stopped before broker 3"
+    assert rolling_upgrade.why_not_rolled({**ev, "brokers": {"1": done, "3": done, "2": done}}) is None
 
 
 def test_without_a_release_or_with_a_broker_down_nothing_is_touched(wired):

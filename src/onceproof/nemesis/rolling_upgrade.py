@@ -50,9 +50,11 @@ def _version_line(ctx: NemesisContext, node: int, since: int, wait_s: float = VE
             return m[-1] if m else None
 
 
-def why_not_rolled(ev: dict) -> str:
-    """One line naming the first broker of ``ev["order"]`` that did not come back on ``ev["to"]`` and how
-    (``ev``: the fault's evidence, ``brokers`` keyed by node id as ints or as strings read back from JSON)."""
+def why_not_rolled(ev: dict) -> str | None:
+    """One line naming the first broker of ``ev["order"]`` that did not come back on ``ev["to"]`` and how,
+    ``None`` when every one came back (stopped, registered, in every ISR, its log naming ``to``): the roll's
+    test of effect. ``ev``: the fault's evidence, ``brokers`` keyed by node id as ints or as strings read
+    back from JSON."""
     brokers = {int(k): v for k, v in ev.get("brokers", {}).items()}
     to = ev.get("to", "?")
     for n in ev.get("order", []):
@@ -71,7 +73,7 @@ def why_not_rolled(ev: dict) -> str:
         if b.get("logged_version") != to:
             return (f"broker {n}'s log named Kafka version {b.get('logged_version')} after its restart, "
                     f"not {to}")
-    return "every broker came back"
+    return None
 
 
 class RollingUpgrade:
@@ -126,10 +128,9 @@ class RollingUpgrade:
                 break  # never take the next one down while this one is behind
         if ctx.teardown.is_set():
             return Outcome(SKIPPED, target, {**ev, "reason": "run interrupted"})
-        done = [n for n, b in ev["brokers"].items() if b["gone"] and b.get("in_sync_after_s") is not None
-                and b["logged_version"] == self.upgrade_to]
-        if done != order:
-            return Outcome(NOT_EFFECTIVE, target, {**ev, "reason": why_not_rolled(ev)})
+        why = why_not_rolled(ev)
+        if why is not None:
+            return Outcome(NOT_EFFECTIVE, target, {**ev, "reason": why})
         try:
             ev["finalize"] = features.finalize(cluster.bootstrap, self.upgrade_to, self.upgrade_to)
             ev["features_after"] = after = features.describe(cluster.bootstrap, self.upgrade_to)

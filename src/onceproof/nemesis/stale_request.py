@@ -206,14 +206,14 @@ def _elect_away(bootstrap: str, node: int, plan: reassign.Plan, stop, timeout_s:
     can find the old order. Returns (the election's errors, seconds until no planned partition was led by
     ``node`` or None, the ones still led after ``timeout_s`` s)."""
     errors: dict[str, str] = {}
-    last = [-1e9]
+    last = -1e9
 
     def elect() -> None:
-        if time.monotonic() - last[0] >= 3.0:
-            errors.clear()
-            errors.update({k: v for k, v in topics.elect_preferred_leaders(bootstrap).items()
-                           if v is not None and "ELECTION_NOT_NEEDED" not in v})
-            last[0] = time.monotonic()
+        nonlocal errors, last
+        if time.monotonic() - last >= 3.0:
+            errors = {k: v for k, v in topics.elect_preferred_leaders(bootstrap).items()
+                      if v is not None and "ELECTION_NOT_NEEDED" not in v}
+            last = time.monotonic()
 
     took, left = reassign.wait_view(bootstrap, plan, lambda view, p: still_led(view, node, p), timeout_s, stop,
                                     before_poll=elect)

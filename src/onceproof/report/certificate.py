@@ -36,7 +36,6 @@ JavaScript, no external assets.
 from __future__ import annotations
 
 import datetime as dt
-import html
 import json
 import math
 import os
@@ -478,8 +477,7 @@ def _md(v) -> str:
     """Text for a markdown table cell: ``&``, ``<`` and ``>`` HTML-escaped (markdown renders inline HTML),
     quotes left as typed (they mean nothing to markdown and ``&#x27;`` reads badly in the raw file), ``|``
     escaped, on one line."""
-    text = html.escape("" if v is None else str(v), quote=False)
-    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return esc(v, quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:

@@ -45,9 +45,9 @@ EXAMPLE_FIELD_ORDER = ["key", "seq", "partition", "offset", "batch", "sink_parti
                        "input", "sink"]
 
 
-def esc(v: Any) -> str:
-    """``v`` as HTML-escaped text (``None`` → empty)."""
-    return html.escape("" if v is None else str(v))
+def esc(v: Any, quote: bool = True) -> str:
+    """``v`` as HTML-escaped text (``None`` → empty); ``quote=False`` leaves ``"`` and ``'`` as they are."""
+    return html.escape("" if v is None else str(v), quote=quote)
 
 
 def _fmt(v: Any) -> str:
