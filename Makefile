@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: probe-kafka17754 setup run test unit lint postgres-prereqs clock-prereqs fuse-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-spark-start bench-real-read bench-spark-checker bench-tables soak certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
+.PHONY: probe-kafka17754 setup run test unit lint postgres-prereqs clock-prereqs fuse-prereqs test-oldest test-extended certify-user bench bench-pipeline bench-overhead bench-spark-start bench-real-read bench-spark-checker bench-tables soak soak-summary certify clean docker-prereqs docker-images docker-compose-plugin docker-engine-stop
 
 setup: $(VENV)/.installed
 
@@ -148,6 +148,11 @@ bench-spark-start: setup
 # at-least-once about 6: about 2 h 15 min)
 soak: setup
 	$(BIN)/python soak/soak.py --seeds 1-10 --sinks eos,at-least-once --time-limit 120
+
+# the soaks kept in soak/records/ and those in results/ as one false-alarm rate (a seed soaked twice counts
+# once, the newest); seconds
+soak-summary: setup
+	$(BIN)/python soak/summary.py soak/records/*.json $(wildcard results/soak-*.json) --out results/soak-summary.md
 
 # issue 10's certification: the detection table (every mutant against the fault package aimed at it,
 # eos as the control, eos caught under the traps package, 3 seeds) and the eos certificate (4 packages × 2 seeds); see docs/performance.md for the time

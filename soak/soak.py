@@ -10,6 +10,7 @@ exit code 0 only when every eos run is valid and every at-least-once run invalid
 
 Usage: ``python soak/soak.py [--seeds 1-10] [--sinks eos,at-least-once] [--time-limit 120] [--fresh-cluster]``
 (measured on 2 cores: eos 7.4–8.1 min a run, at-least-once 5.5 min; ``make soak`` is about 2 h 15 min).
+Soaks of a few seeds each add up to one false-alarm rate with ``soak/summary.py`` (``make soak-summary``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 def _soak(a, on: list[str]) -> int:
     """Every (sink, seed) run, the table rewritten after each; the exit code."""
     rows, t0 = [], time.time()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip() or None
     stamp = time.strftime("%Y%m%dT%H%M%S")
     out_md, out_json = a.results / f"soak-{stamp}.md", a.results / f"soak-{stamp}.json"
     a.results.mkdir(parents=True, exist_ok=True)
@@ -80,7 +83,9 @@ def _soak(a, on: list[str]) -> int:
                    "anomalies": {k: v for k, v in (r.get("counts") or {}).items() if v},
                    "why": (r.get("unknown_reasons") or [r.get("error")] or [""])[:2], "run_dir": str(run_dir),
                    "cluster": "warm" if (r.get("cluster") or {}).get("warm") else "fresh",
-                   "platform": (r.get("platform_findings") or {}).get("counts") or {}}
+                   "platform": (r.get("platform_findings") or {}).get("counts") or {},
+                   "kafka": (r.get("versions") or {}).get("kafka"), "pyspark": (r.get("versions") or {}).get("pyspark"),
+                   "commit": commit}
             rows.append(row)
             why = "" if row["verdict"] == row["expected"] else row["why"]
             print(f"{sink:14} seed {seed:2}: {row['verdict']:8} exercised {row['exercised']:6} "
