@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -67,17 +68,15 @@ def _soak(a, on: list[str]) -> int:
     for sink in a.sinks.split(","):
         for seed in _seeds(a.seeds):
             t = time.time()
-            p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--sink", sink,
-                                "--nemesis", a.nemesis, "--time-limit", a.time_limit, "--seed", str(seed),
-                                "--results", str(a.results), "--test-name", f"soak-{sink}", *on],
-                               capture_output=True, text=True)
-            run_dir = (a.results / f"soak-{sink}" / "latest").resolve()
+            p, run_dir, limit = _run(a, sink, seed, on)
             try:
+                if run_dir is None:
+                    raise OSError("no new run directory")
                 r = json.loads((run_dir / "results.json").read_text())
             except (OSError, ValueError):
                 r = {"verdict": "crashed", "error": p.stderr[-300:]}
             cov = r.get("coverage") or []
-            row = {"sink": sink, "seed": seed, "verdict": r.get("verdict"), "exit": p.returncode,
+            row = {"sink": sink, "seed": seed, "verdict": r.get("verdict"), "exit": p.returncode, "time_limit": limit,
                    "expected": EXPECT.get(sink), "minutes": round((time.time() - t) / 60, 1),
                    "exercised": f"{sum(1 for c in cov if c['exercised'])}/{len(cov)}",
                    "anomalies": {k: v for k, v in (r.get("counts") or {}).items() if v},
@@ -97,16 +96,44 @@ def _soak(a, on: list[str]) -> int:
     return 0 if ok else 1
 
 
+def _run(a, sink: str, seed: int, on: list[str]) -> tuple[subprocess.CompletedProcess, Path | None, str]:
+    """One ``onceproof run`` of ``sink`` and ``seed`` at ``--time-limit a.time_limit``, or, when the CLI
+    refuses that limit as too short for this seed's faults (their targets and holds are drawn per seed), once
+    more at the limit its error names. Returns the process, the run's own directory (``None`` when the run
+    made none: a refused command; never an earlier run's ``latest``) and the time limit used."""
+    latest = a.results / f"soak-{sink}" / "latest"
+    before = latest.resolve() if latest.exists() else None
+    limit = a.time_limit
+    for _ in range(2):  # the limit asked, then at most the one the refusal names
+        p = subprocess.run([sys.executable, "-m", "onceproof.harness.cli", "run", "--sink", sink,
+                            "--nemesis", a.nemesis, "--time-limit", limit, "--seed", str(seed),
+                            "--results", str(a.results), "--test-name", f"soak-{sink}", *on],
+                           capture_output=True, text=True)
+        hint = time_limit_hint(p.stderr + p.stdout) if p.returncode == 254 else None
+        if hint is None or hint == limit:
+            break
+        limit = hint
+    after = latest.resolve() if latest.exists() else None
+    return p, (after if after is not None and after != before else None), limit
+
+
+def time_limit_hint(output: str) -> str | None:
+    """The time limit that ``onceproof run``'s refusal names (``use --time-limit 121 or more``,
+    ``nemesis/schedule.py``), or ``None``."""
+    m = re.search(r"use --time-limit (\d+(?:\.\d+)?) or more", " ".join(output.split()))
+    return m.group(1) if m else None
+
+
 def _write_md(path: Path, rows: list[dict], a, elapsed: float) -> None:
     lines = [f"# soak: --nemesis {a.nemesis} --time-limit {a.time_limit}, {elapsed / 60:.0f} min", "",
              "| sink | seed | verdict | expected | exercised | anomalies | platform findings | why not as expected "
-             "| cluster | min |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| cluster | time limit | min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         an = ", ".join(f"{k}={v}" for k, v in r["anomalies"].items())
         pf = ", ".join(f"{k}={v}" for k, v in r["platform"].items() if v)
         why = "" if r["verdict"] == r["expected"] else "; ".join(str(w) for w in r["why"] if w)
         lines.append(f"| {r['sink']} | {r['seed']} | {r['verdict']} | {r['expected']} | {r['exercised']} | {an} | "
-                     f"{pf} | {why} | {r['cluster']} | {r['minutes']} |")
+                     f"{pf} | {why} | {r['cluster']} | {r.get('time_limit', a.time_limit)} | {r['minutes']} |")
     path.write_text("\n".join(lines) + "\n")
 
 
