@@ -75,7 +75,7 @@ def _soak(a, on: list[str]) -> int:
                 r = json.loads((run_dir / "results.json").read_text())
             except (OSError, ValueError):
                 r = {"verdict": "crashed", "error": p.stderr[-300:]}
-            cov = r.get("coverage") or []
+            cov, versions = r.get("coverage") or [], r.get("versions") or {}
             row = {"sink": sink, "seed": seed, "verdict": r.get("verdict"), "exit": p.returncode, "time_limit": limit,
                    "expected": EXPECT.get(sink), "minutes": round((time.time() - t) / 60, 1),
                    "exercised": f"{sum(1 for c in cov if c['exercised'])}/{len(cov)}",
@@ -83,7 +83,7 @@ def _soak(a, on: list[str]) -> int:
                    "why": (r.get("unknown_reasons") or [r.get("error")] or [""])[:2], "run_dir": str(run_dir),
                    "cluster": "warm" if (r.get("cluster") or {}).get("warm") else "fresh",
                    "platform": (r.get("platform_findings") or {}).get("counts") or {},
-                   "kafka": (r.get("versions") or {}).get("kafka"), "pyspark": (r.get("versions") or {}).get("pyspark"),
+                   "kafka": versions.get("kafka"), "pyspark": versions.get("pyspark"),
                    "commit": commit}
             rows.append(row)
             why = "" if row["verdict"] == row["expected"] else row["why"]
@@ -133,7 +133,7 @@ def _write_md(path: Path, rows: list[dict], a, elapsed: float) -> None:
         pf = ", ".join(f"{k}={v}" for k, v in r["platform"].items() if v)
         why = "" if r["verdict"] == r["expected"] else "; ".join(str(w) for w in r["why"] if w)
         lines.append(f"| {r['sink']} | {r['seed']} | {r['verdict']} | {r['expected']} | {r['exercised']} | {an} | "
-                     f"{pf} | {why} | {r['cluster']} | {r.get('time_limit', a.time_limit)} | {r['minutes']} |")
+                     f"{pf} | {why} | {r['cluster']} | {r['time_limit']} | {r['minutes']} |")
     path.write_text("\n".join(lines) + "\n")
 
 
