@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from onceproof.spans import spans
+
 UNKNOWN_GOAL = 0.02
 """Issue 42, item 6: UNKNOWN ≤ 2 % of the runs."""
 
@@ -82,7 +84,7 @@ def summarize(df: pd.DataFrame) -> list[dict]:
                 platform[k] = platform.get(k, 0) + int(v or 0)
         mins = pd.to_numeric(g.get("minutes", pd.Series(dtype=float)), errors="coerce").dropna()
         out.append({
-            "sink": sink, "runs": n, "seeds": _ranges(sorted(int(s) for s in g.seed)),
+            "sink": sink, "runs": n, "seeds": spans(int(s) for s in g.seed),
             "as_expected": int((g.verdict == g.expected).sum()),
             "false_alarms": [int(s) for s in alarms.seed], "misses": [int(s) for s in misses.seed],
             "unknown": {int(r.seed): list(r.why) if isinstance(r.get("why"), list) else [] for _, r in
@@ -131,17 +133,6 @@ def _distinct(g: pd.DataFrame, col: str, label: str) -> list[str]:
     """``["Kafka 4.1.1, 4.4.0"]``: the distinct values of ``col`` in ``g``, or ``[]`` when none."""
     vals = sorted({str(v) for v in g.get(col, pd.Series(dtype=object)).dropna()})
     return [f"{label} {', '.join(vals)}"] if vals else []
-
-
-def _ranges(seeds: list[int]) -> str:
-    """``[1, 2, 3, 5]`` → ``"1–3, 5"``."""
-    parts: list[str] = []
-    for s in seeds:
-        if parts and parts[-1][1] == s - 1:
-            parts[-1][1] = s
-        else:
-            parts.append([s, s])
-    return ", ".join(f"{a}–{b}" if a != b else f"{a}" for a, b in parts)
 
 
 def _seeds_or_none(seeds: list[int]) -> str:

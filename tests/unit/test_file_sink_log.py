@@ -342,7 +342,7 @@ def test_gap_in_the_log(out):
         fsl.committed_files(out)
     write_log(out, "9.compact", [entry(a)])
     write_log(out, "13", [entry(b)])
-    with pytest.raises(FileSinkLogError, match=r"batches 10-12 are missing \(reading 9\.\.13"):
+    with pytest.raises(FileSinkLogError, match=r"batches 10–12 are missing \(reading 9\.\.13"):
         fsl.committed_files(out)
 
 

@@ -68,10 +68,6 @@ def test_all_valid_passes_with_the_zero_event_bound(tmp_path):
     assert "0 of 50 (≤ 5.8%)" in summary.markdown([s], 0, 1)
 
 
-def test_seed_ranges():
-    assert summary._ranges([1, 2, 3, 5, 7, 8]) == "1–3, 5, 7–8"
-
-
 def test_bad_input_exits_254_naming_the_file(tmp_path, capsys):
     bad = tmp_path / "soak-x.json"
     bad.write_text("{not json")

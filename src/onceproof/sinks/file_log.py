@@ -84,6 +84,7 @@ import pandas as pd
 from onceproof.clients.topics import decode_values  # the checker's JSON decoding (fast path, same NA rules)
 from onceproof.sinks import table_rows
 from onceproof.sinks.base import COMMITTED, ORDER_RANK, OutputError, OutputLocation, OutputView
+from onceproof.spans import spans
 
 log = logging.getLogger("onceproof.sinks")
 
@@ -238,7 +239,7 @@ def _read(root: Path, meta: Path, batches: dict[int, list[str]], remap: Mapping[
     gaps = [b for b in range(start, last + 1) if b not in batches]
     if gaps:
         raise FileSinkLogError(
-            f"{meta}: log files for batches {_ranges(gaps)} are missing (reading {start}..{last}, from "
+            f"{meta}: log files for batches {spans(gaps)} are missing (reading {start}..{last}, from "
             f"{'the newest compact file' if newest_compact is not None else 'batch 0: there is no .compact file'}"
             f"); Spark's reader fails the same way ('... doesn't exist'). The log was damaged or partly "
             f"deleted: restore the files or re-run the job on a fresh output directory and checkpoint")
@@ -344,15 +345,6 @@ def uri_to_path(uri: str, remap: Mapping[str, str] | None = None) -> Path:
             p = os.path.normpath(remap[src]) + p[len(s):]
             break
     return Path(os.path.realpath(p))
-
-
-def _ranges(ids: list[int]) -> str:
-    out, lo = [], ids[0]
-    for a, b in zip(ids, ids[1:] + [None]):
-        if b != a + 1:
-            out.append(f"{lo}" if lo == a else f"{lo}-{a}")
-            lo = b
-    return ", ".join(out)
 
 
 # ---------------------------------------------------------------------------------------- file sets
