@@ -118,3 +118,36 @@ def test_fatal_producer_error_recreates_the_producer_and_sending_goes_on(tmp_pat
     # sends after the recreation come back ok from the new instance
     assert fake_producer.instances[1].sent > 0
     assert any(o["type"] == "ok" for o in ops[ops.index(info[-1]):])
+
+
+class _NoOffsetProducer(_FakeProducer):
+    """Delivers every record, but reports the 10th without an offset (``Message.offset()`` is ``None``:
+    librdkafka's answer to a retry the broker already holds, DUPLICATE_SEQUENCE_NUMBER)."""
+
+    def _drain(self):
+        while self.queue:
+            cb = self.queue.pop(0)
+            cb(None, _Msg(0, None if self._offset == 9 else self._offset))
+            self._offset += 1
+
+
+def test_a_delivery_without_an_offset_is_ok_and_sending_goes_on(tmp_path, monkeypatch):
+    from onceproof.store.readers import read_history
+
+    monkeypatch.setattr(keyed, "Producer", _NoOffsetProducer)
+    hist = HistoryWriter(tmp_path / "history.jsonl")
+    wl = keyed.KeyedWorkload("127.0.0.1:1", "in", hist, rate=2000, keys=3, seed=1)
+    wl.start()
+    deadline = time.monotonic() + 10
+    while wl.stats.ok < 100 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    wl.stop()
+    hist.close()
+
+    assert wl.stats.ok >= 100 and not wl.errors, f"sending stopped: {wl.stats}, {wl.errors}"
+    assert wl.stats.ends == {0: wl.stats.ok}, "the other deliveries still move the input's end"
+    ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    ok = [o for o in ops if o["type"] == "ok"]
+    assert [o["offset"] for o in ok].count(None) == 1 and ok[9]["offset"] is None
+    frame = read_history(tmp_path)
+    assert frame[frame["type"] == "ok"]["offset"].isna().sum() == 1

@@ -66,10 +66,14 @@ class SendStats:
     info: int = 0
     ends: dict[int, int] = field(default_factory=dict)
 
-    def acked(self, partition: int, offset: int) -> None:
-        """One record acknowledged at ``partition``/``offset``."""
+    def acked(self, partition: int, offset: int | None) -> None:
+        """One record acknowledged at ``partition``/``offset``. ``offset`` is ``None`` for a delivery
+        librdkafka reports without one: confluent-kafka's ``Message.offset()`` gives ``None`` for
+        ``RD_KAFKA_OFFSET_INVALID``, which an idempotent producer's retry answered with
+        ``DUPLICATE_SEQUENCE_NUMBER`` carries (the record was appended by the first attempt and counts
+        as delivered: librdkafka PR #4438); such a record counts as ok and leaves ``ends`` as it is."""
         self.ok += 1
-        if offset >= self.ends.get(partition, 0):
+        if offset is not None and offset >= self.ends.get(partition, 0):
             self.ends[partition] = offset + 1
 
 
