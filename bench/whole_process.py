@@ -363,7 +363,7 @@ class Phases:
 
 def child(a) -> int:
     global FEED
-    sys.path.insert(0, a.code_root)
+    sys.path.insert(0, str(import_root(a.code_root)))
     import onceproof.checkers.compose as compose
     import onceproof.checkers.exactly_once as exactly_once
     import onceproof.checkers.nearby as nearby
@@ -401,6 +401,10 @@ def child(a) -> int:
 
         ph.data["frames_at_check_mib"] = {n: round(float(f.memory_usage(deep=True, index=False).sum()) / 2**20, 1)
                                           for n, f in (("history", history), ("input", input), ("output", output))}
+        ph.data["columns_at_check_mib"] = {  # per column: [dtype, MiB]
+            n: {c: [str(f[c].dtype), round(float(f[c].memory_usage(deep=True, index=False)) / 2**20, 1)]
+                for c in f.columns}
+            for n, f in (("history", history), ("input", input), ("output", output))}
         ph.data["pyarrow_allocated_at_check_mib"] = round(pa.total_allocated_bytes() / 2**20, 1)
         if not a.line_profile:
             return real_check(history, input, output, *args, **kw)
@@ -424,6 +428,7 @@ def child(a) -> int:
             sys.settrace(None)
             ph.data["check_lines_peak_above_start_mib"] = {
                 k: round(v / 1024, 1) for k, v in sorted(lines.items(), key=lambda kv: -kv[1])[:40]}
+            ph.data["check_lines_in_order_mib"] = {k: round(v / 1024, 1) for k, v in lines.items()}
 
     exactly_once.check = ph.wrap("check", check_with_sizes)
     compose.combine = ph.wrap("compose", compose.combine)
@@ -449,6 +454,7 @@ def child(a) -> int:
     analysis_s = sum(analysis.values())
     report = {
         "records": a.records, "output_records": n_out, "keys": a.keys, "code_root": a.code_root,
+        "imported": str(Path(exactly_once.__file__).resolve()),
         "verdict": result["verdict"], "counts_ok": ok, "counts": got,
         "aborted_hidden": result["stats"].get("aborted_hidden"),
         "hidden_planted": hidden,
@@ -466,6 +472,14 @@ def child(a) -> int:
               f"planted {FEED.expected()} (hidden {hidden})", file=sys.stderr)
         return 1
     return 0
+
+
+def import_root(code_root: str) -> Path:
+    """Where ``code_root``'s ``onceproof`` package is imported from: its ``src/`` in a checkout (the
+    package's layout), else ``code_root`` itself. Without this, a checkout given as ``--code-root`` is not
+    on the path as a package root and the virtualenv's own install is measured instead."""
+    root = Path(code_root)
+    return root / "src" if (root / "src" / "onceproof").is_dir() else root
 
 
 def run(records: int, keys: int, partitions: int, seed: int, code_root: str, rss_limit_mib: float,
@@ -490,12 +504,13 @@ def run(records: int, keys: int, partitions: int, seed: int, code_root: str, rss
         # the files are written by a process of their own: a child's ru_maxrss starts at its parent's
         # resident size (exec records the size of the address space it replaces), so the parent stays small
         t0 = time.perf_counter()
-        subprocess.run([*cmd, "--write-files"], check=True, env=dict(os.environ, PYTHONPATH=code_root))
+        env = dict(os.environ, PYTHONPATH=str(import_root(code_root)))
+        subprocess.run([*cmd, "--write-files"], check=True, env=env)
         gen_s = time.perf_counter() - t0
         cmd.append("--child")
         if line_profile:
             cmd.append("--line-profile")
-        p = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=code_root))
+        p = subprocess.Popen(cmd, env=env)
         proc = psutil.Process(p.pid)
         killed = None
         while True:
