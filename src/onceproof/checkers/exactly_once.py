@@ -157,6 +157,7 @@ def check(history: pd.DataFrame, input: pd.DataFrame, output: pd.DataFrame,
     _lost_writes(w)
     release_freed_memory()
     _pair_output(w)
+    release_freed_memory()
     _lost(w)
     _duplicates(w)
     release_freed_memory()
@@ -239,7 +240,7 @@ def _lost_writes(w: _Work) -> None:
     """lost-write: acknowledged sends missing from the input log; failed-write-visible: sends that
     definitely failed, yet their (key, seq) is in the input log. Done first, so the history's arrays go."""
     history, h_mask, h_all, k_h, keys = w.history, w.h_mask, w.h_all, w.k_h, w.keys
-    in_h = w.cnt_in[w.d_h] > 0
+    in_h = _at_compare(w.cnt_in, w.d_h, np.greater, 0)
     lw_rows = np.flatnonzero(~in_h if w.h_fail is None else ~in_h & ~w.h_fail)
     fv_rows = np.zeros(0, np.int64) if w.h_fail is None else np.flatnonzero(in_h & w.h_fail)
     # failed sends absent from the input (an aborted transaction's records): an output copy of one is
@@ -285,14 +286,21 @@ def _pair_output(w: _Work) -> None:
         w.n_free = w.cnt_out  # every copy is paired by (key, seq)
         w.unclaimed = w.cnt_in
         return
+    release_freed_memory()  # op.input's parse temporaries, before the pairing tables are made
     w.n_ref, free, claimed, w.mismatch, w.mis_named = _claims(ref, w.ok, w.d_in, w.d_out)
     del ref
-    per_rec = _bincount32(claimed, len(w.d_in))  # copies per input record, by op.input
+    # copies per input record, by op.input, a chunk of records at a time (no int per record is kept)
+    w.unpaid = np.empty(len(w.d_in), bool)
+    twice = []
+    for lo, hi, per_rec in _count_chunks(claimed, len(w.d_in)):
+        np.equal(per_rec, 0, out=w.unpaid[lo:hi])
+        t = np.flatnonzero(per_rec > 1)
+        w.extra_named += int((per_rec[t] - 1).sum(dtype=np.int64))
+        twice.append(t + lo)
+        del per_rec
     del claimed
-    w.twice = np.flatnonzero(per_rec > 1)
-    w.extra_named = int((per_rec[w.twice] - 1).sum(dtype=np.int64))
-    w.unpaid = per_rec == 0
-    del per_rec
+    w.twice = np.concatenate(twice) if twice else np.zeros(0, np.int64)
+    del twice
     w.n_free = _bincount32(w.d_out, w.n_ids, free)
     del free
     w.unclaimed = _bincount32(w.d_in, w.n_ids, w.unpaid)
@@ -302,7 +310,7 @@ def _pair_output(w: _Work) -> None:
 def _lost(w: _Work) -> None:
     """lost: input records no copy paid for."""
     if w.unpaid is None and not w.multi_in:
-        w.lost_rows = np.flatnonzero(w.cnt_out[w.d_in] == 0)
+        w.lost_rows = np.flatnonzero(_at_compare(w.cnt_out, w.d_in, np.equal, 0))
     else:
         w.lost_rows = _lost_rows(w.d_in, w.places_in, w.unpaid, w.unclaimed, w.n_free)
     w.unpaid = None
@@ -355,11 +363,14 @@ def _duplicate_examples(w: _Work) -> None:
     """The first output occurrence of each pair (``is_first``, for unexpected, nonmonotonic and the
     examples) and the first 10 duplicated pairs, in order of first appearance, with every copy."""
     output, places_out, d_out = w.output, w.places_out, w.d_out
-    multi_rows = np.flatnonzero((w.cnt_out[d_out] > 1) & w.ok)
+    multi = _at_compare(w.cnt_out, d_out, np.greater, 1)
+    multi &= w.ok
+    multi_rows = np.flatnonzero(multi)
+    del multi
     w.is_first = w.ok.copy()
     if len(multi_rows):
         w.is_first[multi_rows] = _first_of_pair(d_out[multi_rows], places_out.at(multi_rows))
-    w.in_input = w.cnt_in[d_out] > 0
+    w.in_input = _at_compare(w.cnt_in, d_out, np.greater, 0)
     w.counts["duplicate"] = int(np.count_nonzero(w.dup_pair))
     w.counts["duplicate-records"] = w.extra
     dup_rows = multi_rows[w.dup_pair[d_out[multi_rows]]]
@@ -447,7 +458,10 @@ def _input_duplicates(w: _Work) -> None:
     d_in, inp = w.d_in, w.inp
     w.first_in, in_first = _first_positions(d_in, w.places_in, w.n_ids, w.multi_in)
     if w.multi_in:
-        w.idup_first = np.flatnonzero(in_first & (w.cnt_in[d_in] > 1))
+        multi = _at_compare(w.cnt_in, d_in, np.greater, 1)
+        multi &= in_first
+        w.idup_first = np.flatnonzero(multi)
+        del multi
         w.counts["input-duplicate"] = int(len(w.idup_first))
         w.counts["input-duplicate-records"] = int(np.count_nonzero(~in_first))
         ix = _earliest(w.idup_first, w.places_in)
@@ -465,7 +479,8 @@ def _input_duplicates(w: _Work) -> None:
 
 def _partition_of_ids(d_in: np.ndarray, partition: pd.Series, n_ids: int) -> np.ndarray | None:
     """Per pair id, a code of the input partition holding it (a pair at several input places: any one of
-    them), or ``None`` when the input has one partition (or none)."""
+    them), or ``None`` when the input has one partition (or none). Codes in the smallest int type that
+    holds them (int8 for up to 128 partitions)."""
     if not len(d_in):
         return None
     if _is_exact_int(partition):
@@ -473,27 +488,40 @@ def _partition_of_ids(d_in: np.ndarray, partition: pd.Series, n_ids: int) -> np.
         hi = max(int(_int_rows(partition, slice(a, b)).max()) for a, b in _blocks(len(d_in)))
         if hi == lo:
             return None
-        out = np.zeros(n_ids, np.int32)
+        out = np.zeros(n_ids, _small_int(hi - lo))
         for a, b in _blocks(len(d_in)):
             out[d_in[a:b]] = _int_rows(partition, slice(a, b)) - lo
         return out
     codes, uniq = pd.factorize(partition)
     if len(uniq) < 2:
         return None
-    out = np.zeros(n_ids, np.int32)
+    out = np.zeros(n_ids, _small_int(len(uniq) - 1))
     out[d_in] = codes
     return out
+
+
+def _small_int(top: int) -> type:
+    """The smallest signed int type holding ``0..top``."""
+    return np.int8 if top < (1 << 7) else np.int16 if top < (1 << 15) else np.int32 if top < (1 << 31) else np.int64
 
 
 def _order_groups(k_out: np.ndarray, seen: np.ndarray, d_out: np.ndarray, part_of: np.ndarray | None
                   ) -> np.ndarray:
     """Per output row, the group whose rows keep the input's order: the key code, or with several input
-    partitions ``key code × partitions + the input partition of the row's pair`` (rows not ``seen``: 0)."""
+    partitions ``key code × partitions + the input partition of the row's pair`` (rows not ``seen``: 0),
+    int32 when every group fits (else int64), computed :data:`_BLOCK` rows at a time."""
     if part_of is None:
         return k_out
-    g = np.zeros(len(k_out), np.int64)
-    rows = np.flatnonzero(seen)
-    g[rows] = k_out[rows].astype(np.int64) * (int(part_of.max()) + 1) + part_of[d_out[rows]]
+    nparts = int(part_of.max()) + 1
+    top = (int(k_out.max()) + 1) * nparts - 1 if len(k_out) else 0
+    g = np.zeros(len(k_out), np.int32 if top < (1 << 31) else np.int64)
+    for a, b in _blocks(len(k_out)):
+        rows = np.flatnonzero(seen[a:b])
+        rows += a
+        v = k_out[rows].astype(g.dtype)
+        v *= nparts
+        v += part_of[d_out[rows]]
+        g[rows] = v
     return g
 
 
@@ -693,24 +721,18 @@ def _backwards(k_out: np.ndarray, places_out: _Places, seen: np.ndarray, d_out: 
     """Rows of ``seen`` (first occurrences of input pairs) whose pair's first input place is below the
     previous one's of the same key, in (key, output position) order; and those previous rows.
 
-    One int64 per seen row, ``key code << bits | position``, sorted in place; the comparison then goes
-    :data:`_BLOCK` rows at a time (the row is the position's low bits). Keys are taken in groups of
-    about ``4 * _BLOCK`` seen rows (a key's rows are never split), so the sorted array is at most
-    that big (plus one key's rows)."""
+    Keys are taken in ranges of about ``4 * _BLOCK`` seen rows (a key's rows are never split), in key
+    order, so that nothing per seen row is bigger than one range (plus one key's rows). Per range, one
+    int64 per seen row, ``(key code - the range's first) << bits | position``, sorted in place; the
+    comparison then goes :data:`_BLOCK` rows at a time (the row is the position's low bits). A range
+    whose keys and positions do not fit 63 bits together sorts its row indices by (key, position)
+    instead."""
     n = int(np.count_nonzero(seen))
     none = np.zeros(0, np.int64)
     if n < 2:
         return none, none
     pbits = places_out.bits
-    kbits = int(k_out.max()).bit_length() if len(k_out) else 0
     rowmask = (1 << places_out.b) - 1
-    if kbits + pbits > 63:  # too wide to pack: sort row indices instead
-        rows = np.flatnonzero(seen)
-        rows = rows[np.lexsort((places_out.at(rows), k_out[rows]))]
-        ks = k_out[rows]
-        rk = first_in[d_out[rows]]
-        back_m = (ks[1:] == ks[:-1]) & (rk[1:] < rk[:-1])
-        return rows[1:][back_m], rows[:-1][back_m]
     per_key = np.zeros(int(k_out.max()) + 1, np.int64)
     for a, b in _blocks(len(seen)):
         per_key += np.bincount(k_out[a:b][seen[a:b]], minlength=len(per_key))
@@ -719,29 +741,43 @@ def _backwards(k_out: np.ndarray, places_out: _Places, seen: np.ndarray, d_out: 
     groups = zip(np.r_[0, cuts + 1], np.r_[cuts + 1, len(per_key)])  # key code ranges [lo, hi)
     back, prev = [], []
     for klo, khi in groups:
+        klo, khi = int(klo), int(khi)
         size = int(cum[khi - 1] - (cum[klo - 1] if klo else 0))
         if size < 2:
             continue
+        packs = (khi - 1 - klo).bit_length() + pbits <= 63
         packed = np.empty(size, np.int64)
         at = 0
         for a, b in _blocks(len(seen)):
             k = k_out[a:b]
             r = np.flatnonzero(seen[a:b] & (k >= klo) & (k < khi))
             r += a
-            v = k_out[r].astype(np.int64)
-            v <<= pbits
-            v |= places_out.at(r)
+            if packs:
+                v = k_out[r].astype(np.int64)
+                v -= klo
+                v <<= pbits
+                v |= places_out.at(r)
+            else:
+                v = r
             packed[at:at + len(v)] = v
             at += len(v)
-        packed.sort()
-        for a, b in _blocks(size - 1):
-            blk = packed[a:b + 1]
-            same = (blk[1:] >> pbits) == (blk[:-1] >> pbits)
-            rows = blk & rowmask
+        if packs:
+            packed.sort()
+            for a, b in _blocks(size - 1):
+                blk = packed[a:b + 1]
+                same = (blk[1:] >> pbits) == (blk[:-1] >> pbits)
+                rows = blk & rowmask
+                rk = first_in[d_out[rows]]
+                same &= rk[1:] < rk[:-1]
+                back.append(rows[1:][same])
+                prev.append(rows[:-1][same])
+        else:  # too wide to pack: sort the range's row indices instead
+            rows = packed[np.lexsort((places_out.at(packed), k_out[packed]))]
+            ks = k_out[rows]
             rk = first_in[d_out[rows]]
-            same &= rk[1:] < rk[:-1]
-            back.append(rows[1:][same])
-            prev.append(rows[:-1][same])
+            back_m = (ks[1:] == ks[:-1]) & (rk[1:] < rk[:-1])
+            back.append(rows[1:][back_m])
+            prev.append(rows[:-1][back_m])
         del packed
     return (np.concatenate(back), np.concatenate(prev)) if back else (none, none)
 
@@ -917,24 +953,49 @@ def _blocks(n: int, size: int | None = None):
 
 def _bincount32(d: np.ndarray, n: int, mask: np.ndarray | None = None) -> np.ndarray:
     """``np.bincount(d[mask], minlength=n)`` as int32 (int64 when a count does not fit): a pair is seen
-    at most a few times, and small counters halve the tables' memory and traffic. Counted over
-    ``4 * _BLOCK`` ids at a time, so neither ``d[mask]`` nor ``bincount``'s int64 result is ever a
-    whole-table temporary."""
+    at most a few times, and small counters halve the tables' memory and traffic. Counted a chunk of ids
+    at a time (:func:`_count_chunks`), so neither ``d[mask]``, a mask of every row nor ``bincount``'s int64
+    result is ever a whole-table temporary."""
     if len(d) >= (1 << 31):
         return np.bincount(d if mask is None else d[mask], minlength=n)
-    span = 4 * _BLOCK
-    if n <= span and (mask is None or len(d) <= span):
-        return np.bincount(d if mask is None else d[mask], minlength=n).astype(np.int32)
     out = np.empty(n, np.int32)
+    for lo, hi, c in _count_chunks(d, n, mask):
+        out[lo:hi] = c
+    return out
+
+
+def _count_chunks(d: np.ndarray, n: int, mask: np.ndarray | None = None):
+    """``(lo, hi, counts)`` covering ids ``0..n`` in order: ``counts`` (int64) is
+    ``np.bincount(d[mask], minlength=n)[lo:hi]``. Ids are counted ``2 * _BLOCK`` at a time, their rows
+    picked :data:`_BLOCK` rows at a time (all at once when both the ids and the rows are that few)."""
+    span = 2 * _BLOCK
+    if n <= span and (mask is None or len(d) <= span):
+        yield 0, n, np.bincount(d if mask is None else d[mask], minlength=n)
+        return
     for lo in range(0, n, span):
         hi = min(n, lo + span)
-        m = (d >= lo) & (d < hi)
-        if mask is not None:
-            m &= mask
-        sel = d[m]
-        del m
+        parts = []
+        for a, b in _blocks(len(d)):
+            db = d[a:b]
+            m = db >= lo
+            m &= db < hi
+            if mask is not None:
+                m &= mask[a:b]
+            parts.append(db[m])
+        sel = np.concatenate(parts) if parts else np.zeros(0, d.dtype)
+        del parts
         sel -= lo
-        out[lo:hi] = np.bincount(sel, minlength=hi - lo)
+        c = np.bincount(sel, minlength=hi - lo)
+        del sel
+        yield lo, hi, c
+
+
+def _at_compare(table: np.ndarray, idx: np.ndarray, op, value) -> np.ndarray:
+    """``op(table[idx], value)`` (a numpy comparison ufunc) as a bool array, looked up :data:`_BLOCK` rows
+    at a time: no whole-length temporary of ``table``'s values."""
+    out = np.empty(len(idx), bool)
+    for a, b in _blocks(len(idx)):
+        op(table[idx[a:b]], value, out=out[a:b])
     return out
 
 

@@ -52,10 +52,13 @@ def _ts_index(frame: pd.DataFrame | None, keys: list[tuple[int, int]]) -> dict:
     want = pd.DataFrame(keys, columns=["partition", "offset"]).drop_duplicates()
     off, wo = frame["offset"], want["offset"].unique()
     if isinstance(off.dtype, np.dtype) and off.dtype.kind in "iu" and int(wo.max()) - int(wo.min()) <= 4 * len(off):
-        near = np.isin(off.to_numpy(), wo, kind="table")  # one look-up per row in a table over wo's range
+        near = _isin_table(off.to_numpy(), wo)  # one look-up per row in a table over wo's range
     else:
         near = off.isin(wo).to_numpy(dtype=bool)
-    f = frame.loc[near, ["partition", "offset", "timestamp"]].astype({"partition": "int64", "offset": "int64"})
+    # the rows first, then the columns: ``.loc[mask, columns]`` would join the columns into one block,
+    # copying them whole
+    f = frame.iloc[np.flatnonzero(near)][["partition", "offset", "timestamp"]].astype(
+        {"partition": "int64", "offset": "int64"})
     m = want.merge(f, on=["partition", "offset"], how="inner")
     return {(int(p), int(o)): float(t) for p, o, t in m.itertuples(index=False)}
 
@@ -88,3 +91,17 @@ def attach(result: dict, output: pd.DataFrame | None, input: pd.DataFrame | None
         ex["nemesis_nearby"] = [{"f": w.at[i, "f"], "target": w.at[i, "target"], "dt_s": round(float(dist[i]), 1)}
                                 for i in order]
     return result
+
+
+def _isin_table(x: np.ndarray, wanted: np.ndarray, block: int = 1 << 20) -> np.ndarray:
+    """``np.isin(x, wanted)`` for integer arrays, through a bool table over ``wanted``'s range (as
+    ``np.isin(kind="table")``), ``block`` rows at a time: no whole-length int copy of ``x``."""
+    lo, hi = int(wanted.min()), int(wanted.max())
+    table = np.zeros(hi - lo + 1, bool)
+    table[np.asarray(wanted, dtype=np.int64) - lo] = True
+    out = np.zeros(len(x), bool)
+    for a in range(0, len(x), block):
+        xb = x[a:a + block]
+        inr = (xb >= lo) & (xb <= hi)
+        out[a:a + block][inr] = table[xb[inr].astype(np.int64) - lo]
+    return out

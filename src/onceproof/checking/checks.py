@@ -216,6 +216,10 @@ def _top_seq(keys: pd.Series, seqs: pd.Series) -> pd.Series:
     return top.set_axis(pd.Index(strs[top.index.to_numpy()], dtype=object)).groupby(level=0, sort=False).max()
 
 
+_GAP_BLOCK = 1 << 20
+"""Input records :func:`history_gaps` compares at a time."""
+
+
 def history_gaps(path: Path, hist: pd.DataFrame, inp: pd.DataFrame, invoked: pd.Series | None = None) -> list[str]:
     """Why ``history.jsonl`` cannot back the lost-write check: missing, empty, or ending before the input
     does (per key, an input seq above the highest seq the history invoked: the workload writes the
@@ -236,13 +240,20 @@ def history_gaps(path: Path, hist: pd.DataFrame, inp: pd.DataFrame, invoked: pd.
     ik, ikeys = exactly_once.factorize_str(inp["key"])
     at = invoked.index.get_indexer(pd.Index(ikeys, dtype=object))  # each input key's place in invoked, -1: none
     top = invoked.to_numpy(dtype=float)
-    bound = (np.where(at >= 0, top[np.maximum(at, 0)], np.nan) if len(top) else np.full(len(ikeys), np.nan))[ik]
-    seq_in = pd.to_numeric(inp["seq"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    beyond = ~np.isnan(seq_in) & (np.isnan(bound) | (seq_in > bound))
-    n = int(np.count_nonzero(beyond))
+    bound_of = np.where(at >= 0, top[np.maximum(at, 0)], np.nan) if len(top) else np.full(len(ikeys), np.nan)
+    n, first_at = 0, -1
+    for a in range(0, len(inp), _GAP_BLOCK):  # a block at a time: no float per input record is kept
+        b = min(len(inp), a + _GAP_BLOCK)
+        bound = bound_of[ik[a:b]]
+        seq_in = pd.to_numeric(inp["seq"].iloc[a:b], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        beyond = ~np.isnan(seq_in) & (np.isnan(bound) | (seq_in > bound))
+        k = int(np.count_nonzero(beyond))
+        if k and first_at < 0:
+            first_at = a + int(np.flatnonzero(beyond)[0])
+        n += k
     if not n:
         return []
-    first = inp.iloc[int(np.flatnonzero(beyond)[0])]
+    first = inp.iloc[first_at]
     return [f"{path.name} ends before the input does: {n} input records (e.g. key {first['key']} seq "
             f"{first['seq']}) have no send in it, so it was cut short and {why.split(' could')[0]} could "
             "not all be checked (lost-write)"]

@@ -265,6 +265,9 @@ def _concat_column(pieces: list, sizes: list[int], cats: pd.Index | None):
                 else pd.Categorical.from_codes(p.codes, categories=cats).astype("string[pyarrow]")
                 if isinstance(p, _Codes) else p for p, k in zip(pieces, sizes)]
         return ArrowStringArray._concat_same_type(full)
+    numeric = _concat_numeric(pieces, sizes)
+    if numeric is not None:
+        return numeric
     if any(isinstance(p, _Codes) for p in have):  # str in some chunks, other objects in others
         pieces = [pd.Categorical.from_codes(p.codes, categories=cats).astype(object) if isinstance(p, _Codes) else p
                   for p in pieces]
@@ -276,6 +279,56 @@ def _concat_column(pieces: list, sizes: list[int], cats: pd.Index | None):
     return pd.concat(series, ignore_index=True).array if series else have[0][:0]
 
 
+def _concat_numeric(pieces: list, sizes: list[int]) -> np.ndarray | None:
+    """The join of numpy int / float pieces (None: NaN rows) as ``pandas.concat`` gives it (its dtype, found
+    on one row of each piece), written into one array a block at a time instead of converting each piece
+    whole first; a float64 join that is exact as float32 is written as float32 directly (what
+    :func:`_narrow` makes of it), so neither a float64 copy nor a round-trip temporary of the whole column
+    exists. ``None`` for any other pieces."""
+    if not all(p is None or (isinstance(p, np.ndarray) and p.dtype.kind in "iuf") for p in pieces):
+        return None
+    have = [(p, k) for p, k in zip(pieces, sizes) if k]
+    if not have:
+        return None
+    dtype = pd.concat([pd.Series(np.zeros(1, p.dtype) if p is not None else np.full(1, np.nan)) for p, _ in have],
+                      ignore_index=True).dtype
+    if not isinstance(dtype, np.dtype) or dtype.kind not in "iuf":
+        return None
+    n = sum(k for _, k in have)
+    if dtype == np.float64:
+        out = np.empty(n, np.float32)
+        if _fill(out, have, exact32=True):
+            return out
+        del out
+    out = np.empty(n, dtype)
+    _fill(out, have)
+    return out
+
+
+def _fill(out: np.ndarray, have: list, exact32: bool = False) -> bool:
+    """Write the pieces (``(piece or None, rows)``) one after another into ``out``, :data:`_NARROW_BLOCK`
+    rows at a time, as ``astype(out.dtype)`` converts them (None: NaN). With ``exact32`` (``out`` float32)
+    each value goes through float64 first and False is returned at the first one that float32 changes."""
+    at = 0
+    for p, k in have:
+        for a in range(0, k, _NARROW_BLOCK):
+            b = min(k, a + _NARROW_BLOCK)
+            v = p[a:b] if p is not None else np.full(b - a, np.nan)
+            if exact32:
+                v = v.astype(np.float64, copy=False)
+                small = v.astype(np.float32)
+                if not np.array_equal(small.astype(np.float64), v, equal_nan=True):
+                    return False
+                v = small
+            out[at + a:at + b] = v
+        at += k
+    return True
+
+
+_NARROW_BLOCK = 1 << 20
+"""Rows :func:`_narrow` and :func:`_concat_numeric` convert at a time."""
+
+
 def _narrow(arr, ints: bool):
     """A float64 numpy array as float32 when every value (NaN included) survives the round trip; with
     ``ints`` an int64 one as int32 when every value fits. Anything else unchanged."""
@@ -283,9 +336,9 @@ def _narrow(arr, ints: bool):
         arr = arr.to_numpy()
     if not isinstance(arr, np.ndarray) or not len(arr):
         return arr
-    if arr.dtype == np.float64:
-        small = arr.astype(np.float32)
-        if np.array_equal(small.astype(np.float64), arr, equal_nan=True):
+    if arr.dtype == np.float64:  # checked a block at a time: stops at the first inexact block
+        small = np.empty(len(arr), np.float32)
+        if _fill(small, [(arr, len(arr))], exact32=True):
             return small
     elif ints and arr.dtype == np.int64:
         lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max

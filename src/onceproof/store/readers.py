@@ -206,6 +206,7 @@ def json_lines_frame(path: Path, problems: list[str] | None = None, columns: tup
                 line0 += n
                 chunks.add(keep(frame) if keep is not None else frame)
                 del frame
+                release_freed_memory()  # the block's parse, before the next block is read
     except FileNotFoundError:
         return pd.DataFrame()
     except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt .gz
