@@ -151,3 +151,19 @@ def test_a_delivery_without_an_offset_is_ok_and_sending_goes_on(tmp_path, monkey
     assert [o["offset"] for o in ok].count(None) == 1 and ok[9]["offset"] is None
     frame = read_history(tmp_path)
     assert frame[frame["type"] == "ok"]["offset"].isna().sum() == 1
+
+
+def test_a_transactions_delivery_without_an_offset_commits_as_ok(tmp_path):
+    from onceproof.workloads.transactional_client import TransactionalWorkload
+
+    hist = HistoryWriter(tmp_path / "history.jsonl")
+    wl = TransactionalWorkload("127.0.0.1:1", "in", hist, rate=1, keys=3, seed=1)
+    for i in range(3):
+        wl._sent("k0", i)
+        wl._complete("k0", i, None, _Msg(2, None if i == 1 else 40 + i))
+    wl._record("ok", "")  # the commit succeeded
+    hist.close()
+
+    ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [(o["type"], o["seq"], o["offset"]) for o in ops] == [("ok", 0, 40), ("ok", 1, None), ("ok", 2, 42)]
+    assert wl.stats.ok == 3 and wl.stats.ends == {2: 43}
