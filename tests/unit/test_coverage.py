@@ -100,3 +100,26 @@ def test_an_unexercised_fault_carries_its_own_reasons_once_each():
     line = [x for x in r["unknown_reasons"] if x.startswith("fault-not-exercised: kill-broker:leader")]
     assert line == [f"fault-not-exercised: kill-broker:leader (planned 1, invoked 2: not-effective=2): {why}"]
     assert coverage.why_not(ops, "kill-executor") == ["not mine"]
+
+
+def test_a_workload_that_stopped_sending_makes_a_valid_run_unknown():
+    ops = [_op("kill-executor"), _op("kill-broker:leader")]
+    r = coverage.judge(VALID, PLAN, ops, "16:33:27 TypeError('x')")
+    assert r["verdict"] == "unknown" and r["unknown_reasons"][0].startswith("workload-stopped")
+    assert "16:33:27 TypeError('x')" in r["unknown_reasons"][0]
+    invalid = {**VALID, "verdict": "invalid", "valid": False}
+    assert coverage.judge(invalid, PLAN, ops, "16:33:27 TypeError('x')")["verdict"] == "invalid"
+
+
+def test_a_recheck_reads_the_stop_the_run_recorded(tmp_path):
+    import json
+
+    from onceproof.checking.checks import stored_workload_stop
+
+    assert stored_workload_stop(tmp_path) is None  # no results.json
+    (tmp_path / "results.json").write_text(json.dumps({"client_errors": {"workload": [
+        "16:31:35 127.0.0.1:19142/2: Connect to ipv4#127.0.0.1:19142 failed: Connection refused",
+        "16:33:27 the workload stopped sending: TypeError(\"'>=' not supported\") (fatal)"]}}))
+    assert stored_workload_stop(tmp_path) == "16:33:27 TypeError(\"'>=' not supported\")"
+    (tmp_path / "results.json").write_text("{not json")
+    assert stored_workload_stop(tmp_path) is None

@@ -455,7 +455,8 @@ def _phases(r: _Run, drive: Callable[[_Run], None]) -> dict:
                 _setup(r)
                 drive(r)
                 _heal(r)
-                result = coverage.judge(_check(r, _recover(r)), r.plan, r.nem.ops)
+                result = coverage.judge(_check(r, _recover(r)), r.plan, r.nem.ops,
+                                        r.workload.stopped_by if r.workload else None)
             except KeyboardInterrupt as e:
                 td.interrupted = True
                 why = signals.reason(e)

@@ -53,11 +53,13 @@ def why_not(ops: list[dict], spec: str, limit: int = 2) -> list[str]:
     return out[:limit]
 
 
-def judge(result: dict, plan: list, ops: list[dict]) -> dict:
+def judge(result: dict, plan: list, ops: list[dict], workload_stopped: str | None = None) -> dict:
     """``result`` with ``coverage`` added and, if it was ``valid``, the verdict lowered to ``unknown``
-    when the run carried no traffic or a planned fault was never exercised (reasons in
-    ``unknown_reasons``, each starting with ``no-traffic`` or ``fault-not-exercised``, the latter ending
-    with the faults' own reasons, :func:`why_not`)."""
+    when the run carried no traffic, the workload stopped sending before the run phase ended
+    (``workload_stopped``: the client's ``stopped_by``; the faults after it met no new input), or a
+    planned fault was never exercised (reasons in ``unknown_reasons``, each starting with
+    ``no-traffic``, ``workload-stopped`` or ``fault-not-exercised``, the latter ending with the faults'
+    own reasons, :func:`why_not`)."""
     r = dict(result)
     cov = table(plan, ops)
     r["coverage"] = cov
@@ -66,6 +68,10 @@ def judge(result: dict, plan: list, ops: list[dict]) -> dict:
     if st and (not st.get("input_records") or not st.get("output_records")):
         reasons.append(f"no-traffic: input {st.get('input_records', 0)} records, output "
                        f"{st.get('output_records', 0)} records; nothing was tested")
+    if workload_stopped:
+        reasons.append(f"workload-stopped: the workload stopped sending at {workload_stopped}, before the run "
+                       "phase ended, so the faults after it met no new input (a bug in onceproof's client: "
+                       "please report it with this run's logs/)")
     for row in cov:
         if row["exercised"] == 0:
             spec = row["fault"] + ("" if row["target"] == "-" else f":{row['target']}")

@@ -25,6 +25,9 @@ class Client(Protocol):
 
     stats: Any
     errors: list[str]
+    stopped_by: str | None
+    """Why the client stopped sending before :meth:`stop` was called (a bug in the client, not a
+    client error: ``"HH:MM:SS <the exception>"``); ``None`` while it sends."""
 
     def start(self) -> None: ...
 

@@ -54,6 +54,11 @@ def sequences(keys: int, seed: int) -> Iterator[tuple[str, int]]:
         nxt[k] += 1
 
 
+STOPPED_SENDING = "the workload stopped sending: "
+"""How a client error line (``errors``, ``results.json``'s ``client_errors.workload``) says that the
+send loop died of a bug: ``"HH:MM:SS the workload stopped sending: <exception> (fatal)"``."""
+
+
 @dataclass
 class SendStats:
     """Counts of completed sends by type (records), and ``ends``: per input partition, one past the
@@ -94,6 +99,7 @@ class KeyedWorkload:
     stats: SendStats = field(default_factory=SendStats)
     errors: list[str] = field(default_factory=list)  # client-level errors (error_cb), newest last
     producers: int = 0  # producer instances created (1 + recreations after fatal errors)
+    stopped_by: str | None = None  # "HH:MM:SS <exception>" when the send loop died of a bug
     _stop: threading.Event = field(default_factory=threading.Event)
     _abandon: threading.Event = field(default_factory=threading.Event)
     _fatal: threading.Event = field(default_factory=threading.Event)
@@ -205,7 +211,8 @@ class KeyedWorkload:
         try:
             self._send_loop()
         except Exception as e:  # a bug, not a client error: on the console, then the thread's traceback
-            self.errors.append(f"{time.strftime('%H:%M:%S')} the workload stopped sending: {e!r} (fatal)")
+            self.stopped_by = f"{time.strftime('%H:%M:%S')} {e!r}"
+            self.errors.append(f"{time.strftime('%H:%M:%S')} {STOPPED_SENDING}{e!r} (fatal)")
             raise
 
     def _send_loop(self) -> None:

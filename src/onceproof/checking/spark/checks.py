@@ -196,7 +196,8 @@ def check_run(spark, run_dir: Path, *, bootstrap: str = "", input_topic: str = "
     result["recovery"] = {"finished": rec.finished, "reasons": rec.reasons}
     if checking.workload_ran(run_dir):
         ops = nem.to_dict("records") if len(nem) else []
-        result = coverage.judge(result, [tuple(x) for x in test.get("schedule") or []], ops)
+        result = coverage.judge(result, [tuple(x) for x in test.get("schedule") or []], ops,
+                                checking.stored_workload_stop(run_dir))
     return result
 
 
