@@ -136,7 +136,10 @@ def _distinct(g: pd.DataFrame, col: str, label: str) -> list[str]:
 
 
 def _seeds_or_none(seeds: list[int]) -> str:
-    return ", ".join(str(s) for s in seeds) if seeds else "0"
+    """``[34, 42]`` → ``"2 (seeds 34, 42)"``; ``"0"`` when none."""
+    if not seeds:
+        return "0"
+    return f"{len(seeds)} (seed{'s' if len(seeds) > 1 else ''} {spans(seeds)})"
 
 
 def main(argv: list[str] | None = None) -> int:

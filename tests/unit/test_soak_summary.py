@@ -35,6 +35,7 @@ def test_two_soaks_add_up_and_a_rerun_seed_counts_once(tmp_path):
     assert not summary.passed([s])  # 8.3 % unknown is above the 2 % goal
     md = summary.markdown([s], replaced, 2)
     assert "eos seed 8 unknown: fault-not-exercised: x" in md and "1 re-run seed(s)" in md
+    assert "| 0 | 0 | 1 (seed 8) | 0 |" in md  # false alarms, misses, unknown, crashed
     assert s["versions"] == []  # rows that name no release
 
 
