@@ -83,14 +83,9 @@ class _FakeProducer:
         return 0
 
 
-@pytest.fixture
-def fake_producer(monkeypatch):
-    _FakeProducer.instances = []
-    monkeypatch.setattr(keyed, "Producer", _FakeProducer)
-    return _FakeProducer
-
-
-def test_fatal_producer_error_recreates_the_producer_and_sending_goes_on(tmp_path, fake_producer):
+def _send_until_100_ok(tmp_path) -> keyed.KeyedWorkload:
+    """A workload on the patched ``Producer``, run until 100 sends are ok (at most 10 s), then stopped;
+    its history is ``tmp_path / "history.jsonl"``."""
     hist = HistoryWriter(tmp_path / "history.jsonl")
     wl = keyed.KeyedWorkload("127.0.0.1:1", "in", hist, rate=2000, keys=3, seed=1)
     wl.start()
@@ -99,6 +94,18 @@ def test_fatal_producer_error_recreates_the_producer_and_sending_goes_on(tmp_pat
         time.sleep(0.01)
     wl.stop()
     hist.close()
+    return wl
+
+
+@pytest.fixture
+def fake_producer(monkeypatch):
+    _FakeProducer.instances = []
+    monkeypatch.setattr(keyed, "Producer", _FakeProducer)
+    return _FakeProducer
+
+
+def test_fatal_producer_error_recreates_the_producer_and_sending_goes_on(tmp_path, fake_producer):
+    wl = _send_until_100_ok(tmp_path)
     ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
 
     assert wl.producers == 2 and len(fake_producer.instances) == 2, "a fatal error must bring a new producer"
@@ -135,14 +142,7 @@ def test_a_delivery_without_an_offset_is_ok_and_sending_goes_on(tmp_path, monkey
     from onceproof.store.readers import read_history
 
     monkeypatch.setattr(keyed, "Producer", _NoOffsetProducer)
-    hist = HistoryWriter(tmp_path / "history.jsonl")
-    wl = keyed.KeyedWorkload("127.0.0.1:1", "in", hist, rate=2000, keys=3, seed=1)
-    wl.start()
-    deadline = time.monotonic() + 10
-    while wl.stats.ok < 100 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    wl.stop()
-    hist.close()
+    wl = _send_until_100_ok(tmp_path)
 
     assert wl.stats.ok >= 100 and not wl.errors, f"sending stopped: {wl.stats}, {wl.errors}"
     assert wl.stats.ends == {0: wl.stats.ok}, "the other deliveries still move the input's end"
