@@ -117,9 +117,12 @@ def test_a_recheck_reads_the_stop_the_run_recorded(tmp_path):
     from onceproof.checking.checks import stored_workload_stop
 
     assert stored_workload_stop(tmp_path) is None  # no results.json
-    (tmp_path / "results.json").write_text(json.dumps({"client_errors": {"workload": [
-        "16:31:35 127.0.0.1:19142/2: Connect to ipv4#127.0.0.1:19142 failed: Connection refused",
-        "16:33:27 the workload stopped sending: TypeError(\"'>=' not supported\") (fatal)"]}}))
+    # a fatal line past client_errors' first 50 is cut from the record; the structured field is not
+    (tmp_path / "results.json").write_text(json.dumps({
+        "client_errors": {"workload": ["16:31:35 127.0.0.1:19142/2: Connect to ipv4#127.0.0.1:19142 failed"] * 50},
+        "workload_stopped": "16:33:27 TypeError(\"'>=' not supported\")"}))
     assert stored_workload_stop(tmp_path) == "16:33:27 TypeError(\"'>=' not supported\")"
+    (tmp_path / "results.json").write_text(json.dumps({"client_errors": {"workload": []}}))
+    assert stored_workload_stop(tmp_path) is None
     (tmp_path / "results.json").write_text("{not json")
     assert stored_workload_stop(tmp_path) is None

@@ -167,3 +167,31 @@ def test_a_transactions_delivery_without_an_offset_commits_as_ok(tmp_path):
     ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert [(o["type"], o["seq"], o["offset"]) for o in ops] == [("ok", 0, 40), ("ok", 1, None), ("ok", 2, 42)]
     assert wl.stats.ok == 3 and wl.stats.ends == {2: 43}
+
+
+class _BuggyProducer(_FakeProducer):
+    """Its 30th ``produce`` raises a ``TypeError``: a bug in the send path, not a client error."""
+
+    def produce(self, topic, key=None, value=None, on_delivery=None):
+        if self.sent == 29:
+            raise TypeError("'>=' not supported between instances of 'NoneType' and 'int'")
+        super().produce(topic, key=key, value=value, on_delivery=on_delivery)
+
+
+def test_a_send_loop_that_dies_records_when_and_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(keyed, "Producer", _BuggyProducer)
+    hist = HistoryWriter(tmp_path / "history.jsonl")
+    wl = keyed.KeyedWorkload("127.0.0.1:1", "in", hist, rate=2000, keys=3, seed=1)
+    monkeypatch.setattr("threading.excepthook", lambda args: None)  # the thread's traceback is expected
+    wl.start()
+    deadline = time.monotonic() + 10
+    while wl.stopped_by is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    wl.stop()
+    hist.close()
+
+    assert wl.stopped_by is not None and "TypeError(" in wl.stopped_by, wl.errors
+    at, _, why = wl.stopped_by.partition(" ")
+    assert len(at) == 8 and at[2] == at[5] == ":" and why.startswith("TypeError(")
+    assert f"{at} the workload stopped sending: {why} (fatal)" in wl.errors
+    assert wl.stats.ok < 30, "nothing is sent after the loop died"

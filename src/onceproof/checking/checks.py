@@ -34,7 +34,6 @@ from onceproof.sinks.base import COMMITTED, OutputError, OutputLocation, OutputR
 from onceproof.store import readers
 from onceproof.store.columns import release_freed_memory
 from onceproof.store.runfiles import INPUT, LIVE, LSO, OUTPUT, OUTPUT_UNCOMMITTED, RunFiles, stored
-from onceproof.workloads import keyed
 from onceproof.workloads import registry as workloads
 
 QUERY_STOPPED = "the query stopped: "
@@ -630,14 +629,9 @@ def check_saved(run_dir: Path, file_read: str | None = None) -> dict:
 
 def stored_workload_stop(run_dir: Path) -> str | None:
     """When the stored run's workload stopped sending before its run phase ended, as the run's
-    ``results.json`` recorded it (a ``client_errors.workload`` line ``"HH:MM:SS the workload stopped
-    sending: <exception> (fatal)"``, ``workloads.keyed.STOPPED_SENDING``): ``"HH:MM:SS <exception>"``,
-    what ``coverage.judge`` takes, so that a re-check judges the run as the run did. ``None`` without
-    one, or without a readable ``results.json``."""
+    ``results.json`` recorded it in ``workload_stopped`` (``"HH:MM:SS <exception>"``, the client's
+    ``stopped_by``), what ``coverage.judge`` takes, so that a re-check judges the run as the run did.
+    ``None`` without one, or without a readable ``results.json``."""
     stored_result = readers.read_or_none(readers.read_results, run_dir) or {}
-    lines = (stored_result.get("client_errors") or {}).get("workload") or []
-    for line in lines if isinstance(lines, list) else []:
-        if isinstance(line, str) and keyed.STOPPED_SENDING in line:
-            at, _, rest = line.partition(" ")
-            return f"{at} {rest.removeprefix(keyed.STOPPED_SENDING).removesuffix(' (fatal)')}"
-    return None
+    stop = stored_result.get("workload_stopped")
+    return stop if isinstance(stop, str) and stop else None

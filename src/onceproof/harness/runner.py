@@ -532,6 +532,7 @@ def _finish(r: _Run, result: dict, t_start: float) -> int:
                    "health_after_heal": r.health, "teardown": {"steps_s": td.steps, "errors": td.errors},
                    "client_errors": {"workload": r.workload.errors[:50] if r.workload else [],
                                      "live_reader": r.live.errors[:50] if r.live else []},
+                   **({"workload_stopped": r.workload.stopped_by} if r.workload and r.workload.stopped_by else {}),
                    "input": _input_summary(cfg, r.workload), "versions": r.meta.get("versions") or {},
                    "cluster": r.meta.get("cluster") or {}})
     if result.get("platform_findings"):  # what ran, for a bug report against the client or the brokers

@@ -54,11 +54,6 @@ def sequences(keys: int, seed: int) -> Iterator[tuple[str, int]]:
         nxt[k] += 1
 
 
-STOPPED_SENDING = "the workload stopped sending: "
-"""How a client error line (``errors``, ``results.json``'s ``client_errors.workload``) says that the
-send loop died of a bug: ``"HH:MM:SS the workload stopped sending: <exception> (fatal)"``."""
-
-
 @dataclass
 class SendStats:
     """Counts of completed sends by type (records), and ``ends``: per input partition, one past the
@@ -211,8 +206,9 @@ class KeyedWorkload:
         try:
             self._send_loop()
         except Exception as e:  # a bug, not a client error: on the console, then the thread's traceback
-            self.stopped_by = f"{time.strftime('%H:%M:%S')} {e!r}"
-            self.errors.append(f"{time.strftime('%H:%M:%S')} {STOPPED_SENDING}{e!r} (fatal)")
+            at = time.strftime('%H:%M:%S')
+            self.stopped_by = f"{at} {e!r}"  # results.json's workload_stopped
+            self.errors.append(f"{at} the workload stopped sending: {e!r} (fatal)")
             raise
 
     def _send_loop(self) -> None:
