@@ -86,6 +86,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from onceproof.blocks import ROWS, row_blocks
 from onceproof.checkers import examples
 from onceproof.sinks.base import ORDER_RANK
 from onceproof.store.columns import release_freed_memory
@@ -936,7 +937,7 @@ def _with_input_places(rows: np.ndarray, d_rows: np.ndarray, k_rows: np.ndarray,
 _THREADS_FROM = 1_000_000  # rows; below, threads cost more than they save
 _I64_MAX = np.iinfo(np.int64).max
 _I64_MIN = np.iinfo(np.int64).min
-_BLOCK = 1 << 20
+_BLOCK = ROWS
 """Rows converted at a time where a whole-column int64 copy would only be a temporary (seq, positions,
 op.input): at 10M rows it bounds each such temporary to 8 MiB instead of 80 MiB."""
 
@@ -947,8 +948,7 @@ _REF_BLOCK = 1 << 17
 
 def _blocks(n: int, size: int | None = None):
     """``(start, stop)`` row ranges of ``size`` (default :data:`_BLOCK`) rows covering ``0..n``."""
-    size = size or _BLOCK
-    return ((a, min(n, a + size)) for a in range(0, n, size))
+    return row_blocks(n, size or _BLOCK)
 
 
 def _bincount32(d: np.ndarray, n: int, mask: np.ndarray | None = None) -> np.ndarray:

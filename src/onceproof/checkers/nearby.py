@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from onceproof.blocks import row_blocks
+
 
 def fault_windows(ops: pd.DataFrame) -> pd.DataFrame:
     """Nemesis history → one row per effective fault: f, target, start_s, end_s (epoch seconds)."""
@@ -93,15 +95,15 @@ def attach(result: dict, output: pd.DataFrame | None, input: pd.DataFrame | None
     return result
 
 
-def _isin_table(x: np.ndarray, wanted: np.ndarray, block: int = 1 << 20) -> np.ndarray:
+def _isin_table(x: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """``np.isin(x, wanted)`` for integer arrays, through a bool table over ``wanted``'s range (as
-    ``np.isin(kind="table")``), ``block`` rows at a time: no whole-length int copy of ``x``."""
+    ``np.isin(kind="table")``), a block of rows at a time: no whole-length int copy of ``x``."""
     lo, hi = int(wanted.min()), int(wanted.max())
     table = np.zeros(hi - lo + 1, bool)
     table[np.asarray(wanted, dtype=np.int64) - lo] = True
     out = np.zeros(len(x), bool)
-    for a in range(0, len(x), block):
-        xb = x[a:a + block]
+    for a, b in row_blocks(len(x)):
+        xb = x[a:b]
         inr = (xb >= lo) & (xb <= hi)
-        out[a:a + block][inr] = table[xb[inr].astype(np.int64) - lo]
+        out[a:b][inr] = table[xb[inr].astype(np.int64) - lo]
     return out

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from confluent_kafka import KafkaException
 
+from onceproof.blocks import row_blocks
 from onceproof.checkers import advice, compose, exactly_once, liveness, nearby, transactions
 from onceproof.checkers.exactly_once import Recovery
 from onceproof.checking.recovery import RecoveryStatus
@@ -216,10 +217,6 @@ def _top_seq(keys: pd.Series, seqs: pd.Series) -> pd.Series:
     return top.set_axis(pd.Index(strs[top.index.to_numpy()], dtype=object)).groupby(level=0, sort=False).max()
 
 
-_GAP_BLOCK = 1 << 20
-"""Input records :func:`history_gaps` compares at a time."""
-
-
 def history_gaps(path: Path, hist: pd.DataFrame, inp: pd.DataFrame, invoked: pd.Series | None = None) -> list[str]:
     """Why ``history.jsonl`` cannot back the lost-write check: missing, empty, or ending before the input
     does (per key, an input seq above the highest seq the history invoked: the workload writes the
@@ -242,8 +239,7 @@ def history_gaps(path: Path, hist: pd.DataFrame, inp: pd.DataFrame, invoked: pd.
     top = invoked.to_numpy(dtype=float)
     bound_of = np.where(at >= 0, top[np.maximum(at, 0)], np.nan) if len(top) else np.full(len(ikeys), np.nan)
     n, first_at = 0, -1
-    for a in range(0, len(inp), _GAP_BLOCK):  # a block at a time: no float per input record is kept
-        b = min(len(inp), a + _GAP_BLOCK)
+    for a, b in row_blocks(len(inp)):  # a block at a time: no float per input record is kept
         bound = bound_of[ik[a:b]]
         seq_in = pd.to_numeric(inp["seq"].iloc[a:b], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
         beyond = ~np.isnan(seq_in) & (np.isnan(bound) | (seq_in > bound))

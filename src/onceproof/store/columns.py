@@ -19,6 +19,8 @@ import pandas as pd
 from pandas.arrays import ArrowStringArray
 from pandas.core.arrays.masked import BaseMaskedArray
 
+from onceproof.blocks import row_blocks
+
 HIGH_CARDINALITY = ("op.input",)
 """String columns stored as ``string[pyarrow]`` whatever their values: one distinct value per record,
 where a ``category`` would hold a Python str and a hash-table slot per row."""
@@ -306,13 +308,13 @@ def _concat_numeric(pieces: list, sizes: list[int]) -> np.ndarray | None:
 
 
 def _fill(out: np.ndarray, have: list, exact32: bool = False) -> bool:
-    """Write the pieces (``(piece or None, rows)``) one after another into ``out``, :data:`_NARROW_BLOCK`
-    rows at a time, as ``astype(out.dtype)`` converts them (None: NaN). With ``exact32`` (``out`` float32)
-    each value goes through float64 first and False is returned at the first one that float32 changes."""
+    """Write the pieces (``(piece or None, rows)``) one after another into ``out``, a block of rows
+    (:func:`onceproof.blocks.row_blocks`) at a time, as ``astype(out.dtype)`` converts them (None: NaN).
+    With ``exact32`` (``out`` float32) each value goes through float64 first and False is returned at
+    the first one that float32 changes."""
     at = 0
     for p, k in have:
-        for a in range(0, k, _NARROW_BLOCK):
-            b = min(k, a + _NARROW_BLOCK)
+        for a, b in row_blocks(k):
             v = p[a:b] if p is not None else np.full(b - a, np.nan)
             if exact32:
                 v = v.astype(np.float64, copy=False)
@@ -323,10 +325,6 @@ def _fill(out: np.ndarray, have: list, exact32: bool = False) -> bool:
             out[at + a:at + b] = v
         at += k
     return True
-
-
-_NARROW_BLOCK = 1 << 20
-"""Rows :func:`_narrow` and :func:`_concat_numeric` convert at a time."""
 
 
 def _narrow(arr, ints: bool):
