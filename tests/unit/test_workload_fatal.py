@@ -83,14 +83,14 @@ class _FakeProducer:
         return 0
 
 
-def _send_until_100_ok(tmp_path) -> keyed.KeyedWorkload:
-    """A workload on the patched ``Producer``, run until 100 sends are ok (at most 10 s), then stopped;
-    its history is ``tmp_path / "history.jsonl"``."""
+def _send_until(tmp_path, done=lambda wl: wl.stats.ok >= 100) -> keyed.KeyedWorkload:
+    """A workload on the patched ``Producer``, run until ``done(workload)`` (by default: 100 sends are
+    ok; at most 10 s), then stopped; its history is ``tmp_path / "history.jsonl"``."""
     hist = HistoryWriter(tmp_path / "history.jsonl")
     wl = keyed.KeyedWorkload("127.0.0.1:1", "in", hist, rate=2000, keys=3, seed=1)
     wl.start()
     deadline = time.monotonic() + 10
-    while wl.stats.ok < 100 and time.monotonic() < deadline:
+    while not done(wl) and time.monotonic() < deadline:
         time.sleep(0.01)
     wl.stop()
     hist.close()
@@ -105,7 +105,7 @@ def fake_producer(monkeypatch):
 
 
 def test_fatal_producer_error_recreates_the_producer_and_sending_goes_on(tmp_path, fake_producer):
-    wl = _send_until_100_ok(tmp_path)
+    wl = _send_until(tmp_path)
     ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
 
     assert wl.producers == 2 and len(fake_producer.instances) == 2, "a fatal error must bring a new producer"
@@ -142,7 +142,7 @@ def test_a_delivery_without_an_offset_is_ok_and_sending_goes_on(tmp_path, monkey
     from onceproof.store.readers import read_history
 
     monkeypatch.setattr(keyed, "Producer", _NoOffsetProducer)
-    wl = _send_until_100_ok(tmp_path)
+    wl = _send_until(tmp_path)
 
     assert wl.stats.ok >= 100 and not wl.errors, f"sending stopped: {wl.stats}, {wl.errors}"
     assert wl.stats.ends == {0: wl.stats.ok}, "the other deliveries still move the input's end"
@@ -180,15 +180,8 @@ class _BuggyProducer(_FakeProducer):
 
 def test_a_send_loop_that_dies_records_when_and_why(tmp_path, monkeypatch):
     monkeypatch.setattr(keyed, "Producer", _BuggyProducer)
-    hist = HistoryWriter(tmp_path / "history.jsonl")
-    wl = keyed.KeyedWorkload("127.0.0.1:1", "in", hist, rate=2000, keys=3, seed=1)
     monkeypatch.setattr("threading.excepthook", lambda args: None)  # the thread's traceback is expected
-    wl.start()
-    deadline = time.monotonic() + 10
-    while wl.stopped_by is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    wl.stop()
-    hist.close()
+    wl = _send_until(tmp_path, lambda wl: wl.stopped_by is not None)
 
     assert wl.stopped_by is not None and "TypeError(" in wl.stopped_by, wl.errors
     at, _, why = wl.stopped_by.partition(" ")
